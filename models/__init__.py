@@ -1,0 +1,37 @@
+"""Dikkat's attention engine: load real models offline and capture every head's attention.
+
+No Streamlit and no plotly here: a notebook user imports ``models`` directly::
+
+    import models
+    m = models.load("minilm-l6")
+    a = models.analyze(m, "Kedi fareyi kovaladı")
+    a.attentions["encoder"].shape   # (6, 12, n, n), float32
+"""
+
+from .analysis import Analysis, TopK, Token, Word, analyze, default_max_tokens
+from .catalog import CATALOG, DEFAULT_MODEL, ModelSpec, default_model_for_language, get_spec, list_models
+from .errors import (
+    BatchNotSupportedError,
+    DikkatError,
+    EmptyTextError,
+    HubUnreachableError,
+    InvalidHeadError,
+    InvalidMaskError,
+    ModelNotInstalledError,
+    ModelOutOfMemoryError,
+    NoAttentionWeightsError,
+    NoUsableModelError,
+    UnknownModelError,
+    UnsupportedOperationError,
+)
+from .loading import LoadedModel, clear_cache, load
+from .masks import MaskMode, parse_mask
+
+__all__ = [
+    "Analysis", "TopK", "Token", "Word", "analyze", "default_max_tokens",
+    "CATALOG", "DEFAULT_MODEL", "ModelSpec", "default_model_for_language", "get_spec", "list_models",
+    "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubUnreachableError", "InvalidHeadError",
+    "InvalidMaskError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
+    "NoUsableModelError", "UnknownModelError", "UnsupportedOperationError",
+    "LoadedModel", "clear_cache", "load", "MaskMode", "parse_mask",
+]

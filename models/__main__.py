@@ -1,0 +1,57 @@
+"""Command line: ``python -m models list`` and ``python -m models analyze --model KEY --text "..."``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m models", description="Dikkat attention engine")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list the model catalog")
+    an = sub.add_parser("analyze", help="analyse one text and print a JSON summary")
+    an.add_argument("--model", default="minilm-l6", help="catalog key, Hugging Face id or folder")
+    an.add_argument("--text", required=True)
+    an.add_argument("--text-pair", default=None)
+    an.add_argument("--target", default=None, help="decoder text of an encoder-decoder")
+    an.add_argument("--mask", default="native", help="native|bidirectional|causal|sliding_window:W|strided:S")
+    an.add_argument("--head-off", action="append", default=[], metavar="STACK:LAYER:HEAD")
+    an.add_argument("--device", default="auto")
+    an.add_argument("--out", default=None, help="write all attentions to this .npz file")
+    args = parser.parse_args(argv)
+
+    from . import DikkatError, analyze, list_models, load
+
+    if args.cmd == "list":
+        for spec in list_models():
+            state = "installed" if spec.installed else f"not installed ({spec.install_hint})"
+            print(f"{spec.key:24s} {spec.family:16s} {spec.layers:>2d}x{spec.heads:<2d} {spec.params_m:6.1f}M  "
+                  f"{spec.languages}; {spec.licence}; {state}")
+        return 0
+    try:
+        heads = []
+        for item in args.head_off:
+            stack, layer, head = item.split(":")
+            heads.append((stack, int(layer), int(head)))
+        loaded = load(args.model, device=args.device)
+        result = analyze(loaded, args.text, text_pair=args.text_pair, target=args.target, heads_off=heads, mask=args.mask)
+    except (DikkatError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = result.summary()
+    summary["device"] = str(loaded.device)
+    summary["load_seconds"] = round(loaded.load_seconds, 2)
+    if args.out:
+        np.savez_compressed(args.out, **{f"attention_{k}": v for k, v in result.attentions.items()},
+                            tokens=np.array([t.label for t in result.tokens]))
+        summary["out"] = args.out
+    print(json.dumps(summary, ensure_ascii=False, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,548 @@
+"""One forward pass on one text: tokens with exact character spans, words, every head's attention."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from . import capture
+from .errors import BatchNotSupportedError, EmptyTextError, InvalidHeadError, ModelOutOfMemoryError, UnsupportedOperationError
+from .loading import LoadedModel
+from .masks import MaskMode, parse_mask
+
+# Words: runs of letters/digits (with inner apostrophes), or runs of other non-space characters.
+WORD_PATTERN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]+")
+# Attention weights kept in memory at most (float32 bytes, all stacks): longer texts are cut.
+WEIGHT_BUDGET_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token of the input.
+
+    Attributes:
+        text: the exact substring of the input it covers (``input[start:end]``), "" for special tokens
+            and for the second piece of a character split over two byte-level tokens.
+        start, end: character offsets into its segment's text (end exclusive).
+        special: True for tokens the tokenizer added ([CLS], [SEP], <s>, </s>, BOS ...).
+        id: vocabulary id.
+        piece: the tokenizer's raw token string (byte-level form such as ``Ä±``; never shown as a label).
+        segment: 0 for ``text``/``target``, 1 for ``text_pair``.
+    """
+
+    text: str
+    start: int
+    end: int
+    special: bool
+    id: int
+    piece: str
+    segment: int = 0
+
+    @property
+    def label(self) -> str:
+        """Display label: the text without surrounding whitespace; the piece for special tokens;
+        ``␣``/``⏎`` for whitespace-only tokens; ``·`` for a continuation byte of a split character."""
+        if self.special:
+            return self.piece
+        stripped = self.text.strip()
+        if stripped:
+            return stripped
+        if self.text:
+            return "⏎" if "\n" in self.text else "␣"
+        return "·"
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word of the input and the tokens it is made of.
+
+    Attributes:
+        text: the word as typed. start/end: character span. segment: as for :class:`Token`.
+        tokens: indices into the token list, in order.
+    """
+
+    text: str
+    start: int
+    end: int
+    segment: int
+    tokens: tuple[int, ...]
+
+
+@dataclass
+class TopK:
+    """Top-k predictions per position.
+
+    Attributes:
+        ids: int64 ``(positions, k)``. probs: float32 ``(positions, k)``, probabilities in [0, 1].
+        tokens: decoded text of each id (``tokenizer.decode([id])``), ``positions`` lists of ``k``.
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+    tokens: list[list[str]]
+
+
+@dataclass
+class Analysis:
+    """The result of :func:`analyze`: one text through one model.
+
+    Attributes:
+        model: the name the model was loaded by. family: ``encoder``/``decoder``/``encoder-decoder``.
+        capture_path: ``interface`` or ``fallback`` (see :mod:`models.capture`).
+        text, text_pair, target: the inputs (``target`` is the decoder text of an encoder-decoder).
+        tokens: tokens of the encoder input (encoders, encoder-decoders) or the decoder input (decoders).
+        target_tokens: decoder-side tokens of an encoder-decoder (None otherwise).
+        words, target_words: :class:`Word` groups of ``tokens`` / ``target_tokens``.
+        attentions: ``stack -> float32 (layers, heads, query_len, key_len)``. Stacks: ``encoder``
+            (queries and keys: ``tokens``), ``decoder`` (decoders: ``tokens``; encoder-decoders:
+            ``target_tokens``), ``cross`` (queries ``target_tokens``, keys ``tokens``). Each row sums to 1
+            (0 for a query with no allowed key under a replaced mask).
+        truncated: how many tokens were dropped from the end (0 if none); ``max_tokens`` the limit used.
+        next_token: decoders/encoder-decoders: top-k next-token predictions at each position.
+        loss: mean next-token cross-entropy of the text in nats (decoders, encoder-decoders); else None.
+        mask_fills: MLM encoders: ``token index -> TopK`` row for each mask token.
+        embedding: encoders without a head: float32 ``(hidden,)`` mean of the last hidden states over
+            all tokens (the sentence-transformers mean pooling, Reimers & Gurevych 2019).
+        hidden_states: when asked for: ``stack -> float32 (layers + 1, seq_len, hidden)``.
+        logits: when asked for: float32 ``(positions, vocab)`` of the decoder / MLM head.
+        heads_off: the heads that were switched off. mask: the mask mode used (str).
+        kv_heads: key/value heads of a GQA model (None when each query head has its own).
+    """
+
+    model: str
+    family: str
+    capture_path: str
+    text: str
+    tokens: list[Token]
+    words: list[Word]
+    attentions: dict[str, np.ndarray]
+    text_pair: str | None = None
+    target: str | None = None
+    target_tokens: list[Token] | None = None
+    target_words: list[Word] | None = None
+    truncated: int = 0
+    max_tokens: int = 0
+    next_token: TopK | None = None
+    loss: float | None = None
+    mask_fills: dict[int, TopK] = field(default_factory=dict)
+    embedding: np.ndarray | None = None
+    hidden_states: dict[str, np.ndarray] = field(default_factory=dict)
+    logits: np.ndarray | None = None
+    heads_off: frozenset = frozenset()
+    mask: str = "native"
+    kv_heads: int | None = None
+
+    @property
+    def perplexity(self) -> float | None:
+        """exp(loss), or None."""
+        return None if self.loss is None else float(math.exp(min(self.loss, 700)))
+
+    def axis_tokens(self, stack: str) -> tuple[list[Token], list[Token]]:
+        """(query tokens, key tokens) of a stack's attention matrices."""
+        if stack == "cross":
+            return self.target_tokens or [], self.tokens
+        if stack == "decoder" and self.family == "encoder-decoder":
+            return self.target_tokens or [], self.target_tokens or []
+        return self.tokens, self.tokens
+
+    def axis_words(self, stack: str) -> tuple[list[Word], list[Word]]:
+        """(query words, key words) of a stack, matching :meth:`axis_tokens`."""
+        if stack == "cross":
+            return self.target_words or [], self.words
+        if stack == "decoder" and self.family == "encoder-decoder":
+            return self.target_words or [], self.target_words or []
+        return self.words, self.words
+
+    def summary(self) -> dict:
+        """JSON-ready summary (used by ``python -m models analyze``)."""
+        out = {
+            "model": self.model,
+            "family": self.family,
+            "capture_path": self.capture_path,
+            "text": self.text,
+            "tokens": [t.label for t in self.tokens],
+            "words": [w.text for w in self.words],
+            "attentions": {k: list(v.shape) for k, v in self.attentions.items()},
+            "truncated_tokens": self.truncated,
+            "max_tokens": self.max_tokens,
+            "mask": self.mask,
+            "heads_off": sorted(list(h) for h in self.heads_off),
+        }
+        if self.target is not None:
+            out["target"] = self.target
+            out["target_tokens"] = [t.label for t in self.target_tokens or []]
+        if self.loss is not None:
+            out["loss"] = round(self.loss, 4)
+            out["perplexity"] = round(self.perplexity, 3)
+        if self.next_token is not None:
+            out["next_token_top5"] = [
+                [tok, round(float(p), 4)] for tok, p in zip(self.next_token.tokens[-1][:5], self.next_token.probs[-1][:5])
+            ]
+        if self.embedding is not None:
+            out["embedding_dim"] = int(self.embedding.shape[0])
+        if self.mask_fills:
+            out["mask_fills"] = {str(i): t.tokens[0][:5] for i, t in self.mask_fills.items()}
+        return out
+
+
+def tokens_from_encoding(enc: dict, texts: list[str], tokenizer, index: int = 0) -> list[Token]:
+    """Build :class:`Token` objects from a fast tokenizer's output.
+
+    Offsets that overlap the previous token's (a character split over byte-level tokens) are clipped,
+    so the tokens' ``text`` fields joined in order reproduce each segment exactly.
+    """
+    ids = enc["input_ids"][index]
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    offsets = enc["offset_mapping"][index]
+    offsets = offsets.tolist() if hasattr(offsets, "tolist") else list(offsets)
+    special = enc["special_tokens_mask"][index]
+    special = special.tolist() if hasattr(special, "tolist") else list(special)
+    seq_ids = enc.sequence_ids(index) if hasattr(enc, "sequence_ids") else [0] * len(ids)
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    tokens: list[Token] = []
+    last_end = {0: 0, 1: 0}
+    for tid, (start, end), spec, seg, piece in zip(ids, offsets, special, seq_ids, pieces):
+        is_special = bool(spec) or seg is None
+        segment = seg if seg is not None else 0
+        if is_special:
+            tokens.append(Token("", last_end[segment], last_end[segment], True, int(tid), piece, segment))
+            continue
+        start = max(int(start), last_end[segment])
+        end = max(int(end), start)
+        text = texts[segment][start:end]
+        tokens.append(Token(text, start, end, False, int(tid), piece, segment))
+        last_end[segment] = end
+    return tokens
+
+
+def group_words(tokens: list[Token], texts: list[str]) -> list[Word]:
+    """Group tokens into the words of the input (``WORD_PATTERN``: letter/digit runs, punctuation runs).
+
+    A token belongs to the word its first non-space character falls in. Special tokens and
+    whitespace-only tokens belong to no word; a continuation byte joins the previous token's word.
+    """
+    words: list[Word] = []
+    for segment, text in enumerate(texts):
+        spans = [(m.start(), m.end()) for m in WORD_PATTERN.finditer(text)]
+        members: list[list[int]] = [[] for _ in spans]
+        last_word = None
+        for i, tok in enumerate(tokens):
+            if tok.special or tok.segment != segment:
+                continue
+            if tok.text == "" and last_word is not None:
+                members[last_word].append(i)
+                continue
+            lead = len(tok.text) - len(tok.text.lstrip())
+            pos = tok.start + lead
+            if pos >= tok.end:
+                continue
+            for w, (a, b) in enumerate(spans):
+                if a <= pos < b or (pos < a < tok.end):
+                    members[w].append(i)
+                    last_word = w
+                    break
+        for (a, b), idx in zip(spans, members):
+            if idx:
+                words.append(Word(text[a:b], a, b, segment, tuple(idx)))
+    return words
+
+
+def _check_text(text, what: str) -> str:
+    if isinstance(text, (list, tuple)):
+        raise BatchNotSupportedError(
+            f"analyze() takes one {what} per call, got {len(text)}: call it once per text, e.g. "
+            "[analyze(model, t) for t in texts], so each Analysis has its own tokens without padding."
+        )
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise EmptyTextError(f"The {what} is empty: type a sentence to analyse.")
+    return text
+
+
+def _heads_to_gates(loaded: LoadedModel, heads_off: Iterable) -> dict[tuple[str, int], torch.Tensor]:
+    """``{(stack, layer, head), ...}`` -> gates ``(stack, layer) -> (heads,)`` with 0 at switched-off heads.
+
+    Raises:
+        InvalidHeadError: a triple naming a stack, layer or head the model does not have.
+    """
+    stacks = loaded.stacks
+    gates: dict[tuple[str, int], torch.Tensor] = {}
+    for item in heads_off:
+        try:
+            stack, layer, head = item
+            layer, head = int(layer), int(head)
+        except (TypeError, ValueError):
+            raise InvalidHeadError(f"heads_off entries are (stack, layer, head) triples, got {item!r}") from None
+        if stack not in stacks:
+            raise InvalidHeadError(f"Model '{loaded.name}' has no '{stack}' stack (it has {', '.join(stacks)}).")
+        n_layers, n_heads = stacks[stack]
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            raise InvalidHeadError(
+                f"({stack}, {layer}, {head}) is out of range: '{stack}' has {n_layers} layers x {n_heads} heads."
+            )
+        gate = gates.setdefault((stack, layer), torch.ones(n_heads))
+        gate[head] = 0.0
+    if gates and loaded.capture_path == "fallback":
+        missing = [s for s in loaded.sites if (s.stack, s.layer) in gates and not s.out_proj]
+        if missing:
+            raise UnsupportedOperationError(
+                f"Model '{loaded.name}' uses the fallback capture path and Dikkat does not know its output "
+                f"projection for {missing[0].stack} layer {missing[0].layer}: heads cannot be switched off."
+            )
+    return gates
+
+
+def _topk(logits: torch.Tensor, k: int, tokenizer) -> TopK:
+    probs = torch.softmax(logits.float(), dim=-1)
+    values, ids = probs.topk(min(k, probs.shape[-1]), dim=-1)
+    ids_np = ids.cpu().numpy()
+    # decode each distinct id once
+    cache: dict[int, str] = {}
+    texts = []
+    for row in ids_np:
+        out = []
+        for i in row.tolist():
+            if i not in cache:
+                cache[i] = tokenizer.decode([i])
+            out.append(cache[i])
+        texts.append(out)
+    return TopK(ids=ids_np.astype(np.int64), probs=values.cpu().numpy().astype(np.float32), tokens=texts)
+
+
+def default_max_tokens(loaded: LoadedModel) -> int:
+    """Longest input analysed by default: the model's own limit, lowered so that all attention
+    weights (layers x heads x n x n float32, over all stacks) stay within ``WEIGHT_BUDGET_BYTES``."""
+    total_heads = sum(layers * heads for layers, heads in loaded.stacks.values()) or 1
+    by_memory = int(math.sqrt(WEIGHT_BUDGET_BYTES / (4 * total_heads)))
+    return max(1, min(loaded.max_positions, by_memory))
+
+
+def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None = None) -> tuple[dict[str, torch.Tensor], str]:
+    """Turn the ``mask`` argument of :func:`analyze` into ``stack -> bool tensor``.
+
+    A single mask applies to the model's main self-attention stack (``encoder`` for encoders,
+    ``decoder`` for decoders and encoder-decoders); a dict maps stacks to masks.
+
+    Raises:
+        InvalidMaskError: bad mask; UnsupportedOperationError: a replaced mask on the fallback path.
+    """
+    if isinstance(mask, dict):
+        items = {stack: parse_mask(m) for stack, m in mask.items()}
+    else:
+        main = "encoder" if loaded.family == "encoder" else "decoder"
+        items = {main: parse_mask(mask)}
+    out: dict[str, torch.Tensor] = {}
+    for stack, mode in items.items():
+        if stack == "cross":
+            from .errors import InvalidMaskError
+
+            raise InvalidMaskError("Cross-attention masks cannot be replaced (only self-attention stacks).")
+        n = n_target if (stack == "decoder" and loaded.family == "encoder-decoder") else n_main
+        matrix = mode.matrix(n or 0)
+        if matrix is not None:
+            out[stack] = torch.from_numpy(np.ascontiguousarray(matrix))
+    if out and loaded.capture_path == "fallback":
+        raise UnsupportedOperationError(
+            f"Model '{loaded.name}' uses the fallback capture path (its attention does not route through "
+            "transformers' AttentionInterface): its mask cannot be replaced."
+        )
+    desc = ", ".join(f"{s}={m}" for s, m in items.items()) if isinstance(mask, dict) else str(next(iter(items.values())))
+    return out, desc
+
+
+def analyze(
+    model: LoadedModel,
+    text: str,
+    *,
+    text_pair: str | None = None,
+    target: str | None = None,
+    heads_off: Iterable | None = None,
+    mask="native",
+    max_tokens: int | None = None,
+    top_k: int = 10,
+    hidden_states: bool = False,
+    keep_logits: bool = False,
+) -> Analysis:
+    """Run one text through a model and capture every layer's and head's attention weights.
+
+    Args:
+        model: from :func:`models.load`.
+        text: the input (encoder input, or the decoder's text for decoder-only models).
+        text_pair: second segment of a BERT-style sentence pair (``[CLS] A [SEP] B [SEP]``).
+        target: decoder text of an encoder-decoder; when None, a greedy continuation (≤ 32 tokens) is
+            generated first and analysed.
+        heads_off: ``(stack, layer, head)`` triples to switch off: the head's output (its slice of the
+            input to the output projection) is zeroed (Michel et al. 2019, §2, head mask ξ_h = 0).
+        mask: ``native`` | ``bidirectional`` | ``causal`` | ``sliding_window:w`` | ``strided:s`` |
+            boolean ``(n, n)`` array | dict ``stack -> mask`` (see :mod:`models.masks`).
+        max_tokens: cut the input after this many tokens (default :func:`default_max_tokens`).
+        top_k: how many predictions to keep per position.
+        hidden_states: also return every layer's hidden states.
+        keep_logits: also return the full logits of the prediction head.
+
+    Returns:
+        :class:`Analysis` with float32 numpy attentions ``(layers, heads, query_len, key_len)``.
+
+    Raises:
+        EmptyTextError: empty or whitespace-only text. BatchNotSupportedError: a list of texts.
+        InvalidHeadError, InvalidMaskError, UnsupportedOperationError: bad ``heads_off``/``mask``.
+        ModelOutOfMemoryError: the forward pass ran out of memory.
+    """
+    text = _check_text(text, "text")
+    if text_pair is not None:
+        text_pair = _check_text(text_pair, "text pair")
+    if target is not None:
+        target = _check_text(target, "target text")
+    tok = model.tokenizer
+    limit = int(max_tokens or default_max_tokens(model))
+    heads_off = frozenset(tuple(h) for h in (heads_off or ()))
+    gates = _heads_to_gates(model, heads_off)
+
+    texts = [text] if text_pair is None else [text, text_pair]
+    enc_full = tok(text, text_pair, return_offsets_mapping=True, return_special_tokens_mask=True, truncation=False)
+    n_full = len(enc_full["input_ids"])
+    if n_full > limit:
+        enc = tok(
+            text, text_pair, return_offsets_mapping=True, return_special_tokens_mask=True, truncation=True,
+            max_length=limit,
+        )
+    else:
+        enc = enc_full
+    truncated = max(0, n_full - len(enc["input_ids"]))
+    tokens = tokens_from_encoding(_batched(enc), texts, tok)
+    words = group_words(tokens, texts)
+    input_ids = torch.tensor([enc["input_ids"]], device=model.device)
+    inputs = {"input_ids": input_ids}
+    if "token_type_ids" in enc and model.family == "encoder":
+        inputs["token_type_ids"] = torch.tensor([enc["token_type_ids"]], device=model.device)
+
+    target_tokens = target_words = None
+    labels = None
+    if model.family == "encoder-decoder":
+        if target is None:
+            target = _generate_target(model, inputs)
+        tenc = tok(text_target=target, return_offsets_mapping=True, return_special_tokens_mask=True,
+                   truncation=True, max_length=limit - 1)
+        start_id = model.config.decoder_start_token_id
+        if start_id is None:
+            start_id = model.config.pad_token_id or 0
+        tgt_ids = list(tenc["input_ids"])
+        dec_ids = [start_id] + tgt_ids[:-1]
+        labels = torch.tensor([tgt_ids], device=model.device)
+        inputs["decoder_input_ids"] = torch.tensor([dec_ids], device=model.device)
+        t_tokens = tokens_from_encoding(_batched(tenc), [target], tok)
+        start_piece = tok.convert_ids_to_tokens([start_id])[0]
+        target_tokens = [Token("", 0, 0, True, int(start_id), start_piece, 0)] + t_tokens[:-1]
+        target_words = group_words(target_tokens, [target])
+
+    masks, mask_desc = resolve_masks(model, mask, len(tokens), len(target_tokens) if target_tokens else None)
+    want_hidden = hidden_states
+    fallback = model.capture_path == "fallback"
+    try:
+        with torch.no_grad(), capture.capture(model.site_index, gates=gates, masks=masks, record=not fallback) as state:
+            outputs = model.model(
+                **inputs, output_hidden_states=want_hidden, output_attentions=fallback, return_dict=True,
+            )
+    except torch.OutOfMemoryError as exc:
+        raise ModelOutOfMemoryError(
+            f"Out of memory running '{model.name}' on {len(tokens)} tokens ({model.device}); try a shorter text."
+        ) from exc
+
+    attentions = _collect_attentions(model, state, outputs)
+    result = Analysis(
+        model=model.name, family=model.family, capture_path=model.capture_path, text=text, tokens=tokens,
+        words=words, attentions=attentions, text_pair=text_pair, target=target, target_tokens=target_tokens,
+        target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
+        kv_heads=model.num_key_value_heads,
+    )
+    _fill_outputs(model, result, outputs, input_ids, labels, top_k, keep_logits)
+    if hidden_states:
+        result.hidden_states = _collect_hidden(model, outputs)
+    return result
+
+
+def _batched(enc):
+    """Wrap a single (unbatched) encoding so ``enc[key][0]`` works and sequence_ids stays available."""
+
+    class _One:
+        def __init__(self, e):
+            self.e = e
+
+        def __getitem__(self, key):
+            return [self.e[key]]
+
+        def __contains__(self, key):
+            return key in self.e
+
+        def sequence_ids(self, index=0):
+            return self.e.sequence_ids(index) if hasattr(self.e, "sequence_ids") else [0] * len(self.e["input_ids"])
+
+    return _One(enc)
+
+
+def _generate_target(model: LoadedModel, inputs: dict) -> str:
+    with torch.no_grad():
+        out = model.model.generate(**inputs, max_new_tokens=32, do_sample=False, num_beams=1)
+    return model.tokenizer.decode(out[0], skip_special_tokens=True).strip() or "."
+
+
+def _collect_attentions(model: LoadedModel, state, outputs) -> dict[str, np.ndarray]:
+    """Stack per-layer weights into float32 numpy ``(layers, heads, q, k)`` per stack (batch row 0)."""
+    per_stack: dict[str, list[torch.Tensor]] = {}
+    if model.capture_path == "fallback":
+        from .loading import _attention_tuples
+
+        for stack, tensors in _attention_tuples(outputs, model.family).items():
+            per_stack[stack] = [t[0] for t in tensors]
+    else:
+        for site in model.sites:
+            w = state.weights.get((site.stack, site.layer))
+            if w is not None:
+                per_stack.setdefault(site.stack, []).append(w[0])
+    return {
+        stack: torch.stack(ws).to(dtype=torch.float32, device="cpu").numpy()
+        for stack, ws in per_stack.items()
+    }
+
+
+def _collect_hidden(model: LoadedModel, outputs) -> dict[str, np.ndarray]:
+    out = {}
+    pairs = (("encoder", "encoder_hidden_states"), ("decoder", "decoder_hidden_states")) if model.family == "encoder-decoder" \
+        else ((("decoder" if model.family == "decoder" else "encoder"), "hidden_states"),)
+    for stack, attr in pairs:
+        hs = getattr(outputs, attr, None)
+        if hs:
+            out[stack] = torch.stack([h[0] for h in hs]).float().cpu().numpy()
+    return out
+
+
+def _fill_outputs(model: LoadedModel, result: Analysis, outputs, input_ids, labels, top_k: int, keep_logits: bool) -> None:
+    tok = model.tokenizer
+    if model.head in ("lm", "seq2seq"):
+        logits = outputs.logits[0]
+        result.next_token = _topk(logits, top_k, tok)
+        if model.head == "lm":
+            if logits.shape[0] > 1:
+                loss = torch.nn.functional.cross_entropy(logits[:-1].float(), input_ids[0, 1:])
+                result.loss = float(loss)
+        else:
+            result.loss = float(torch.nn.functional.cross_entropy(logits.float(), labels[0]))
+        if keep_logits:
+            result.logits = logits.float().cpu().numpy()
+    elif model.head == "mlm":
+        logits = outputs.logits[0]
+        mask_id = tok.mask_token_id
+        if mask_id is not None:
+            for i in (input_ids[0] == mask_id).nonzero().flatten().tolist():
+                result.mask_fills[i] = _topk(logits[i : i + 1], top_k, tok)
+        if keep_logits:
+            result.logits = logits.float().cpu().numpy()
+    else:
+        last = outputs.last_hidden_state[0] if getattr(outputs, "last_hidden_state", None) is not None else outputs.hidden_states[-1][0]
+        result.embedding = last.float().mean(dim=0).cpu().numpy()

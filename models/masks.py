@@ -1,0 +1,102 @@
+"""Attention masks as boolean matrices: True where query ``i`` may attend key ``j``.
+
+Mask kinds (``MaskMode``):
+
+* ``native``: the model's own mask (bidirectional for encoders, causal for decoders, the sliding
+  window of Mistral/Gemma layers ...); nothing is replaced.
+* ``bidirectional``: every query sees every key (BERT; Devlin et al. 2019).
+* ``causal``: ``j <= i`` (GPT; Radford et al. 2018; "masked self-attention", Vaswani et al. 2017 §3.2.3).
+* ``sliding_window(w)``: ``i - w < j <= i``, the last ``w`` keys including itself (Mistral 7B, Jiang et
+  al. 2023; Longformer's window, Beltagy et al. 2020, made causal). Same convention as
+  ``transformers.masking_utils.sliding_window_causal_mask_function``.
+* ``strided(s)``: ``j <= i`` and (``i - j < s`` or ``(i - j) mod s == 0``), the strided sparse pattern of
+  Child et al. 2019 ("Generating Long Sequences with Sparse Transformers", §4.2, A⁽¹⁾ ∪ A⁽²⁾).
+* ``custom``: any boolean ``(n, n)`` matrix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidMaskError
+
+KINDS = ("native", "bidirectional", "causal", "sliding_window", "strided", "custom")
+
+
+@dataclass(frozen=True)
+class MaskMode:
+    """A mask kind plus its parameter (window width or stride) or matrix.
+
+    Build with :func:`parse_mask`; turn into a matrix with :meth:`matrix`.
+    """
+
+    kind: str
+    width: int | None = None
+    custom: np.ndarray | None = None
+
+    def __str__(self) -> str:
+        if self.kind in ("sliding_window", "strided"):
+            return f"{self.kind}:{self.width}"
+        return self.kind
+
+    def matrix(self, n: int) -> np.ndarray | None:
+        """Boolean ``(n, n)`` matrix, True = allowed; ``None`` for ``native``.
+
+        Raises:
+            InvalidMaskError: a custom matrix that is not ``(n, n)``.
+        """
+        i = np.arange(n)[:, None]
+        j = np.arange(n)[None, :]
+        if self.kind == "native":
+            return None
+        if self.kind == "bidirectional":
+            return np.ones((n, n), dtype=bool)
+        if self.kind == "causal":
+            return j <= i
+        if self.kind == "sliding_window":
+            return (j <= i) & (j > i - self.width)
+        if self.kind == "strided":
+            d = i - j
+            return (d >= 0) & ((d < self.width) | (d % self.width == 0))
+        m = np.asarray(self.custom, dtype=bool)
+        if m.shape != (n, n):
+            raise InvalidMaskError(f"Custom mask has shape {m.shape}, but the text has {n} tokens: need ({n}, {n}).")
+        return m
+
+
+def parse_mask(mask) -> MaskMode:
+    """Accept ``"native"``, ``"bidirectional"``, ``"causal"``, ``"sliding_window:4"``, ``"strided:3"``,
+    ``("sliding_window", 4)``, a :class:`MaskMode`, or a boolean ``(n, n)`` array (custom).
+
+    Raises:
+        InvalidMaskError: unknown kind, missing or non-positive width, non-square matrix.
+    """
+    if isinstance(mask, MaskMode):
+        return mask
+    if mask is None:
+        return MaskMode("native")
+    if isinstance(mask, np.ndarray) or (isinstance(mask, list) and mask and isinstance(mask[0], (list, np.ndarray))):
+        arr = np.asarray(mask)
+        if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+            raise InvalidMaskError(f"A custom mask must be a square boolean matrix, got shape {arr.shape}.")
+        return MaskMode("custom", custom=arr.astype(bool))
+    if isinstance(mask, tuple) and len(mask) == 2:
+        kind, width = mask
+    elif isinstance(mask, str):
+        match = re.fullmatch(r"\s*([a-z_]+)\s*(?:[:=(]\s*(\d+)\s*\)?)?\s*", mask.lower())
+        if not match:
+            raise InvalidMaskError(f"Unknown mask '{mask}'. Use one of: {', '.join(KINDS)}.")
+        kind, width = match.group(1), match.group(2)
+    else:
+        raise InvalidMaskError(f"Unknown mask {mask!r}. Use one of: {', '.join(KINDS)}.")
+    kind = {"sliding": "sliding_window", "window": "sliding_window", "sparse": "strided"}.get(kind, kind)
+    if kind not in KINDS or kind == "custom":
+        raise InvalidMaskError(f"Unknown mask '{kind}'. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.")
+    if kind in ("sliding_window", "strided"):
+        if width is None or int(width) < 1:
+            raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1, e.g. '{kind}:4'.")
+        return MaskMode(kind, width=int(width))
+    return MaskMode(kind)
