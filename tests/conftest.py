@@ -1,0 +1,56 @@
+"""Shared fixtures: tiny random models (built once per session) and the bundled real models."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import models  # noqa: E402
+from tiny import build_tiny  # noqa: E402
+
+_TINY: dict[str, models.LoadedModel] = {}
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory):
+    """``tiny_folder(arch) -> Path`` of a saved tiny random model (see tests/tiny.py)."""
+    root = tmp_path_factory.mktemp("tiny")
+    made: dict[str, Path] = {}
+
+    def make(arch: str) -> Path:
+        if arch not in made:
+            folder = root / arch
+            folder.mkdir()
+            made[arch] = build_tiny(arch, folder)
+        return made[arch]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_folder):
+    """``tiny(arch) -> LoadedModel`` loaded on CPU through ``models.load(folder)``."""
+
+    def get(arch: str) -> models.LoadedModel:
+        return models.load(str(tiny_folder(arch)), device="cpu")
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    return models.load("minilm-l6", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    return models.load("smollm2-135m", device="cpu")
