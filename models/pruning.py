@@ -34,7 +34,10 @@ travel in the :func:`models.capture.capture` context of each call.
 
 from __future__ import annotations
 
+import contextvars
 import math
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -250,30 +253,98 @@ def _row_metric(loaded: LoadedModel, prep: Prepared, outputs) -> torch.Tensor:
         pred, target = logits[:, :-1], prep.labels[:, 1:].expand(batch, -1)
     else:
         pred, target = logits, prep.labels.expand(batch, -1)
-    ce = F.cross_entropy(pred.transpose(1, 2), target, reduction="none", ignore_index=-100)  # (batch, positions)
-    counted = (target != -100).to(ce.dtype)
-    return (ce * counted).sum(-1) / counted.sum(-1).clamp_min(1.0)
+    # Cross-entropy -log softmax(z)_y = logsumexp(z) - z_y, without copying the (batch, n, vocab) logits.
+    counted = target != -100
+    picked = pred.gather(-1, target.clamp_min(0)[..., None])[..., 0]
+    ce = (torch.logsumexp(pred, dim=-1) - picked) * counted
+    return ce.sum(-1) / counted.sum(-1).clamp_min(1)
 
 
-def _forward(loaded: LoadedModel, prep: Prepared, batch: int, gates: dict):
-    inputs = {k: v.expand(batch, -1).contiguous() for k, v in prep.inputs.items()}
+# Prefix reuse: batch rows that differ only from layer l on are identical before it. The model then runs
+# the text once (batch 1) up to layer l, and a forward pre-hook on layer l's block repeats the hidden
+# states to the batch size (attention masks and rotary tables of batch 1 broadcast). The hooks are
+# installed once per model and do nothing unless the per-call ContextVar below names their block.
+_EXPAND: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("dikkat_expand", default=None)
+_BLOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {layer: block} or {} if unsupported
+_BLOCKS_LOCK = threading.Lock()
+
+
+def _expand_hook(module, args, kwargs):
+    wanted = _EXPAND.get()
+    if wanted is None or wanted[0] != id(module):
+        return None
+    rows = wanted[1]
+    if args:
+        hidden = args[0]
+        return (hidden.expand(rows, *hidden.shape[1:]).contiguous(),) + tuple(args[1:]), kwargs
+    hidden = kwargs["hidden_states"]
+    return args, {**kwargs, "hidden_states": hidden.expand(rows, *hidden.shape[1:]).contiguous()}
+
+
+def _layer_blocks(loaded: LoadedModel) -> dict[int, torch.nn.Module]:
+    """``layer -> block module`` for single-stack interface-path models (``{}`` when prefix reuse is not
+    supported: encoder-decoders, the fallback path, names without a layer index). Installs the hooks."""
+    model = loaded.model
+    with _BLOCKS_LOCK:
+        if model in _BLOCKS:
+            return _BLOCKS[model]
+        blocks: dict[int, torch.nn.Module] = {}
+        if loaded.capture_path == "interface" and len(loaded.stacks) == 1:
+            modules = dict(model.named_modules())
+            for site in loaded.sites:
+                parts = site.name.split(".")
+                if str(site.layer) not in parts:
+                    blocks = {}
+                    break
+                name = ".".join(parts[: parts.index(str(site.layer)) + 1])
+                if name not in modules:
+                    blocks = {}
+                    break
+                blocks[site.layer] = modules[name]
+            for block in blocks.values():
+                block.register_forward_pre_hook(_expand_hook, with_kwargs=True)
+        _BLOCKS[model] = blocks
+        return blocks
+
+
+def _first_gated_layer(loaded: LoadedModel, gates: dict) -> int:
+    return min((layer for (_, layer) in gates), default=0)
+
+
+def _forward(loaded: LoadedModel, prep: Prepared, batch: int, gates: dict, *, reuse_prefix: bool = False):
+    """Run ``batch`` copies of the prepared input with ``gates``. With ``reuse_prefix``, layers before
+    the first gated layer run once (batch 1) and their output is repeated (see ``_EXPAND``)."""
+    blocks = _layer_blocks(loaded) if reuse_prefix and batch > 1 else {}
+    first = _first_gated_layer(loaded, gates)
+    expand = blocks.get(first) if first > 0 else None
+    rows = 1 if expand is not None else batch
+    inputs = {k: v.expand(rows, -1).contiguous() for k, v in prep.inputs.items()}
+    extra = {"use_cache": False} if loaded.family == "decoder" else {}
+    token = _EXPAND.set((id(expand), batch) if expand is not None else None)
     try:
         with capture.capture(loaded.site_index, gates=gates, record=False):
-            return loaded.model(**inputs, return_dict=True)
+            outputs = loaded.model(**inputs, return_dict=True, **extra)
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(
             f"Out of memory running '{loaded.name}' on a batch of {batch} x {prep.n_tokens} tokens; "
             "lower batch_size."
         ) from exc
+    finally:
+        _EXPAND.reset(token)
+    return outputs
 
 
-def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_size: int = 64) -> np.ndarray:
+def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_size: int = 64,
+             reuse_prefix: bool = True) -> np.ndarray:
     """The metric for each row of gates, computed in batches of ``batch_size`` rows.
 
     Args:
         prep: from :func:`prepare`.
         keep: ``(rows, total_heads)`` gates in :func:`head_list` order (1 on, 0 off; values in between
             scale a head's output).
+        reuse_prefix: run the layers before a batch's first gated layer once and repeat their output to
+            the batch (same result up to float rounding; single-stack interface-path models only). Rows
+            sorted by their first gated layer profit most (as in :func:`ablation_scores`).
 
     Returns:
         float64 ``(rows,)``.
@@ -283,8 +354,11 @@ def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_siz
     with torch.no_grad():
         for start in range(0, len(keep), batch_size):
             chunk = torch.as_tensor(keep[start : start + batch_size], dtype=loaded.dtype, device=loaded.device)
-            outputs = _forward(loaded, prep, len(chunk), gates_from_keep(loaded, chunk))
-            out[start : start + len(chunk)] = _row_metric(loaded, prep, outputs).double().cpu().numpy()
+            outputs = _forward(loaded, prep, len(chunk), gates_from_keep(loaded, chunk), reuse_prefix=reuse_prefix)
+            values = _row_metric(loaded, prep, outputs)
+            if values.shape[0] != len(chunk):
+                raise RuntimeError(f"Expected {len(chunk)} rows from '{loaded.name}', got {values.shape[0]}.")
+            out[start : start + len(chunk)] = values.double().cpu().numpy()
     return out
 
 
@@ -342,17 +416,21 @@ def _to_stacks(loaded: LoadedModel, flat: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_size: int = 64,
-                    max_tokens: int | None = None, progress: Callable[[float], None] | None = None) -> HeadScores:
+                    max_tokens: int | None = None, reuse_prefix: bool = True,
+                    progress: Callable[[float], None] | None = None) -> HeadScores:
     """Per-head ablation score: metric with that head alone switched off minus metric of the full model,
     averaged over ``texts`` (Michel et al. 2019, §3.1, "ablating one head").
 
     Batched: the text is repeated ``batch_size`` times and row ``b`` switches off head ``b`` of the chunk
     (gate ``(batch, heads)`` per layer), so ``N`` heads take ``ceil(N / batch_size)`` forward passes.
     Positive = the metric gets worse without the head (loss up, embedding moves away).
+    Rows are in layer order, so a batch whose heads all lie in layer ``l`` or later runs the layers
+    before ``l`` once (``reuse_prefix``, see :func:`evaluate`).
 
     Args:
         texts: one text or several (the score is their mean).
         batch_size: rows per forward pass (memory grows linearly with it).
+        reuse_prefix: see :func:`evaluate`.
         progress: called with the fraction done, in [0, 1].
 
     Returns:
@@ -373,7 +451,7 @@ def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_si
     passes = 0
     for i, text in enumerate(texts):
         prep = prepare(loaded, text, max_tokens=max_tokens)
-        values = evaluate(loaded, prep, keep, batch_size=batch_size)
+        values = evaluate(loaded, prep, keep, batch_size=batch_size, reuse_prefix=reuse_prefix)
         passes += math.ceil(len(keep) / batch_size)
         total += values[1:] - values[0]
         base += values[0]

@@ -260,3 +260,19 @@ def test_bad_heads_raise(tiny):
         pruning.ablation_scores(m, "   ")
     with pytest.raises(models.UnsupportedOperationError):
         pruning.greedy_continuation(tiny("bert"), "the cat")
+
+
+@pytest.mark.parametrize("arch", ["bert", "bert-mlm", "gpt2", "llama", "mistral"])
+def test_prefix_reuse_gives_the_same_metric(tiny, arch):
+    """Running the layers before the first gated layer once (batch 1) and repeating their output gives
+    the metric of running every row through every layer."""
+    m = tiny(arch)
+    prep = pruning.prepare(m, TEXTS[1])
+    heads = pruning.head_list(m)
+    rows = [[h] for h in heads if h[1] == 1] + [[h for h in heads if h[1] == 1 and h[2] < 2]]
+    keep = pruning.keep_matrix(m, rows)
+    assert pruning._layer_blocks(m)  # supported on these models
+    reused = pruning.evaluate(m, prep, keep, reuse_prefix=True)
+    plain = pruning.evaluate(m, prep, keep, reuse_prefix=False)
+    np.testing.assert_allclose(reused, plain, atol=1e-6, rtol=0)
+    assert np.ptp(plain) > 1e-5
