@@ -1,0 +1,395 @@
+"""Head pruning lab: switch heads off on a layers × heads grid and watch what changes.
+
+Glue only: the state (which heads are off, per model) lives in ``st.session_state``; the numbers come
+from ``models.analyze`` and ``models.pruning``; the figures from ``viz.pruning``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import models
+from models import pruning
+from pages import shared
+from viz import pruning as vp
+
+t = shared.t
+OFF_KEY = "prune_off"  # model name -> sorted list of [stack, layer, head] switched off
+VERSION_KEY = "prune_click_version"  # bumps after a click on a grid so the chart's selection resets
+CURVE_KEY = "prune_curve"  # (model, texts) -> PruningCurve
+RANDOM_ORDERS = 3
+
+
+# ---------------------------------------------------------------- state: which heads are off
+
+
+def _get_off(name: str) -> frozenset:
+    return frozenset(tuple(h) for h in st.session_state.setdefault(OFF_KEY, {}).get(name, []))
+
+
+def _pill_key(name: str, stack: str, layer: int) -> str:
+    return f"prune_pills|{name}|{stack}|{layer}"
+
+
+def _set_off(name: str, stacks: dict, heads) -> None:
+    """Store the heads switched off and bring every grid row (pills) in line. Called from callbacks."""
+    heads = frozenset(tuple(h) for h in heads)
+    st.session_state.setdefault(OFF_KEY, {})[name] = sorted([list(h) for h in heads])
+    for stack, (layers, n_heads) in stacks.items():
+        for layer in range(layers):
+            st.session_state[_pill_key(name, stack, layer)] = [
+                h for h in range(n_heads) if (stack, layer, h) not in heads
+            ]
+
+
+def _on_pills(name: str, stack: str, layer: int, n_heads: int) -> None:
+    on = set(st.session_state.get(_pill_key(name, stack, layer)) or [])
+    off = {h for h in _get_off(name) if h[:2] != (stack, layer)}
+    off |= {(stack, layer, h) for h in range(n_heads) if h not in on}
+    st.session_state.setdefault(OFF_KEY, {})[name] = sorted([list(h) for h in off])
+
+
+def _toggle(name: str, stacks: dict, head: tuple) -> None:
+    _set_off(name, stacks, _get_off(name) ^ {head})
+
+
+def _on_grid_click(name: str, stacks: dict, stack: str, key: str) -> None:
+    state = st.session_state.get(key)
+    points = (state or {}).get("selection", {}).get("points", []) if state else []
+    for point in points[:1]:
+        data = point.get("customdata")
+        if data is not None and len(data) >= 2:
+            _toggle(name, stacks, (stack, int(data[0]), int(data[1])))
+    st.session_state[VERSION_KEY] = st.session_state.get(VERSION_KEY, 0) + 1
+
+
+def _shown(token: str) -> str:
+    """A token or continuation as plain visible text: spaces as ␣ at the edges, newlines as ⏎."""
+    text = token.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
+    stripped = text.strip(" ")
+    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
+    return "␣" * lead + stripped + "␣" * trail if stripped else "␣" * len(text)
+
+
+def _md(text: str) -> str:
+    """Escape markdown so model output shows as typed."""
+    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!|<>~$" else c for c in text)
+
+
+def _continued(prompt: str, continuation: str) -> str:
+    """Markdown: the prompt as typed, then the continuation in bold (newlines as ⏎)."""
+    cont = continuation.replace("\n", " ⏎ ")
+    lead = " " if cont[:1].isspace() else ""
+    body = f"**{_md(cont.strip())}**" if cont.strip() else "—"
+    return f"{_md(prompt.replace(chr(10), ' ⏎ '))}{lead}{body}"
+
+
+# ---------------------------------------------------------------- cached computations
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _importance(name: str, text: str, kind: str) -> pruning.HeadScores:
+    loaded = shared.get_model(name)
+    if kind == "ablation":
+        return pruning.ablation_scores(loaded, text)
+    return pruning.gradient_importance(loaded, text)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _continuation(name: str, text: str, off: tuple) -> str:
+    return pruning.greedy_continuation(shared.get_model(name), text, off, max_new_tokens=10).text
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _ranking(name: str, text: str, candidates: tuple, off: tuple) -> pruning.Ranking:
+    return pruning.rank_sentences(shared.get_model(name), text, list(candidates), off)
+
+
+def sentence_set() -> list[dict]:
+    """The shipped sentence set, ``assets/sentences.json``: ``[{"text", "lang"}, ...]``."""
+    return json.loads((shared.ASSETS / "sentences.json").read_text(encoding="utf-8"))["sentences"]
+
+
+def _importance_ui(name: str, text: str, kind: str) -> pruning.HeadScores | None:
+    try:
+        with st.spinner(t("prune_computing_importance"), show_time=True):
+            return _importance(name, text, kind)
+    except models.DikkatError as exc:
+        st.error(str(exc))
+        return None
+
+
+# ---------------------------------------------------------------- presets
+
+
+def _preset_all_on(name, stacks):
+    _set_off(name, stacks, ())
+
+
+def _preset_layer_off(name, stacks, stack):
+    layer = int(st.session_state.get("prune_layer_pick", 0))
+    _set_off(name, stacks, {(stack, layer, h) for h in range(stacks[stack][1])})
+
+
+def _preset_from_importance(name, stacks, text, mode):
+    """``mode``: ``keep_one`` (keep the most important head per layer) or ``k_least``."""
+    kind = st.session_state.get("prune_source", "ablation")
+    try:
+        scores = _importance(name, text, kind)
+    except models.DikkatError as exc:
+        st.session_state["prune_preset_error"] = str(exc)
+        return
+    if mode == "keep_one":
+        off = set()
+        for stack, values in scores.values.items():
+            for layer in range(values.shape[0]):
+                best = int(np.argmax(values[layer]))
+                off |= {(stack, layer, h) for h in range(values.shape[1]) if h != best}
+    else:
+        k = int(st.session_state.get("prune_k", 1))
+        off = {head for head, _ in scores.ranked()[:k]}
+    _set_off(name, stacks, off)
+
+
+# ---------------------------------------------------------------- page
+
+sel = shared.selection()
+st.title(t("prune_title"))
+st.caption(t("prune_intro"))
+
+if not sel.text.strip():
+    st.info(t("prune_need_text"))
+    st.stop()
+loaded = shared.load_model_ui(sel.model)
+if loaded is None:
+    st.stop()
+name, text = sel.model, sel.text
+stacks = loaded.stacks
+kind = pruning.metric_kind(loaded)
+metric_label = t(f"prune_metric_{kind}")
+total = sum(layers * heads for layers, heads in stacks.values())
+if loaded.capture_path == "fallback":
+    st.caption(t("prune_fallback_note"))
+
+stack_names = list(stacks)
+main_stack = "decoder" if loaded.family == "decoder" else "encoder"
+grid_stack = main_stack
+if len(stack_names) > 1:
+    grid_stack = st.segmented_control(t("prune_stack"), stack_names, default=main_stack, key="prune_grid_stack") \
+        or main_stack
+n_layers, n_heads = stacks[grid_stack]
+
+left, right = st.columns([1, 1], gap="large")
+
+with left:
+    st.subheader(t("prune_heads"))
+    st.caption(t("prune_heads_help"))
+    source_labels = {k: t(f"prune_source_{k}") for k in ("ablation", "gradient")}  # bound now, not at format time
+    st.radio(t("prune_source"), list(source_labels), key="prune_source", horizontal=True, format_func=source_labels.get)
+    c1, c2 = st.columns(2)
+    c1.button(t("prune_all_on"), on_click=_preset_all_on, args=(name, stacks), key="prune_btn_all_on", width="stretch")
+    c2.button(t("prune_keep_one"), on_click=_preset_from_importance, args=(name, stacks, text, "keep_one"),
+              key="prune_btn_keep_one", help=t("prune_keep_one_help"), width="stretch")
+    c3, c4 = st.columns([1, 2], vertical_alignment="bottom")
+    c3.selectbox(t("prune_layer_pick"), list(range(n_layers)), key="prune_layer_pick")
+    c4.button(t("prune_layer_off", layer=st.session_state.get("prune_layer_pick", 0)), on_click=_preset_layer_off,
+              args=(name, stacks, grid_stack), key="prune_btn_layer_off", width="stretch")
+    c5, c6 = st.columns([1, 2], vertical_alignment="bottom")
+    c5.number_input(t("prune_k"), min_value=1, max_value=total, value=min(max(1, round(0.4 * total)), total),
+                    step=1, key="prune_k")
+    c6.button(t("prune_k_least", k=int(st.session_state.get("prune_k", 1))), on_click=_preset_from_importance,
+              args=(name, stacks, text, "k_least"), key="prune_btn_k_least", width="stretch")
+    if st.session_state.get("prune_preset_error"):
+        st.error(st.session_state.pop("prune_preset_error"))
+
+    off = _get_off(name)
+    st.markdown(t("prune_count", off=len(off), total=total, share=100 * len(off) / max(total, 1)))
+    st.html(f"<style>{(shared.ASSETS / 'css' / 'pruning.css').read_text(encoding='utf-8')}</style>")
+    with st.container(height=min(600, 40 + 40 * n_layers), border=True, key="prune_grid"):
+        for layer in range(n_layers):
+            key = _pill_key(name, grid_stack, layer)
+            if key not in st.session_state:
+                st.session_state[key] = [h for h in range(n_heads) if (grid_stack, layer, h) not in off]
+            label_col, pills_col = st.columns([1, 11], vertical_alignment="center", gap="small")
+            label_col.markdown(f"**{t('prune_layer_label', layer=layer)}**")
+            pills_col.pills(t("prune_layer_label", layer=layer), list(range(n_heads)), selection_mode="multi",
+                            key=key, format_func=lambda h: f"{h}", label_visibility="collapsed",
+                            on_change=_on_pills, args=(name, grid_stack, layer, n_heads))
+
+off = _get_off(name)
+off_tuple = tuple(sorted(off))
+before = shared.analysis_ui(name, text)
+after = shared.analysis_ui(name, text, heads_off=frozenset(off)) if off else before
+
+with right:
+    st.subheader(t("prune_what_changes"))
+    if before is not None and after is not None:
+        if loaded.head == "lm":
+            m1, m2 = st.columns(2)
+            if before.loss is not None:
+                m1.metric(t("prune_loss"), f"{after.loss:.3f}", delta=f"{after.loss - before.loss:+.3f}",
+                          delta_color="inverse", help=t("prune_loss_help"), border=True)
+                m2.metric(t("prune_ppl"), f"{after.perplexity:.1f}",
+                          delta=f"{after.perplexity - before.perplexity:+.1f}", delta_color="inverse", border=True)
+            st.markdown(f"**{t('prune_next_token')}**")
+            nb, na = before.next_token, after.next_token
+            st.dataframe(pd.DataFrame({
+                t("prune_rank"): np.arange(1, nb.ids.shape[1] + 1),
+                f"{t('prune_before')}": [_shown(s) for s in nb.tokens[-1]],
+                f"{t('prune_prob')} ·": np.round(nb.probs[-1], 4),
+                f"{t('prune_after')}": [_shown(s) for s in na.tokens[-1]],
+                f"{t('prune_prob')} ": np.round(na.probs[-1], 4),
+            }), hide_index=True, width="stretch")
+            st.markdown(f"**{t('prune_continuation')}**")
+            try:
+                cont_before = _continuation(name, text, ())
+                cont_after = _continuation(name, text, off_tuple) if off else cont_before
+                st.markdown(f"{t('prune_before')}: {_continued(text, cont_before)}")
+                st.markdown(f"{t('prune_after')}: {_continued(text, cont_after)}")
+            except models.DikkatError as exc:
+                st.error(str(exc))
+        elif loaded.head == "mlm":
+            mask = loaded.tokenizer.mask_token or "[MASK]"
+            if not before.mask_fills:
+                st.info(t("prune_mlm_need_mask", mask=mask))
+            for i, (pos, fills) in enumerate(sorted(before.mask_fills.items()), start=1):
+                fills_after = after.mask_fills[pos]
+                top = int(fills.ids[0, 0])
+                probs_after = dict(zip(fills_after.ids[0].tolist(), fills_after.probs[0].tolist()))
+                p_before = float(fills.probs[0, 0])
+                p_after = probs_after.get(top)
+                label = t("prune_top_fill_prob", token=fills.tokens[0][0].strip(), i=i)
+                if p_after is None:
+                    st.metric(label, f"< {float(fills_after.probs[0, -1]):.4f}", border=True)
+                else:
+                    st.metric(label, f"{p_after:.4f}", delta=f"{p_after - p_before:+.4f}", border=True)
+                st.markdown(f"**{t('prune_mask_fill', i=i)}**")
+                st.dataframe(pd.DataFrame({
+                    t("prune_rank"): np.arange(1, fills.ids.shape[1] + 1),
+                    t("prune_before"): [_shown(s) for s in fills.tokens[0]],
+                    f"{t('prune_prob')} ·": np.round(fills.probs[0], 4),
+                    t("prune_after"): [_shown(s) for s in fills_after.tokens[0]],
+                    f"{t('prune_prob')} ": np.round(fills_after.probs[0], 4),
+                }), hide_index=True, width="stretch")
+        elif loaded.head == "none":
+            cos = float(pruning.cosine(before.embedding, after.embedding))
+            st.metric(t("prune_cosine"), f"{cos:.4f}", delta=f"{cos - 1:+.4f}" if off else None,
+                      help=t("prune_cosine_help"), border=True)
+            candidates = tuple(s["text"] for s in sentence_set() if s["text"].strip() != text.strip())
+            try:
+                r_before = _ranking(name, text, candidates, ())
+                r_after = _ranking(name, text, candidates, off_tuple) if off else r_before
+                rank_before = np.empty(len(candidates), dtype=int)
+                rank_before[r_before.order] = np.arange(1, len(candidates) + 1)
+                rank_after = np.empty(len(candidates), dtype=int)
+                rank_after[r_after.order] = np.arange(1, len(candidates) + 1)
+                st.markdown(f"**{t('prune_ranking')}**")
+                order = r_before.order
+                st.dataframe(pd.DataFrame({
+                    t("prune_sentence"): [candidates[i] for i in order],
+                    t("prune_rank_before"): rank_before[order],
+                    t("prune_rank_after"): rank_after[order],
+                    t("prune_cos_before"): np.round(r_before.similarity[order], 3),
+                    t("prune_cos_after"): np.round(r_after.similarity[order], 3),
+                }), hide_index=True, width="stretch", height=int(38 + 35 * len(candidates)),
+                    column_config={t("prune_sentence"): st.column_config.TextColumn(width="large")})
+            except models.DikkatError as exc:
+                st.error(str(exc))
+        else:
+            if before.loss is not None and after.loss is not None:
+                st.metric(t("prune_seq2seq_loss"), f"{after.loss:.3f}", delta=f"{after.loss - before.loss:+.3f}",
+                          delta_color="inverse", border=True)
+
+# ---------------------------------------------------------------- downstream head attention
+if before is not None and after is not None:
+    st.divider()
+    st.subheader(t("prune_downstream"))
+    st.caption(t("prune_downstream_help"))
+    att_stack = grid_stack if grid_stack in before.attentions else next(iter(before.attentions))
+    a_layers, a_heads = before.attentions[att_stack].shape[:2]
+    s1, s2 = st.columns(2)
+    layer_sel = s1.selectbox(t("prune_show_layer"), list(range(a_layers)), index=a_layers - 1, key="prune_show_layer")
+    head_sel = s2.selectbox(t("prune_show_head"), list(range(a_heads)), key="prune_show_head")
+    layer_sel = min(int(layer_sel), a_layers - 1)
+    head_sel = min(int(head_sel), a_heads - 1)
+    q_tokens, k_tokens = before.axis_tokens(att_stack)
+    wb = before.attentions[att_stack][layer_sel, head_sel]
+    wa = after.attentions[att_stack][layer_sel, head_sel]
+    st.plotly_chart(vp.attention_before_after(
+        wb, wa, [tk.label for tk in q_tokens], [tk.label for tk in k_tokens],
+        titles=(t("prune_before"), t("prune_after"), t("prune_diff")), query_title=t("prune_query"),
+        key_title=t("prune_key"), weight_title=t("prune_weight")), width="stretch", key="prune_attn_fig")
+    st.caption(t("prune_max_change", value=float(np.abs(wa - wb).max(initial=0.0))))
+    first_off = min((layer for stack, layer, _ in off if stack == att_stack), default=None)
+    if first_off is not None and layer_sel <= first_off and att_stack == grid_stack:
+        st.caption(t("prune_no_upstream", layer=first_off))
+
+# ---------------------------------------------------------------- head importance
+st.divider()
+st.subheader(t("prune_importance"))
+st.caption(t("prune_importance_intro", metric=metric_label))
+if kind == "embedding_distance":
+    st.caption(t("prune_importance_embedding_note"))
+imp_key = f"prune_imp_shown|{name}|{text}"
+if st.button(t("prune_compute_importance"), key="prune_btn_importance"):
+    st.session_state[imp_key] = True
+if st.session_state.get(imp_key):
+    ablation = _importance_ui(name, text, "ablation")
+    gradient = _importance_ui(name, text, "gradient")
+    if ablation is not None and gradient is not None:
+        off_grid = np.zeros((n_layers, n_heads), dtype=bool)
+        for stack, layer, head in off:
+            if stack == grid_stack:
+                off_grid[layer, head] = True
+        version = st.session_state.get(VERSION_KEY, 0)
+        g1, g2 = st.columns(2)
+        grad_short = t("prune_gradient_short_embedding" if kind == "embedding_distance" else "prune_gradient_short")
+        for col, scores, title, short, diverging, tag in (
+            (g1, ablation, t("prune_ablation_title", metric=metric_label), t("prune_ablation_short"),
+             kind != "embedding_distance", "abl"),
+            (g2, gradient, t("prune_gradient_title"), grad_short, False, "grad"),
+        ):
+            key = f"prune_grid_{tag}_{version}"
+            fig = vp.head_grid(scores.values[grid_stack], off_grid, title=title, score_title=short,
+                               layer_title=t("prune_layer"), head_title=t("prune_head"), off_title=t("prune_off"),
+                               diverging=diverging)
+            col.plotly_chart(fig, key=key, selection_mode="points", width="stretch",
+                             on_select=functools.partial(_on_grid_click, name, stacks, grid_stack, key))
+        rho = pruning.rank_correlation(ablation.flat(), gradient.flat())
+        st.markdown(t("prune_spearman", rho=rho))
+        st.caption(t("prune_importance_time", seconds=ablation.seconds, passes=ablation.forward_passes, heads=total))
+
+# ---------------------------------------------------------------- pruning curve
+st.divider()
+st.subheader(t("prune_curve"))
+set_texts = [s["text"] for s in sentence_set()]
+st.caption(t("prune_curve_intro", n=len(set_texts), orders=RANDOM_ORDERS))
+st.caption(t("prune_curve_reference"))
+curves = st.session_state.setdefault(CURVE_KEY, {})
+curve_id = (name, tuple(set_texts))
+if st.button(t("prune_compute_curve"), key="prune_btn_curve"):
+    bar = st.progress(0.0, text=t("prune_curve_progress"))
+    try:
+        importance = pruning.gradient_importance(loaded, set_texts,
+                                                 progress=lambda f: bar.progress(0.2 * f, text=t("prune_curve_progress")))
+        curves[curve_id] = pruning.pruning_curve(
+            loaded, set_texts, importance, random_orders=RANDOM_ORDERS,
+            progress=lambda f: bar.progress(0.2 + 0.8 * f, text=t("prune_curve_progress")))
+    except models.DikkatError as exc:
+        st.error(str(exc))
+    bar.empty()
+curve = curves.get(curve_id)
+if curve is not None:
+    st.plotly_chart(vp.pruning_curve(
+        curve.shares, curve.by_importance, curve.random, metric_title=metric_label,
+        importance_label=t("prune_curve_by_importance"), random_label=t("prune_curve_random"),
+        share_title=t("prune_curve_share")), width="stretch", key="prune_curve_fig")
+    i40 = int(np.argmin(np.abs(curve.shares - 0.4)))
+    st.caption(t("prune_curve_time", seconds=curve.seconds, n40=int(curve.n_pruned[i40]),
+                 v40=float(curve.by_importance[i40]), r40=float(curve.random_mean[i40]),
+                 v0=float(curve.by_importance[0])))

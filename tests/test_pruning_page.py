@@ -1,0 +1,166 @@
+"""AppTest of the head pruning page (pages/pruning.py): toggling heads on the grid changes the shown
+metric, presets set the expected heads, and the page runs on minilm-l6 and smollm2-135m."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import models
+from models import pruning
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def _page(model: str, text: str, custom: str = "", lang: str = "en") -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_key"] = model
+    at.session_state["model_custom"] = custom
+    at.session_state["text"] = text
+    at.session_state["lang"] = lang
+    at.run()
+    at.switch_page("pages/pruning.py")
+    at.run()
+    _ok(at)
+    return at
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _metric(at: AppTest, start: str):
+    found = [m for m in at.metric if m.label.startswith(start)]
+    assert found, [m.label for m in at.metric]
+    return found[0]
+
+
+def _count(at: AppTest) -> str:
+    found = [m.value for m in at.markdown if "heads off (" in m.value]
+    assert found
+    return found[0]
+
+
+def _off_in_grid(at: AppTest) -> set[tuple[int, int]]:
+    """(layer, head) pairs whose pill is not selected; pills are the grid rows in layer order."""
+    off = set()
+    for layer, pills in enumerate(at.pills):
+        n = len(pills.options)
+        on = set(pills.value or [])
+        off |= {(layer, h) for h in range(n) if h not in on}
+    return off
+
+
+def test_c07_minilm_toggle_changes_cosine_and_back(minilm):
+    """Switching a head off on the grid changes the shown cosine; switching it back on restores 1.0000
+    exactly, also after 20 toggles (C07)."""
+    at = _page("minilm-l6", "Kedi fareyi kovaladı")
+    assert len(at.pills) == 6 and len(at.pills[0].options) == 12
+    assert _metric(at, "Cosine similarity").value == "1.0000"
+    ranking = at.dataframe[0].value
+    assert len(ranking) == 11 and "Kedi fareyi kovaladı" not in set(ranking.iloc[:, 0])  # input left out
+    values = []
+    for step in range(20):
+        pills = at.pills[2]
+        (pills.unselect(7) if 7 in (pills.value or []) else pills.select(7)).run()
+        _ok(at)
+        values.append(_metric(at, "Cosine similarity").value)
+    assert values[0] != "1.0000" and float(values[0]) < 1.0
+    assert values[::2] == [values[0]] * 10  # head (2, 7) off
+    assert values[1::2] == ["1.0000"] * 10  # back on
+    assert _off_in_grid(at) == set()
+    assert _count(at).startswith("0 of 72")
+
+
+def test_presets_on_minilm(minilm):
+    at = _page("minilm-l6", "The cat chased the mouse")
+    # A whole layer off.
+    at.selectbox(key="prune_layer_pick").set_value(3).run()
+    at.button(key="prune_btn_layer_off").click().run()
+    _ok(at)
+    assert _off_in_grid(at) == {(3, h) for h in range(12)}
+    assert _count(at).startswith("12 of 72")
+    assert float(_metric(at, "Cosine similarity").value) < 1.0
+    # All on again.
+    at.button(key="prune_btn_all_on").click().run()
+    assert _off_in_grid(at) == set() and _metric(at, "Cosine similarity").value == "1.0000"
+    # The k least important by ablation score (the default source).
+    at.number_input(key="prune_k").set_value(5).run()
+    at.button(key="prune_btn_k_least").click().run()
+    _ok(at)
+    scores = pruning.ablation_scores(minilm, "The cat chased the mouse")
+    expected = {(layer, head) for (_, layer, head), _ in scores.ranked()[:5]}
+    assert _off_in_grid(at) == expected
+    # Keep one head per layer: the most important one by gradient importance.
+    at.radio(key="prune_source").set_value("gradient").run()
+    at.button(key="prune_btn_keep_one").click().run()
+    _ok(at)
+    grad = pruning.gradient_importance(minilm, "The cat chased the mouse").values["encoder"]
+    kept = {(layer, int(np.argmax(grad[layer]))) for layer in range(6)}
+    assert _off_in_grid(at) == {(l, h) for l in range(6) for h in range(12)} - kept
+    assert _count(at).startswith("66 of 72")
+    # A toggle after a preset still works.
+    at.pills[0].select(0).run()
+    assert _count(at).startswith("65 of 72")
+
+
+def test_importance_and_curve_on_minilm(minilm):
+    at = _page("minilm-l6", "Kedi fareyi kovaladı")
+    at.button(key="prune_btn_importance").click().run()
+    _ok(at)
+    rho = [m.value for m in at.markdown if "Spearman" in m.value]
+    assert rho and "ρ = " in rho[0]
+    abl = pruning.ablation_scores(minilm, "Kedi fareyi kovaladı")
+    grad = pruning.gradient_importance(minilm, "Kedi fareyi kovaladı")
+    assert f"{pruning.rank_correlation(abl.flat(), grad.flat()):.3f}" in rho[0]
+    at.button(key="prune_btn_curve").click().run()
+    _ok(at)
+    captions = [c.value for c in at.caption if "at 40 %" in c.value]
+    assert captions, [c.value for c in at.caption]
+    assert "Michel et al. (2019" in " ".join(c.value for c in at.caption)
+
+
+def test_page_runs_on_smollm2_and_toggle_changes_loss(smollm2):
+    at = _page("smollm2-135m", "The cat chased the mouse")
+    assert len(at.pills) == 30 and len(at.pills[0].options) == 9
+    loss = _metric(at, "Loss")
+    assert loss.delta in ("+0.000", "")
+    full = models.analyze(smollm2, "The cat chased the mouse").loss
+    assert loss.value == f"{full:.3f}"
+    continuation = [m.value for m in at.markdown if m.value.startswith("all heads on:")]
+    assert continuation and "**" in continuation[0]
+    at.pills[0].unselect(0).run()
+    _ok(at)
+    after = models.analyze(smollm2, "The cat chased the mouse", heads_off=[("decoder", 0, 0)]).loss
+    assert after != pytest.approx(full, abs=5e-4)
+    assert _metric(at, "Loss").value == f"{after:.3f}"
+    assert _count(at).startswith("1 of 270")
+    at.pills[0].select(0).run()
+    assert _metric(at, "Loss").value == f"{full:.3f}"
+
+
+def test_page_on_tiny_mlm_shows_mask_fills(tiny_folder):
+    folder = str(tiny_folder("bert-mlm"))
+    at = _page("minilm-l6", "the cat [MASK] the mouse", custom=folder)
+    p_before = _metric(at, "P(")
+    assert len(at.dataframe) == 1
+    at.button(key="prune_btn_keep_one").click().run()
+    _ok(at)
+    assert _metric(at, "P(").value != p_before.value
+
+
+def test_page_in_turkish_on_tiny_decoder(tiny_folder):
+    folder = str(tiny_folder("gpt2"))
+    at = _page("minilm-l6", "kedi fareyi kovaladı", custom=folder, lang="tr")
+    assert at.title[0].value == "Kafa budama laboratuvarı"
+    before = _metric(at, "Kayıp").value
+    at.pills[1].unselect(2).run()
+    _ok(at)
+    assert _metric(at, "Kayıp").value != before
+    at.button(key="prune_btn_curve").click().run()
+    _ok(at)
+    assert any("%40'ta" in c.value for c in at.caption)
