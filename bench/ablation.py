@@ -45,10 +45,13 @@ def timed(repeats: int, fn):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "minilm-l6"])
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[16, 32, 64, 128])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32, 64])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    parser.add_argument("--repeats", type=int, default=1, help="time each variant this many times, keep the fastest")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="time each batched variant this many times and keep the fastest (the one-per-head "
+                             "loop runs --single-repeats times)")
+    parser.add_argument("--single-repeats", type=int, default=1)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -60,7 +63,7 @@ def main() -> None:
         assert prep.n_tokens == TOKENS, prep.n_tokens
         # warm up (first call allocates)
         pruning.evaluate(m, prep, np.ones((2, heads)), batch_size=2)
-        single, t_single = timed(args.repeats, lambda: pruning.ablation_scores_one_at_a_time(m, SENTENCE, max_tokens=TOKENS))
+        single, t_single = timed(args.single_repeats, lambda: pruning.ablation_scores_one_at_a_time(m, SENTENCE, max_tokens=TOKENS))
         print(f"\n{name}: {heads} heads, {m.device}, {m.dtype}, metric {pruning.metric_kind(m)}")
         print(f"  one forward pass per head        : {t_single:8.2f} s  ({heads + 1} passes)")
         for reuse in (False, True):

@@ -351,7 +351,7 @@ def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_siz
     """
     keep = np.asarray(keep, dtype=np.float64)
     out = np.empty(len(keep))
-    with torch.no_grad():
+    with torch.inference_mode():
         for start in range(0, len(keep), batch_size):
             chunk = torch.as_tensor(keep[start : start + batch_size], dtype=loaded.dtype, device=loaded.device)
             outputs = _forward(loaded, prep, len(chunk), gates_from_keep(loaded, chunk), reuse_prefix=reuse_prefix)
