@@ -242,7 +242,8 @@ def _text_tokens(tok, ids: list[int], text_offset: int = 0) -> tuple[str, list[T
     """Text of byte-level token ids and one :class:`Token` per id with exact character spans.
 
     A character split over two tokens belongs to the token that completes it (the first piece gets
-    ``text == ""``). The returned text is stripped of leading whitespace; offsets follow it.
+    ``text == ""``). Leading spaces are left out of a token's span (``" cat"`` covers ``"cat"``), as the
+    fast tokenizer's ``trim_offsets`` does. The returned text is stripped of leading whitespace.
     """
     pieces = tok.convert_ids_to_tokens(ids)
     buf = b""
@@ -256,6 +257,9 @@ def _text_tokens(tok, ids: list[int], text_offset: int = 0) -> tuple[str, list[T
     tokens, start = [], 0
     for tid, piece, end in zip(ids, pieces, ends):
         s, e = max(0, start - lead), max(0, end - lead)
+        piece_text = text[s:e]
+        if piece_text.strip():  # like the fast tokenizer's trim_offsets: the leading space is not the token's
+            s += len(piece_text) - len(piece_text.lstrip())
         tokens.append(Token(text[s:e], s, e, False, int(tid), piece or ""))
         start = end
     return text, tokens
