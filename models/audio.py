@@ -350,7 +350,7 @@ def analyze_audio(
 
     Raises:
         UnsupportedOperationError: ``loaded`` is not a Whisper model.
-        InvalidAudioError: empty, non-finite or silent-length audio, or a bad ``padding`` value.
+        InvalidAudioError: empty or non-finite audio, or a bad ``padding`` value.
         UnknownLanguageError: unknown ``language``.
         InvalidHeadError: bad ``heads_off``.
         EmptyTextError: a ``target`` with no text.
