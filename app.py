@@ -10,6 +10,7 @@ st.session_state["_selection"] = shared.sidebar()
 
 PAGES = [
     st.Page("pages/explore.py", title=shared.t("page_explore"), icon="🔍", default=True),
+    st.Page("pages/masks.py", title=shared.t("page_masks"), icon="🎭"),
 ]
 
 st.navigation(PAGES).run()

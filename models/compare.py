@@ -282,3 +282,28 @@ def gqa_layout(loaded: LoadedModel) -> GQALayout:
     head_dim = getattr(cfg, "head_dim", None) or (hidden // heads if hidden else 0)
     return GQALayout(layers=int(layers or 0), heads=int(heads), kv_heads=int(kv), head_dim=int(head_dim),
                      groups=kv_groups(int(heads), int(kv)))
+
+
+# --------------------------------------------------------------------------------- encoder-decoders
+
+
+def produced_word_rows(analysis: Analysis) -> list[tuple[str, tuple[int, ...]]]:
+    """For each target word of an encoder-decoder analysis, the decoder positions that *produce* it.
+
+    The decoder reads the target shifted right by one start token (``target_tokens[0]``), so the query
+    at position ``i`` predicts the token at input position ``i + 1``: a word made of target tokens
+    ``(a, b)`` is produced at query positions ``(a − 1, b − 1)``. Use these rows of the cross-attention
+    ``(layers, heads, target_len, source_len)`` for a word alignment (Bahdanau et al. 2015: the
+    alignment of target word ``y_i`` is the attention while generating it).
+
+    Returns:
+        ``[(word text, query positions), ...]`` in target order; empty for other families.
+    """
+    if analysis.family != "encoder-decoder" or not analysis.target_words:
+        return []
+    rows = []
+    for word in analysis.target_words:
+        positions = tuple(i - 1 for i in word.tokens if i >= 1)
+        if positions:
+            rows.append((word.text, positions))
+    return rows
