@@ -36,7 +36,7 @@ def _native(name: str, text: str, max_tokens: int) -> models.Analysis:
     return models.analyze(loaded, text, hidden_states=True, keep_logits=loaded.head != "none", max_tokens=max_tokens)
 
 
-@st.cache_resource(show_spinner=False, max_entries=24)
+@st.cache_resource(show_spinner=False, max_entries=16)
 def _run(name: str, text: str, mask_key, max_tokens: int) -> compare.MaskRun:
     """One replaced mask measured against the native run. ``mask_key``: a mask string, or
     ``("custom", rows)`` with ``rows`` a tuple of tuples of bools (hashable for the cache)."""

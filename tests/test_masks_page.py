@@ -49,6 +49,8 @@ def _app(model: str, section: str = "compare", **state) -> AppTest:
     at.session_state["model_key"] = model
     at.session_state["text"] = TEXT
     at.session_state["lang"] = state.pop("lang", "en")
+    if "model_custom" in state:  # sidebar widgets take session_state values before their first run
+        at.session_state["model_custom"] = state.pop("model_custom")
     at.run()
     at.switch_page(PAGE)
     at.session_state["masks_section"] = section
@@ -184,3 +186,11 @@ def test_gqa_section(minilm, smollm2):
     at = _app("minilm-l6", section="gqa")
     _clean(at)
     assert any("minilm-l6" in i.value for i in at.info)
+
+
+def test_fallback_model_says_masks_cannot_be_replaced(tiny, tiny_folder):
+    """GPT-Neo takes the fallback capture path: a clear message instead of a traceback."""
+    tiny("gpt_neo")
+    at = _app("minilm-l6", model_custom=str(tiny_folder("gpt_neo")))
+    assert not at.exception
+    assert at.error and "fallback" in at.error[0].value

@@ -170,7 +170,8 @@ def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_t
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=320, xaxis_title=xaxis_title,
                       yaxis_title=yaxis_title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
                       legend=dict(orientation="h", y=-0.3))
-    fig.update_xaxes(dtick=1)
+    longest = max((len(v) for v in layer_drift.values()), default=0)
+    fig.update_xaxes(dtick=1 if longest <= 13 else 5, range=[-0.3, max(longest - 1, 1) + 0.3])
     return fig
 
 
