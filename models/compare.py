@@ -307,3 +307,20 @@ def produced_word_rows(analysis: Analysis) -> list[tuple[str, tuple[int, ...]]]:
         if positions:
             rows.append((word.text, positions))
     return rows
+
+
+def produced_tokens(analysis: Analysis, end_label: str = "</s>") -> list[tuple[str, bool]]:
+    """For each decoder position of an encoder-decoder analysis, the token it predicts: ``(label,
+    special)``. Position ``i`` reads ``target_tokens[i]`` and predicts ``target_tokens[i + 1]``; the
+    last position predicts the end of the text (``(end_label, True)``: pass the tokenizer's
+    ``eos_token``, e.g. Whisper's ``<|endoftext|>``).
+
+    Returns:
+        ``target_len`` pairs; empty for other families.
+    """
+    if analysis.family != "encoder-decoder" or not analysis.target_tokens:
+        return []
+    targets = analysis.target_tokens
+    out = [(tok.label, tok.special) for tok in targets[1:]]
+    out.append((end_label, True))
+    return out

@@ -6,6 +6,9 @@ Glue only: widgets -> models (analyze, models.compare) -> viz (viz.masks, viz.al
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -15,6 +18,7 @@ from models import compare
 from models.masks import MaskMode
 from pages import shared
 from viz import alignment as va
+from viz import audio_alignment as vaa
 from viz import masks as vm
 
 t = shared.t
@@ -23,7 +27,10 @@ MAX_TOKENS = 24
 KINDS = ("bidirectional", "causal", "sliding_window", "strided", "custom")
 PRESETS = ("causal", "bidirectional", "diagonal", "previous", "empty")
 BERT_MODEL, GPT_MODEL, GQA_MODEL = "minilm-l6", "smollm2-135m", "smollm2-135m"
-DEFAULT_ENCDEC = "Helsinki-NLP/opus-mt-tr-en"
+ENCDEC_PRESETS = ("Helsinki-NLP/opus-mt-tr-en", "whisper-base", "google-t5/t5-small", "facebook/bart-base")
+AUDIO_DIR = shared.ASSETS / "audio"
+CLIPS = {"the_cat_chased_the_mouse_en.wav": "en", "kedi_fareyi_kovaladi_tr.wav": "tr"}
+LANGUAGES = ("en", "tr", "de", "fr", "es")
 
 
 # ----------------------------------------------------------------------------------------- cached runs
@@ -271,30 +278,72 @@ def section_bert_gpt(sel: shared.Selection) -> None:
 # ------------------------------------------------------------------------------------- encoder-decoder
 
 
-def section_encdec(sel: shared.Selection) -> None:
-    st.markdown(t("masks_encdec_intro"))
-    st.text_input(t("masks_encdec_model"), value=DEFAULT_ENCDEC, key="masks_encdec_model")
-    st.caption(t("masks_encdec_hub_note"))
+def _three_panels(a: models.Analysis, panels, layer: int, head: int | None, hide: bool) -> None:
+    """Encoder self-attention, decoder self-attention and cross-attention side by side, each with its mask.
+    ``panels``: (title key, stack, mask (q, k), query special flags, key special flags, query labels, key
+    labels). With ``hide``, special tokens are dropped and rows renormalised (viz.alignment.hide_special)."""
+    cols = st.columns(3)
+    for col, (title_key, stack, matrix, q_special, k_special, q_labels, k_labels) in zip(cols, panels):
+        with col:
+            st.markdown(f"**{t(title_key)}**")
+            weights = _pick(a.attentions[stack], layer, head)
+            if hide:
+                weights, q_keep, k_keep = va.hide_special(weights, q_special, k_special, renormalise=True)
+                matrix = matrix[np.ix_(q_keep, k_keep)]
+                q_labels = [q_labels[i] for i in q_keep]
+                k_labels = [k_labels[i] for i in k_keep]
+            _chart(vm.mask_figure(matrix, q_labels, k_labels, title=t("masks_mask_matrix"),
+                                  empty_label=t("masks_no_key")), key=f"masks_ed_mask_{stack}")
+            _chart(vm.attention_figure(weights, q_labels, k_labels, mask=matrix, renormalised=hide,
+                                       title=t("masks_attention_of", layer=layer, head=_head_name(head)),
+                                       empty_label=t("masks_no_key")), key=f"masks_ed_att_{stack}")
+    if hide:
+        st.caption(t("masks_renormalised_note"))
+
+
+def _encdec_model() -> str:
+    """The encoder-decoder chosen: a preset, or the free text box when filled."""
+    presets = [m for m in ENCDEC_PRESETS if m != "whisper-base" or models.get_spec(m).installed]
+    if "whisper-base" in presets and "masks_encdec_choice" not in st.session_state:
+        st.session_state["masks_encdec_choice"] = "whisper-base"  # works offline: a sensible first view
     c1, c2 = st.columns(2)
     with c1:
-        st.text_input(t("masks_source_text"), value=sel.text or "Kedi fareyi kovaladı", key="masks_src")
+        choice = st.selectbox(t("masks_encdec_model"), presets, key="masks_encdec_choice",
+                              format_func=lambda m: t("masks_encdec_preset_" + ("local" if m in models.CATALOG else "hub"),
+                                                      model=m))
     with c2:
-        st.text_input(t("masks_target_text"), value="The cat chased the mouse.", key="masks_tgt")
-    st.toggle(t("masks_encdec_run"), key="masks_encdec_on", value=False)
-    if not st.session_state.get("masks_encdec_on"):
-        st.info(t("masks_encdec_off"))
-        return
-    name = st.session_state.get("masks_encdec_model", "").strip() or DEFAULT_ENCDEC
-    source = st.session_state.get("masks_src", "")
-    target = st.session_state.get("masks_tgt", "").strip() or None
+        custom = st.text_input(t("masks_encdec_custom"), key="masks_encdec_model").strip()
+    return custom or choice
+
+
+def _needs_hub(name: str) -> bool:
+    return name not in models.CATALOG and not Path(name).expanduser().exists()
+
+
+def section_encdec(sel: shared.Selection) -> None:
+    st.markdown(t("masks_encdec_intro"))
+    name = _encdec_model()
+    st.caption(t("masks_encdec_hub_note"))
+    if _needs_hub(name):
+        st.toggle(t("masks_encdec_run"), key="masks_encdec_on", value=False)
+        if not st.session_state.get("masks_encdec_on"):
+            st.info(t("masks_encdec_off"))
+            return
     loaded = shared.load_model_ui(name)
     if loaded is None:
         return
     if loaded.family != "encoder-decoder":
         st.error(t("masks_not_encdec", model=name, family=loaded.family))
         return
-    if not _text_model_ok(loaded):
+    if getattr(loaded.model, "main_input_name", "input_ids") == "input_features":
+        _speech_encdec(name, loaded)
         return
+    c1, c2 = st.columns(2)
+    with c1:
+        source = st.text_input(t("masks_source_text"), value=sel.text or "Kedi fareyi kovaladı", key="masks_src")
+    with c2:
+        target = st.text_input(t("masks_target_text"), value="The cat chased the mouse.", key="masks_tgt")
+    target = target.strip() or None
     a = shared.analysis_ui(name, source, target=target, max_tokens=MAX_TOKENS)
     if a is None:
         return
@@ -316,24 +365,8 @@ def section_encdec(sel: shared.Selection) -> None:
         ("masks_cross_att", "cross", np.ones((n_tgt, n_src), bool), tgt_special, src_special, tgt_labels,
          src_labels),
     )
-    cols = st.columns(3)
-    for col, (title_key, stack, matrix, q_special, k_special, q_labels, k_labels) in zip(cols, panels):
-        with col:
-            st.markdown(f"**{t(title_key)}**")
-            weights = _pick(a.attentions[stack], layer, head)
-            if hide:
-                weights, q_keep, k_keep = va.hide_special(weights, q_special, k_special, renormalise=True)
-                matrix = matrix[np.ix_(q_keep, k_keep)]
-                q_labels = [q_labels[i] for i in q_keep]
-                k_labels = [k_labels[i] for i in k_keep]
-            _chart(vm.mask_figure(matrix, q_labels, k_labels, title=t("masks_mask_matrix"),
-                                  empty_label=t("masks_no_key")), key=f"masks_ed_mask_{stack}")
-            _chart(vm.attention_figure(weights, q_labels, k_labels, mask=matrix, renormalised=hide,
-                                       title=t("masks_attention_of", layer=layer, head=_head_name(head)),
-                                       empty_label=t("masks_no_key")), key=f"masks_ed_att_{stack}")
+    _three_panels(a, panels, layer, head, hide)
     st.caption(t("masks_rows_are_inputs"))
-    if hide:
-        st.caption(t("masks_renormalised_note"))
 
     st.subheader(t("masks_alignment_title"))
     cross = _pick(a.attentions["cross"], layer, head)
@@ -351,6 +384,109 @@ def section_encdec(sel: shared.Selection) -> None:
         _chart(vm.attention_figure(words, t_labels, s_labels, colorscale="Purples", empty_label=t("masks_no_key")),
                key="masks_align_heat")
     st.caption(t("masks_alignment_explain"))
+
+
+# ------------------------------------------------------------------------------ speech encoder-decoder
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _audio_analysis(name: str, wav: bytes, language: str, target: str | None):
+    """``models.audio.analyze_audio`` on WAV bytes, cached by content; shared, read-only."""
+    from models import audio
+
+    with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+        f.write(wav)
+        f.flush()
+        samples, rate = audio.read_wav(f.name)
+    return audio.analyze_audio(shared.get_model(name), samples, rate, language=language, target=target)
+
+
+def _clip_changed() -> None:
+    clip = st.session_state.get("masks_clip")
+    if clip in CLIPS:
+        st.session_state["masks_audio_lang"] = CLIPS[clip]
+
+
+def _thin(labels: list[str], every: int) -> list[str]:
+    """Keep every ``every``-th frame label (and special ones) so a long time axis stays readable."""
+    return [lab if (i % every == 0 or lab.startswith("<|")) else "" for i, lab in enumerate(labels)]
+
+
+def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
+    """Whisper: a shipped clip or one recorded in the browser; encoder self-attention over audio frames,
+    causal decoder self-attention, cross-attention from the transcript's tokens to the frames."""
+    from models import audio
+
+    options = [c for c in CLIPS if (AUDIO_DIR / c).is_file()] + ["record"]
+    c1, c2, c3 = st.columns([2, 1, 2])
+    with c1:
+        clip = st.radio(t("masks_clip"), options, key="masks_clip", on_change=_clip_changed,
+                        format_func=lambda c: t("masks_clip_" + c.removesuffix(".wav")))
+    with c2:
+        if "masks_audio_lang" not in st.session_state:
+            st.session_state["masks_audio_lang"] = CLIPS.get(clip, "en")
+        language = st.selectbox(t("masks_audio_language"), LANGUAGES, key="masks_audio_lang")
+    with c3:
+        target = st.text_input(t("masks_audio_target"), key="masks_audio_tgt").strip() or None
+        if clip.endswith("_tr.wav"):
+            st.caption(t("masks_audio_tr_hint"))
+    if clip == "record":
+        recorded = st.audio_input(t("masks_record"), key="masks_rec")
+        if recorded is None:
+            st.info(t("masks_record_first"))
+            return
+        wav = recorded.getvalue()
+    else:
+        wav = (AUDIO_DIR / clip).read_bytes()
+    st.audio(wav, format="audio/wav")
+    try:
+        with st.spinner(t("analysing")):
+            r = _audio_analysis(name, wav, language, target)
+    except models.DikkatError as exc:
+        st.error(str(exc))
+        return
+    a = r.analysis
+    st.markdown(f"**{t('masks_transcript')}:** {r.transcript}")
+    st.caption(r.note)
+    hide = st.toggle(t("masks_hide_special"), value=True, key="masks_encdec_hide")
+    layers, heads = loaded.stacks["cross"]
+    layer, head = _layer_head("masks_ed", layers, heads, allow_mean=True)
+
+    frame_special = np.array([tok.special for tok in a.tokens])
+    tgt_special = np.array([tok.special for tok in a.target_tokens])
+    frame_labels = _thin(_labels(a.tokens), 10)
+    tgt_labels = _labels(a.target_tokens)
+    n_f, n_t = len(frame_labels), len(tgt_labels)
+    panels = (
+        ("masks_enc_self", "encoder", np.ones((n_f, n_f), bool), frame_special, frame_special, frame_labels,
+         frame_labels),
+        ("masks_dec_self", "decoder", MaskMode("causal").matrix(n_t), tgt_special, tgt_special, tgt_labels,
+         tgt_labels),
+        ("masks_cross_att", "cross", np.ones((n_t, n_f), bool), tgt_special, frame_special, tgt_labels,
+         frame_labels),
+    )
+    _three_panels(a, panels, layer, head, hide)
+    st.caption(t("masks_rows_are_inputs"))
+
+    st.subheader(t("masks_audio_alignment_title"))
+    source = st.radio(t("masks_audio_heads"), ["alignment", "selected"], key="masks_audio_heads", horizontal=True,
+                      format_func=lambda s: t("masks_audio_heads_" + s))
+    cross = a.attentions["cross"]
+    if source == "alignment":
+        weights = np.mean([cross[lh] for lh in audio.alignment_heads(loaded)], axis=0)
+    else:
+        weights = _pick(cross, layer, head)
+    weights = weights[:, : r.frames]  # speech frames only; the padding share is in the matrices above
+    produced = compare.produced_tokens(a, end_label=loaded.tokenizer.eos_token or "<|endoftext|>")
+    rows = [i for i, (_, special) in enumerate(produced) if not (hide and special)]
+    weights = weights[rows]
+    peaks = weights.argmax(axis=-1) if weights.size else np.zeros(0, dtype=int)
+    fig = vaa.spectrogram_attention_figure(
+        r.spectrogram, weights, [produced[i][0] for i in rows], frame_seconds=r.frame_seconds, peaks=peaks,
+        spectrogram_title=t("masks_spectrogram"), attention_title=t("masks_cross_att"),
+        xaxis_title=t("masks_time_s"), peak_label=t("masks_peak"))
+    _chart(fig, key="masks_audio_spec")
+    st.caption(t("masks_audio_alignment_explain"))
 
 
 # --------------------------------------------------------------------------------- grouped-query attention

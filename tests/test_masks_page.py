@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import models
+
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGE = "pages/masks.py"
 TEXT = "The cat chased the mouse"
@@ -194,3 +196,50 @@ def test_fallback_model_says_masks_cannot_be_replaced(tiny, tiny_folder):
     at = _app("minilm-l6", model_custom=str(tiny_folder("gpt_neo")))
     assert not at.exception
     assert at.error and "fallback" in at.error[0].value
+
+
+@pytest.fixture(scope="module")
+def whisper():
+    return models.load("whisper-base", device="cpu")
+
+
+def test_encoder_decoder_view_whisper_shipped_clip(whisper):
+    """whisper-base on the shipped English clip: transcript, three masks and attentions (frames as keys),
+    cross-attention over the spectrogram whose peaks move forward in time word by word."""
+    at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base",
+              masks_clip="the_cat_chased_the_mouse_en.wav")
+    _clean(at)
+    transcript = " ".join(m.value for m in at.markdown if "Transcript" in m.value)
+    assert "the cat chased the mouse" in transcript.lower()
+    figs = _figures(at)
+    cross = _heat(figs["masks_ed_att_cross"])
+    frames = _heat(figs["masks_ed_att_encoder"]).shape[1]
+    assert cross.shape[1] == frames and frames > 50  # speech frames; padding column hidden
+    np.testing.assert_allclose(cross.sum(axis=1), 1.0, atol=1e-5)
+    dec = _heat(figs["masks_ed_mask_decoder"])
+    assert np.array_equal(dec, np.tril(np.ones_like(dec)))
+    spec = figs["masks_audio_spec"]
+    rows = spec["layout"]["yaxis2"]["ticktext"]
+    assert [r.strip().lower() for r in rows][:5] == ["the", "cat", "chased", "the", "mouse"]
+    peaks = next(_decode(tr["x"]) for tr in spec["data"] if tr.get("mode") == "markers+lines")
+    content = np.asarray(peaks[:5], dtype=float)  # the five words, in seconds
+    assert np.all(np.diff(content[1:]) > 0), content  # cat < chased < the < mouse in time
+    # Without the filter the prompt tokens and the <|padding|> column come back.
+    at.session_state["masks_encdec_hide"] = False
+    at.run()
+    _clean(at)
+    assert "<|padding|>" in _figures(at)["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"]
+
+
+def test_whisper_turkish_clip_with_target_and_record_prompt(whisper):
+    """The Turkish clip forces Turkish; a typed transcript is analysed as given; 'record' without a
+    recording asks for one."""
+    at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base",
+              masks_clip="kedi_fareyi_kovaladi_tr.wav", masks_audio_lang="tr", masks_audio_tgt="Kedi fareyi kovaladı.")
+    _clean(at)
+    assert any("Kedi fareyi kovaladı." in m.value for m in at.markdown)
+    rows = _figures(at)["masks_audio_spec"]["layout"]["yaxis2"]["ticktext"]
+    assert "kovaladı" in "".join(rows).replace(" ", "")  # labels keep the typed Turkish characters
+    at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base", masks_clip="record")
+    _clean(at)
+    assert any("microphone" in i.value for i in at.info)

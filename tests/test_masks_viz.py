@@ -78,3 +78,27 @@ def test_gqa_figure_groups():
     # every query head's line ends at the centre of its group's key/value head
     ends = sorted({(tr.x[0], tr.x[1]) for tr in lines})
     assert ends[:3] == [(0, 1.0), (1, 1.0), (2, 1.0)] and ends[-1] == (8, 7.0)
+
+
+def test_spectrogram_attention_figure_time_axis():
+    """Spectrogram columns every 10 ms and encoder frames every 20 ms share one time axis; peaks sit at
+    the centre of their frame."""
+    from viz import audio_alignment as vaa
+
+    spec = np.zeros((80, 10))
+    w = np.zeros((2, 5))
+    w[0, 1] = w[1, 4] = 1.0
+    fig = vaa.spectrogram_attention_figure(spec, w, ["cat", "cat"], frame_seconds=0.02, peaks=w.argmax(-1))
+    np.testing.assert_allclose(fig.data[0].x[[0, -1]], [0.005, 0.095])
+    np.testing.assert_allclose(fig.data[1].x[[0, -1]], [0.01, 0.09])
+    np.testing.assert_allclose(fig.data[2].x, [0.03, 0.09])
+    assert list(fig.layout.yaxis2.ticktext) == ["cat", "cat"]
+    with pytest.raises(ValueError):
+        vaa.spectrogram_attention_figure(spec, w, ["one"], frame_seconds=0.02)
+
+
+def test_produced_tokens_end_label(tiny):
+    a = models.analyze(tiny("t5"), "kedi fareyi kovaladı", target="the cat")
+    produced = compare.produced_tokens(a, end_label="</s>")
+    assert [p for p, _ in produced] == [tok.label for tok in a.target_tokens[1:]] + ["</s>"]
+    assert produced[-1][1] is True

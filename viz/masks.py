@@ -32,6 +32,11 @@ def _size(n_rows: int, n_cols: int, cell: int = 26) -> tuple[int, int]:
     return width, height
 
 
+def _gap(shape) -> int:
+    """Cell gap in px: 1 for small grids, 0 when cells get too thin for a gap (> 40 rows or columns)."""
+    return 1 if max(shape) <= 40 else 0
+
+
 def _top_margin(key_labels: Sequence[str], title: str) -> int:
     """Top margin (px) that holds the key labels drawn at -60 degrees above the grid, plus the title."""
     longest = max((len(str(lab)) for lab in key_labels), default=1)
@@ -75,7 +80,7 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
     text = np.where(m, allowed_label, forbidden_label)
     fig = go.Figure(go.Heatmap(
         z=m.astype(np.int8), colorscale=[[0, FORBIDDEN_COLOR], [1, ALLOWED_COLOR]], zmin=0, zmax=1, showscale=False,
-        xgap=1, ygap=1, customdata=text,
+        xgap=_gap(m.shape), ygap=_gap(m.shape), customdata=text,
         hovertemplate="query %{y} → key %{x}: %{customdata}<extra></extra>",
     ))
     _hatch_rows(fig, list(np.flatnonzero(~m.any(axis=1))), m.shape[1], empty_label)
@@ -113,7 +118,8 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
     else:
         empty = ~(w > 0).any(axis=1)
     fig = go.Figure(go.Heatmap(
-        z=w, colorscale=colorscale, zmin=0, zmax=max(float(w.max()), 1e-9), xgap=1, ygap=1,
+        z=w, colorscale=colorscale, zmin=0, zmax=max(float(w.max()), 1e-9),
+        xgap=_gap(w.shape), ygap=_gap(w.shape),
         colorbar=dict(thickness=10, len=0.8),
         hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra></extra>",
     ))
