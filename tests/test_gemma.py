@@ -52,15 +52,19 @@ def test_predicts_the_turkish_capital(gemma):
 
 
 def test_cached_load_in_a_new_process_is_fast(gemma):
-    """The conversion is cached (the fixture built it): a fresh process loads it in < 20 s."""
+    """The conversion is cached (the fixture built it): a fresh process loads it in < 20 s of wall
+    time (``models.load`` alone, including its lazy transformers import; ~8 s of CPU time). The
+    failure message carries the CPU time and the machine's load average, since a machine busy
+    with other jobs stretches the wall time."""
     code = (
-        "import json, time\n"
+        "import json, os, time\n"
         "t0 = time.perf_counter()\n"
         "import models\n"
-        "t1 = time.perf_counter()\n"
+        "t1, c1 = time.perf_counter(), time.process_time()\n"
         f"m = models.load({KEY!r})\n"
-        "t2 = time.perf_counter()\n"
-        "print(json.dumps({'import_s': t1 - t0, 'load_s': t2 - t1, 'stacks': m.stacks}))\n"
+        "t2, c2 = time.perf_counter(), time.process_time()\n"
+        "print(json.dumps({'import_s': t1 - t0, 'load_s': t2 - t1, 'load_cpu_s': c2 - c1,\n"
+        "                  'loadavg': os.getloadavg(), 'stacks': m.stacks}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
