@@ -1,0 +1,74 @@
+"""Figures of the cost lesson: measured time / memory against sequence length next to an n² curve,
+and KV-cache sizes. Pure plotly."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+COLOURS = ("#d6604d", "#4393c3", "#5aae61", "#9970ab")
+
+
+def cost_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *,
+                reference: tuple[Sequence[float], Sequence[float]] | None = None, reference_name: str = "∝ n²",
+                x_title: str = "tokens n", y_title: str = "seconds", title: str = "", log: bool = True) -> go.Figure:
+    """Measured values against n, one line per series, and a dashed reference curve.
+
+    Args:
+        series: ``name -> (ns, values)`` (already translated names).
+        reference: ``(ns, values)`` of the c·n² curve (``models.teaching.quadratic_reference``).
+        log: log–log axes (an n² curve is then a straight line of slope 2).
+
+    Returns:
+        plotly Figure.
+    """
+    fig = go.Figure()
+    for i, (name, (ns, values)) in enumerate(series.items()):
+        fig.add_trace(go.Scatter(x=list(ns), y=list(values), mode="lines+markers", name=name,
+                                 line=dict(color=COLOURS[i % len(COLOURS)], width=2),
+                                 hovertemplate=f"n=%{{x}}<br>{y_title}: %{{y:.4g}}<extra>{name}</extra>"))
+    if reference is not None and len(reference[0]):
+        fig.add_trace(go.Scatter(x=list(reference[0]), y=list(reference[1]), mode="lines", name=reference_name,
+                                 line=dict(color="#444444", dash="dash"),
+                                 hovertemplate=f"n=%{{x}}<br>%{{y:.4g}}<extra>{reference_name}</extra>"))
+    axis = "log" if log else "linear"
+    fig.update_xaxes(title_text=x_title, type=axis)
+    fig.update_yaxes(title_text=y_title, type=axis)
+    fig.update_layout(title=dict(text=title), height=360, margin=dict(l=10, r=10, t=40, b=40),
+                      legend=dict(orientation="h", y=1.15, x=1, xanchor="right"))
+    return fig
+
+
+def kv_bars(labels: Sequence[str], with_gqa: Sequence[float], without_gqa: Sequence[float], *,
+            names: tuple[str, str] = ("with GQA", "without GQA"), y_title: str = "GiB", title: str = "") -> go.Figure:
+    """KV-cache size per model (or context), with grouped-query attention and without it."""
+    fig = go.Figure([
+        go.Bar(x=list(labels), y=list(with_gqa), name=names[0], marker_color=COLOURS[0],
+               hovertemplate=f"%{{x}}<br>%{{y:.3f}} {y_title}<extra>{names[0]}</extra>"),
+        go.Bar(x=list(labels), y=list(without_gqa), name=names[1], marker_color=COLOURS[1],
+               hovertemplate=f"%{{x}}<br>%{{y:.3f}} {y_title}<extra>{names[1]}</extra>"),
+    ])
+    fig.update_yaxes(title_text=y_title)
+    fig.update_layout(title=dict(text=title), barmode="group", height=320, margin=dict(l=10, r=10, t=40, b=40),
+                      legend=dict(orientation="h", y=1.15, x=1, xanchor="right"))
+    return fig
+
+
+def human_bytes(n: float) -> str:
+    """``1536 -> "1.5 KiB"``: binary units up to PiB (a string for tables)."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def power_of_ten(n: int) -> str:
+    """``10**12 -> "10¹²"`` for exact powers of ten, else the number with thin separators."""
+    s = str(int(n))
+    if s.startswith("1") and set(s[1:]) <= {"0"} and len(s) > 1:
+        sup = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+        return "10" + str(len(s) - 1).translate(sup)
+    return f"{int(n):,}"
