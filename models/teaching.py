@@ -154,24 +154,41 @@ def layer_capture(loaded: LoadedModel, text: str, *, stack: str | None = None, l
             stack; not covered by this walk-through).
         InvalidHeadError: no such stack or layer. EmptyTextError etc. as :func:`models.analyze`.
     """
+    return layer_captures(loaded, text, stack=stack, layers=[layer], max_tokens=max_tokens)[layer]
+
+
+def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, layers: Iterable[int] | None = None,
+                   max_tokens: int | None = None) -> dict[int, LayerCapture]:
+    """Like :func:`layer_capture` for several layers (default: all) in the same single forward pass.
+
+    Returns:
+        ``layer -> LayerCapture``, all sharing one :class:`Analysis`.
+    """
     stack = stack or main_stack(loaded)
     if stack == "cross":
         raise UnsupportedOperationError("The Q/K/V walk-through covers self-attention (encoder or decoder), not cross-attention.")
-    _check_head(loaded, stack, layer)
+    _check_head(loaded, stack, 0)
+    layers = list(range(loaded.stacks[stack][0])) if layers is None else [int(x) for x in layers]
+    for layer in layers:
+        _check_head(loaded, stack, layer)
     if loaded.capture_path != "interface":
         raise UnsupportedOperationError(
             f"Model '{loaded.name}' ({loaded.config.model_type}) uses the fallback capture path: its attention "
             "does not route through transformers' attention interface, so its inputs cannot be taken apart here."
         )
     modules = _ensure_hooks(loaded)
-    module = modules[(stack, layer)]
-    want = {id(module): None}
+    want = {id(modules[(stack, layer)]): None for layer in layers}
     token = _WANT.set(want)
     try:
         result = analyze(loaded, text, max_tokens=max_tokens)
     finally:
         _WANT.reset(token)
-    named = want[id(module)]
+    return {layer: _unpack(loaded, result, stack, layer, modules[(stack, layer)], want[id(modules[(stack, layer)])])
+            for layer in layers}
+
+
+def _unpack(loaded: LoadedModel, result: Analysis, stack: str, layer: int, module, named: dict | None) -> LayerCapture:
+    """Turn the recorded call arguments of one attention module into a :class:`LayerCapture`."""
     if named is None:
         raise UnsupportedOperationError(f"Layer {layer} of '{loaded.name}' was not called in the forward pass.")
     hidden = named.get("hidden_states")
@@ -183,7 +200,7 @@ def layer_capture(loaded: LoadedModel, text: str, *, stack: str | None = None, l
         n = hidden.shape[1]
         mask = mask[-n:, -n:]
         if mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+            mask = torch.zeros(mask.shape).masked_fill(~mask.cpu(), torch.finfo(torch.float32).min)
         mask = mask.detach().float().cpu()
     cos = sin = None
     pos = named.get("position_embeddings")

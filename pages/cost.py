@@ -44,7 +44,7 @@ options = teaching.default_lengths(loaded, top=1024)
 cap_limit = models.default_max_tokens(loaded)
 c1, c2 = st.columns([3, 1])
 lengths = c1.multiselect(t("cost_lengths"), options, default=[n for n in options if n <= 128], key="cost_lengths")
-repeats = c2.number_input(t("cost_repeats"), 1, 5, 1, key="cost_repeats")
+repeats = c2.number_input(t("cost_repeats"), 1, 5, 3, key="cost_repeats")
 st.caption(t("cost_limits", limit=loaded.max_positions, cap=cap_limit))
 
 state_key = f"cost_points::{sel.model}"
@@ -57,7 +57,8 @@ def _stop() -> None:
 if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths):
     st.session_state["cost_stop"] = False
     st.session_state[state_key] = {"points": [], "done": False, "planned": None, "repeats": int(repeats)}
-    st.button(t("cost_stop_button"), key="cost_stop_btn", on_click=_stop)
+    stop_slot = st.empty()
+    stop_slot.button(t("cost_stop_button"), key="cost_stop_btn", on_click=_stop)
     bar = st.progress(0.0, text=t("cost_starting"))
     record = st.session_state[state_key]
 
@@ -76,6 +77,7 @@ if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths
     except models.DikkatError as exc:
         st.error(str(exc))
     bar.empty()
+    stop_slot.empty()
 
 record = st.session_state.get(state_key)
 if record and record["points"]:

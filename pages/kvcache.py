@@ -62,12 +62,16 @@ else:
     per_gqa = teaching.kv_cache_bytes(cfg, 1)
     per_mha = teaching.kv_cache_bytes(cfg, 1, gqa=False)
     m = st.columns(4)
-    m[0].metric(t("kv_per_token_gqa"), vc.human_bytes(per_gqa), f"{per_gqa:,} B", delta_color="off")
-    m[1].metric(t("kv_per_token_mha"), vc.human_bytes(per_mha), f"{per_mha:,} B", delta_color="off")
+    m[0].metric(t("kv_per_token_gqa"), vc.human_bytes(per_gqa), f"{per_gqa:,} B", delta_color="off", delta_arrow="off")
+    m[1].metric(t("kv_per_token_mha"), vc.human_bytes(per_mha), f"{per_mha:,} B", delta_color="off", delta_arrow="off")
     m[2].metric(t("kv_context_gqa", tokens=f"{int(tokens):,}"), vc.human_bytes(per_gqa * tokens))
     m[3].metric(t("kv_context_mha", tokens=f"{int(tokens):,}"), vc.human_bytes(per_mha * tokens))
-    st.markdown(t("kv_worked", layers=layers, kv=kv_heads, d=head_dim, b=bytes_per, per=f"{per_gqa:,}",
-                  heads=heads, ratio=heads // kv_heads))
+    worked = t("kv_worked", layers=layers, kv=kv_heads, d=head_dim, b=bytes_per, per=f"{per_gqa:,}")
+    if kv_heads < heads:
+        worked += " " + t("kv_worked_gqa", heads=heads, ratio=heads // kv_heads)
+    else:
+        worked += " " + t("kv_worked_mha", heads=heads)
+    st.markdown(worked)
     contexts = [4_096, 32_768, 131_072]
     st.plotly_chart(vc.kv_bars([f"{x // 1024}K" for x in contexts],
                                [teaching.kv_cache_bytes(cfg, x) / 2**30 for x in contexts],
@@ -98,8 +102,8 @@ result = st.session_state.get(gen_key)
 if result:
     w, wo = result["with"], result["without"]
     g = st.columns(3)
-    g[0].metric(t("kv_with_cache"), f"{w.tokens_per_second:.1f} {t('kv_tps')}", f"{w.seconds:.2f} s", delta_color="off")
-    g[1].metric(t("kv_without_cache"), f"{wo.tokens_per_second:.1f} {t('kv_tps')}", f"{wo.seconds:.2f} s", delta_color="off")
+    g[0].metric(t("kv_with_cache"), f"{w.tokens_per_second:.1f} {t('kv_tps')}", f"{w.seconds:.2f} s", delta_color="off", delta_arrow="off")
+    g[1].metric(t("kv_without_cache"), f"{wo.tokens_per_second:.1f} {t('kv_tps')}", f"{wo.seconds:.2f} s", delta_color="off", delta_arrow="off")
     g[2].metric(t("kv_speedup"), f"× {w.tokens_per_second / max(wo.tokens_per_second, 1e-9):.2f}")
     if w.tokens == wo.tokens:
         st.success(t("kv_same_tokens", n=len(w.tokens)))

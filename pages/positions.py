@@ -102,6 +102,9 @@ bias = teaching.alibi_bias(n_alibi, float(slopes[alibi_head]))
 st.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
                                 title_bias=t("pos_alibi_bias", head=alibi_head, m=slopes[alibi_head]),
                                 head_word=t("teach_head"), slope_word=t("pos_slope")), key="pos_alibi")
+if heads & (heads - 1):
+    low = 1 << (heads.bit_length() - 1)
+    st.caption(t("pos_alibi_order", heads=heads, low=low, high=2 * low))
 
 # ---- 4. word order -----------------------------------------------------------------------------------------------
 st.header(t("pos_s4"))

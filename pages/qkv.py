@@ -97,16 +97,13 @@ if len(shown) < len(k_labels):
 if steps.rope:
     st.subheader(t("qkv_rope_title"))
     st.markdown(t("qkv_rope_text"))
-    r1, r2 = st.columns(2)
-    r1.plotly_chart(vq.rope_before_after(steps.queries_unrotated[qi][None], steps.queries[qi][None],
-                                         [f"q{qi} · {q_labels[qi]}"], before_word=t("qkv_before"),
-                                         after_word=t("qkv_after"), dim_title=t("teach_dimension"),
-                                         value_title=t("teach_value")), key="qkv_rope_q")
     few = shown[-min(len(shown), 6):]
-    r2.plotly_chart(vq.rope_before_after(steps.keys_unrotated[few], steps.keys[few],
-                                         [f"k{j} · {k_labels[j]}" for j in few], before_word=t("qkv_before"),
-                                         after_word=t("qkv_after"), dim_title=t("teach_dimension"),
-                                         value_title=t("teach_value")), key="qkv_rope_k")
+    st.plotly_chart(vq.rope_before_after(
+        np.vstack([steps.queries_unrotated[qi][None], steps.keys_unrotated[few]]),
+        np.vstack([steps.queries[qi][None], steps.keys[few]]),
+        [f"q{qi} · {q_labels[qi]}"] + [f"k{j} · {k_labels[j]}" for j in few],
+        before_word=t("qkv_before"), after_word=t("qkv_after"), title=t("qkv_rope_fig", n=len(few)),
+        dim_title=t("teach_dimension"), value_title=t("teach_value")), key="qkv_rope")
     norm_before = float(np.linalg.norm(steps.queries_unrotated[qi]))
     norm_after = float(np.linalg.norm(steps.queries[qi]))
     st.caption(t("qkv_rope_norm", before=norm_before, after=norm_after))
@@ -151,10 +148,10 @@ st.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~all
 n_allowed = int(allowed.sum())
 m1, m2, m3, m4 = st.columns(4)
 h_model, h_adj = teaching.entropy(weights), teaching.entropy(adjusted)
-m1.metric(t("qkv_entropy_model"), f"{h_model:.3f} nats", f"{teaching.entropy(weights, 2):.3f} bits", delta_color="off")
-m2.metric(t("qkv_entropy_adjusted"), f"{h_adj:.3f} nats", f"{teaching.entropy(adjusted, 2):.3f} bits", delta_color="off")
+m1.metric(t("qkv_entropy_model"), f"{h_model:.3f} nats", f"{teaching.entropy(weights, 2):.3f} bits", delta_color="off", delta_arrow="off")
+m2.metric(t("qkv_entropy_adjusted"), f"{h_adj:.3f} nats", f"{teaching.entropy(adjusted, 2):.3f} bits", delta_color="off", delta_arrow="off")
 m3.metric(t("qkv_entropy_max"), f"{math.log(max(n_allowed, 1)):.3f} nats",
-          f"{math.log2(max(n_allowed, 1)):.3f} bits", delta_color="off")
+          f"{math.log2(max(n_allowed, 1)):.3f} bits", delta_color="off", delta_arrow="off")
 m4.metric(t("qkv_top_weight"), f"{adjusted.max():.3f}", f"{adjusted.max() - weights.max():+.3f}")
 st.caption(t("qkv_entropy_note", n=n_allowed))
 

@@ -33,10 +33,12 @@ def cost_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *
                                  line=dict(color="#444444", dash="dash"),
                                  hovertemplate=f"n=%{{x}}<br>%{{y:.4g}}<extra>{reference_name}</extra>"))
     axis = "log" if log else "linear"
-    fig.update_xaxes(title_text=x_title, type=axis)
-    fig.update_yaxes(title_text=y_title, type=axis)
-    fig.update_layout(title=dict(text=title), height=360, margin=dict(l=10, r=10, t=40, b=40),
-                      legend=dict(orientation="h", y=1.15, x=1, xanchor="right"))
+    ns = sorted({float(n) for _, (xs, _) in series.items() for n in xs})
+    fig.update_xaxes(title_text=x_title, type=axis, tickmode="array", tickvals=ns,
+                     ticktext=[f"{n:g}" for n in ns])
+    fig.update_yaxes(title_text=y_title, type=axis, **({"dtick": "D2"} if log else {}))
+    fig.update_layout(title=dict(text=title), height=400, margin=dict(l=10, r=10, t=40, b=10),
+                      legend=dict(orientation="h", y=-0.3, x=0.5, xanchor="center", yanchor="top"))
     return fig
 
 
@@ -50,8 +52,8 @@ def kv_bars(labels: Sequence[str], with_gqa: Sequence[float], without_gqa: Seque
                hovertemplate=f"%{{x}}<br>%{{y:.3f}} {y_title}<extra>{names[1]}</extra>"),
     ])
     fig.update_yaxes(title_text=y_title)
-    fig.update_layout(title=dict(text=title), barmode="group", height=320, margin=dict(l=10, r=10, t=40, b=40),
-                      legend=dict(orientation="h", y=1.15, x=1, xanchor="right"))
+    fig.update_layout(title=dict(text=title), barmode="group", height=340, margin=dict(l=10, r=10, t=40, b=10),
+                      legend=dict(orientation="h", y=-0.15, x=0.5, xanchor="center", yanchor="top"))
     return fig
 
 
