@@ -12,8 +12,10 @@ import models
 from models import teaching
 from pages import shared
 from viz import cost as vc
+from viz import numbers as nb
 
 t = shared.t
+L = shared.lang()
 
 sel = shared.selection()
 st.title(t("cost_title"))
@@ -33,8 +35,8 @@ rows = []
 for n in (1_000, 100_000, 1_000_000):
     entries, one = teaching.attention_matrix_size(n, bytes_per_value=4)
     _, whole = teaching.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
-    rows.append({t("cost_col_n"): f"{n:,}", t("cost_col_entries"): vc.power_of_ten(entries),
-                 t("cost_col_one"): vc.human_bytes(one), t("cost_col_model", model=sel.model): vc.human_bytes(whole)})
+    rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries),
+                 t("cost_col_one"): nb.human_bytes(one, L), t("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
 st.table(pd.DataFrame(rows))
 
 # ---- 2. measured -----------------------------------------------------------------------------------------------
@@ -66,7 +68,7 @@ if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths
         record["points"].append(point)
         record["planned"] = total
         bar.progress(done / total, text=t("cost_progress", done=done, total=total, n=point.n,
-                                          impl=t(f"cost_impl_{point.implementation}"), seconds=point.seconds))
+                                          impl=t(f"cost_impl_{point.implementation}"), seconds=nb.num(point.seconds, 2, L)))
 
     try:
         with st.spinner(t("cost_preparing")):
@@ -103,7 +105,7 @@ if record and record["points"]:
                                    title=t("cost_memory_fig"), log=log), key="cost_memory")
     table = pd.DataFrame([{t("cost_col_n"): p.n, t("cost_col_impl"): t(f"cost_impl_{p.implementation}"),
                            t("cost_seconds"): round(p.seconds, 4), "MiB": round(p.peak_bytes / 2**20, 2),
-                           t("cost_col_kept"): vc.human_bytes(p.recorded_bytes)} for p in points])
+                           t("cost_col_kept"): nb.human_bytes(p.recorded_bytes, L)} for p in points])
     st.dataframe(table, hide_index=True)
     st.download_button(t("teach_download_csv"), table.to_csv(index=False).encode("utf-8"), file_name="cost.csv",
                        mime="text/csv", key="cost_csv")

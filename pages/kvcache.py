@@ -9,8 +9,10 @@ import models
 from models import teaching
 from pages import shared
 from viz import cost as vc
+from viz import numbers as nb
 
 t = shared.t
+L = shared.lang()
 GENERATION_MODEL = "smollm2-135m"
 FIELDS = ("kv_layers", "kv_heads_q", "kv_heads_kv", "kv_head_dim", "kv_bytes")
 
@@ -31,7 +33,7 @@ if loaded is None:
 # ---- 1. calculator ---------------------------------------------------------------------------------------
 st.header(t("kv_s1"))
 st.markdown(t("kv_s1_text"))
-st.latex(r"\text{KV bytes} = 2 \times L \times H_{kv} \times d_{head} \times \text{bytes} \times T")
+st.latex(t("kv_formula"))
 own = teaching.kv_config_from_model(loaded)
 presets = {t("kv_loaded", model=sel.model): own, **teaching.KV_PRESETS}
 names = list(presets)
@@ -62,11 +64,13 @@ else:
     per_gqa = teaching.kv_cache_bytes(cfg, 1)
     per_mha = teaching.kv_cache_bytes(cfg, 1, gqa=False)
     m = st.columns(4)
-    m[0].metric(t("kv_per_token_gqa"), vc.human_bytes(per_gqa), f"{per_gqa:,} B", delta_color="off", delta_arrow="off")
-    m[1].metric(t("kv_per_token_mha"), vc.human_bytes(per_mha), f"{per_mha:,} B", delta_color="off", delta_arrow="off")
-    m[2].metric(t("kv_context_gqa", tokens=f"{int(tokens):,}"), vc.human_bytes(per_gqa * tokens))
-    m[3].metric(t("kv_context_mha", tokens=f"{int(tokens):,}"), vc.human_bytes(per_mha * tokens))
-    worked = t("kv_worked", layers=layers, kv=kv_heads, d=head_dim, b=bytes_per, per=f"{per_gqa:,}")
+    m[0].metric(t("kv_per_token_gqa"), nb.human_bytes(per_gqa, L), f"{nb.integer(per_gqa, L)} B", delta_color="off",
+                delta_arrow="off")
+    m[1].metric(t("kv_per_token_mha"), nb.human_bytes(per_mha, L), f"{nb.integer(per_mha, L)} B", delta_color="off",
+                delta_arrow="off")
+    m[2].metric(t("kv_context_gqa", tokens=nb.integer(tokens, L)), nb.human_bytes(per_gqa * tokens, L))
+    m[3].metric(t("kv_context_mha", tokens=nb.integer(tokens, L)), nb.human_bytes(per_mha * tokens, L))
+    worked = t("kv_worked", layers=layers, kv=kv_heads, d=head_dim, b=bytes_per, per=nb.integer(per_gqa, L))
     if kv_heads < heads:
         worked += " " + t("kv_worked_gqa", heads=heads, ratio=heads // kv_heads)
     else:
@@ -102,9 +106,12 @@ result = st.session_state.get(gen_key)
 if result:
     w, wo = result["with"], result["without"]
     g = st.columns(3)
-    g[0].metric(t("kv_with_cache"), f"{w.tokens_per_second:.1f} {t('kv_tps')}", f"{w.seconds:.2f} s", delta_color="off", delta_arrow="off")
-    g[1].metric(t("kv_without_cache"), f"{wo.tokens_per_second:.1f} {t('kv_tps')}", f"{wo.seconds:.2f} s", delta_color="off", delta_arrow="off")
-    g[2].metric(t("kv_speedup"), f"× {w.tokens_per_second / max(wo.tokens_per_second, 1e-9):.2f}")
+    sec = t("cost_seconds")
+    g[0].metric(t("kv_with_cache"), f"{nb.num(w.tokens_per_second, 1, L)} {t('kv_tps')}", f"{nb.num(w.seconds, 2, L)} {sec}",
+                delta_color="off", delta_arrow="off")
+    g[1].metric(t("kv_without_cache"), f"{nb.num(wo.tokens_per_second, 1, L)} {t('kv_tps')}",
+                f"{nb.num(wo.seconds, 2, L)} {sec}", delta_color="off", delta_arrow="off")
+    g[2].metric(t("kv_speedup"), f"× {nb.num(w.tokens_per_second / max(wo.tokens_per_second, 1e-9), 2, L)}")
     if w.tokens == wo.tokens:
         st.success(t("kv_same_tokens", n=len(w.tokens)))
     else:

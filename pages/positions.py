@@ -8,9 +8,11 @@ import streamlit as st
 import models
 from models import teaching
 from pages import shared
+from viz import numbers as nb
 from viz import positions as vp
 
 t = shared.t
+L = shared.lang()
 MAX_POS = 64  # positions drawn in the RoPE grid and the ALiBi matrix
 
 
@@ -59,7 +61,7 @@ rope_model = kind == "rope"
 head_dim = teaching._head_dim(loaded) if rope_model else 64
 theta = (teaching.rope_theta(loaded) or 10000.0) if rope_model else 10000.0
 if rope_model:
-    st.markdown(t("pos_s2_text_model", model=sel.model, theta=theta, d=head_dim))
+    st.markdown(t("pos_s2_text_model", model=sel.model, theta=nb.integer(round(theta), L), d=head_dim))
 else:
     st.markdown(t("pos_s2_text_textbook", model=sel.model))
 st.latex(r"(R_m q)\cdot(R_n k) = q \cdot R_{n-m}\,k")
@@ -83,10 +85,10 @@ n_pos = g2.number_input("n", 0, 100_000, 5, key="pos_n")
 shift = g3.number_input(t("pos_shift"), 0, 100_000, 7, key="pos_t")
 check = teaching.rope_shift_check(source, int(m_pos), int(n_pos), int(shift), head_dim=head_dim, theta=theta)
 k1, k2, k3 = st.columns(3)
-k1.metric(t("pos_dot_at", m=check.m, n=check.n), f"{check.dot:.5f}")
-k2.metric(t("pos_dot_at", m=check.m + check.t, n=check.n + check.t), f"{check.dot_shifted:.5f}")
-k3.metric(t("pos_dot_diff"), f"{check.abs_diff:.2e}")
-st.caption(t("pos_check_caption", unrotated=check.dot_unrotated))
+k1.metric(t("pos_dot_at", m=check.m, n=check.n), nb.num(check.dot, 5, L))
+k2.metric(t("pos_dot_at", m=check.m + check.t, n=check.n + check.t), nb.num(check.dot_shifted, 5, L))
+k3.metric(t("pos_dot_diff"), nb.sci(check.abs_diff, 2, L))
+st.caption(t("pos_check_caption", unrotated=nb.num(check.dot_unrotated, 5, L)))
 
 # ---- 3. ALiBi -----------------------------------------------------------------------------------------------
 st.header(t("pos_s3"))
@@ -100,7 +102,7 @@ slopes = teaching.alibi_slopes(heads)
 n_alibi = min(n, MAX_POS)
 bias = teaching.alibi_bias(n_alibi, float(slopes[alibi_head]))
 st.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
-                                title_bias=t("pos_alibi_bias", head=alibi_head, m=slopes[alibi_head]),
+                                title_bias=t("pos_alibi_bias", head=alibi_head, m=nb.num(slopes[alibi_head], 4, L)),
                                 head_word=t("teach_head"), slope_word=t("pos_slope")), key="pos_alibi")
 if heads & (heads - 1):
     low = 1 << (heads.bit_length() - 1)
@@ -137,7 +139,7 @@ a_m, b_m = _pick(wo.attn_a), _pick(wo.attn_b)
 st.plotly_chart(vp.word_order_figure(wo.words, a_m, b_m, a_m - b_m,
                                      titles=(f"A: {text_a}", f"B: {text_b}", "A − B"),
                                      query_title=t("pos_query_word"), key_title=t("pos_key_word")), key="pos_wo")
-st.metric(t("pos_mean_abs_diff"), f"{float(np.abs(a_m - b_m).mean()):.4f}")
+st.metric(t("pos_mean_abs_diff"), nb.num(float(np.abs(a_m - b_m).mean()), 4, L))
 st.caption(t("pos_wo_caption"))
 if loaded.family == "decoder":
     st.caption(t("pos_wo_causal"))

@@ -11,9 +11,11 @@ import streamlit as st
 import models
 from models import teaching
 from pages import shared
+from viz import numbers as nb
 from viz import qkv as vq
 
 t = shared.t
+L = shared.lang()
 MAX_ROWS = 48  # keys drawn as strips; longer inputs show the keys with the largest weights
 
 
@@ -106,15 +108,15 @@ if steps.rope:
         dim_title=t("teach_dimension"), value_title=t("teach_value")), key="qkv_rope")
     norm_before = float(np.linalg.norm(steps.queries_unrotated[qi]))
     norm_after = float(np.linalg.norm(steps.queries[qi]))
-    st.caption(t("qkv_rope_norm", before=norm_before, after=norm_after))
+    st.caption(t("qkv_rope_norm", before=nb.num(norm_before, 3, L), after=nb.num(norm_after, 3, L)))
 
 # ---- 2. scores, scaling, mask, softmax ---------------------------------------------------------------
 st.header(t("qkv_s2"))
 root = 1.0 / steps.scaling if steps.scaling else float("nan")
-st.markdown(t("qkv_s2_text", d=steps.head_dim, root=math.sqrt(steps.head_dim), scaling=steps.scaling))
+st.markdown(t("qkv_s2_text", d=steps.head_dim, root=nb.num(math.sqrt(steps.head_dim), 2, L), scaling=nb.num(steps.scaling, 4, L)))
 st.latex(r"a_{ij} = \mathrm{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_k}} + M_{ij}\right)")
 if abs(steps.scaling - steps.head_dim ** -0.5) > 1e-9:
-    st.caption(t("qkv_own_scaling", scaling=steps.scaling, root=root))
+    st.caption(t("qkv_own_scaling", scaling=nb.num(steps.scaling, 4, L), root=nb.num(root, 2, L)))
 table = pd.DataFrame({
     t("qkv_col_key"): [f"{j} · {lab}" for j, lab in enumerate(k_labels)],
     "q·k": steps.dots[qi],
@@ -130,9 +132,9 @@ st.download_button(t("teach_download_csv"), table.to_csv(index=False).encode("ut
 if not allowed.all():
     st.caption(t("qkv_mask_note", blocked=int((~allowed).sum())))
 if steps.max_abs_diff < 1e-4:
-    st.success(t("qkv_equal", diff=steps.max_abs_diff))
+    st.success(t("qkv_equal", diff=nb.sci(steps.max_abs_diff, 1, L)))
 else:
-    st.warning(t("qkv_not_equal", diff=steps.max_abs_diff))
+    st.warning(t("qkv_not_equal", diff=nb.sci(steps.max_abs_diff, 1, L)))
 
 # ---- 3. sharper or flatter --------------------------------------------------------------------------
 st.header(t("qkv_s3"))
@@ -148,11 +150,14 @@ st.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~all
 n_allowed = int(allowed.sum())
 m1, m2, m3, m4 = st.columns(4)
 h_model, h_adj = teaching.entropy(weights), teaching.entropy(adjusted)
-m1.metric(t("qkv_entropy_model"), f"{h_model:.3f} nats", f"{teaching.entropy(weights, 2):.3f} bits", delta_color="off", delta_arrow="off")
-m2.metric(t("qkv_entropy_adjusted"), f"{h_adj:.3f} nats", f"{teaching.entropy(adjusted, 2):.3f} bits", delta_color="off", delta_arrow="off")
-m3.metric(t("qkv_entropy_max"), f"{math.log(max(n_allowed, 1)):.3f} nats",
-          f"{math.log2(max(n_allowed, 1)):.3f} bits", delta_color="off", delta_arrow="off")
-m4.metric(t("qkv_top_weight"), f"{adjusted.max():.3f}", f"{adjusted.max() - weights.max():+.3f}")
+nats, bits = t("teach_nats"), t("teach_bits")
+m1.metric(t("qkv_entropy_model"), f"{nb.num(h_model, 3, L)} {nats}", f"{nb.num(teaching.entropy(weights, 2), 3, L)} {bits}",
+          delta_color="off", delta_arrow="off")
+m2.metric(t("qkv_entropy_adjusted"), f"{nb.num(h_adj, 3, L)} {nats}", f"{nb.num(teaching.entropy(adjusted, 2), 3, L)} {bits}",
+          delta_color="off", delta_arrow="off")
+m3.metric(t("qkv_entropy_max"), f"{nb.num(math.log(max(n_allowed, 1)), 3, L)} {nats}",
+          f"{nb.num(math.log2(max(n_allowed, 1)), 3, L)} {bits}", delta_color="off", delta_arrow="off")
+m4.metric(t("qkv_top_weight"), nb.num(adjusted.max(), 3, L), nb.num(adjusted.max() - weights.max(), 3, L, sign=True))
 st.caption(t("qkv_entropy_note", n=n_allowed))
 
 # ---- 4. weighted sum of values ------------------------------------------------------------------------

@@ -57,16 +57,6 @@ def kv_bars(labels: Sequence[str], with_gqa: Sequence[float], without_gqa: Seque
     return fig
 
 
-def human_bytes(n: float) -> str:
-    """``1536 -> "1.5 KiB"``: binary units up to PiB (a string for tables)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
-
-
 def power_of_ten(n: int) -> str:
     """``10**12 -> "10¹²"`` for exact powers of ten, else the number with thin separators."""
     s = str(int(n))
