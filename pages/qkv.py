@@ -165,7 +165,7 @@ st.header(t("qkv_s4"))
 st.markdown(t("qkv_s4_text"))
 st.plotly_chart(vq.weighted_values(steps.values[shown], weights[shown], steps.output[qi],
                                    [k_labels[j] for j in shown], sum_label=t("qkv_sum_label"),
-                                   dim_title=t("teach_dimension"), value_title=t("teach_value")),
+                                   dim_title=t("teach_dimension"), value_title=t("teach_value"), lang=L),
                 key="qkv_values")
 if len(shown) < len(k_labels):
     st.caption(t("qkv_values_cut", shown=len(shown), n=len(k_labels)))

@@ -156,3 +156,40 @@ def test_positions_page_rope_check_and_word_order(smollm2):
     assert abs(float(values["q·k at (2, 5)"]) - float(values["q·k at (9, 12)"])) < 1e-4
     at.text_input(key="pos_text_b").set_value("Köpek fareyi kovaladı").run()
     assert at.error and "same words" in at.error[0].value
+
+
+@pytest.mark.parametrize("page", ["pages/qkv.py", "pages/positions.py"])
+def test_pages_with_empty_text(page, minilm):
+    at = open_page(page, "minilm-l6", "en", text="   ")
+    assert_clean(at)
+    assert any(STRINGS["teach_need_text"]["en"] == i.value for i in at.info)
+
+
+def test_qkv_page_long_text_C01(minilm):
+    """C01: ~512 tokens: the page stays light (at most 48 key strips, says so) and cuts with a notice."""
+    text = " ".join(["The cat chased the mouse across the garden and into the old barn."] * 60)
+    at = open_page("pages/qkv.py", "minilm-l6", "en", text=text)
+    assert_clean(at)
+    assert at.warning and "cut" in at.warning[0].value  # truncation notice from analysis_ui's wording
+    strips = charts(at)[0]
+    assert len(strips["layout"]["yaxis"]["ticktext"]) == 1 + 48  # the query and the 48 strongest keys
+    assert any("of 512 keys drawn" in c.value for c in at.caption)
+    pos = open_page("pages/positions.py", "minilm-l6", "en", text=text)
+    assert_clean(pos)
+
+
+def test_qkv_page_fallback_model_says_why(tiny_folder):
+    """A model on the fallback capture path gets a clear message, not a traceback (C09 kind)."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["lang"] = "en"
+    at.session_state["text"] = "kedi fareyi kovaladı"
+    at.session_state["model_custom"] = str(tiny_folder("gpt_neo"))
+    at.run()
+    at.switch_page("pages/qkv.py")
+    at.run()
+    assert not at.exception
+    assert at.error and "fallback capture path" in at.error[0].value
+    for page in ("pages/positions.py", "pages/cost.py", "pages/kvcache.py"):
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, (page, [e.message for e in at.exception])

@@ -12,6 +12,8 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from viz import numbers
+
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 ROW_PX = 22
 
@@ -99,13 +101,14 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
 
 def weighted_values(values: np.ndarray, weights: np.ndarray, output: np.ndarray, labels: Sequence[str], *,
                     sum_label: str = "Σ = output", title: str = "", dim_title: str = "dimension",
-                    value_title: str = "value") -> go.Figure:
+                    value_title: str = "value", lang: str = "en") -> go.Figure:
     """The weighted sum of value vectors: one strip per key, ``a_j · v_j``, then their sum (the head's
     output for this query, Vaswani et al. 2017, eq. 1).
 
     Args:
         values: float ``(k, d)`` value vectors. weights: float ``(k,)``. output: float ``(d,)``.
         labels: key labels (each row is labelled "weight × v(label)").
+        lang: how the weights in the labels are written (``en`` 0.25, ``tr`` 0,25).
 
     Returns:
         plotly Figure (rows: the k scaled value vectors, then the sum).
@@ -113,7 +116,7 @@ def weighted_values(values: np.ndarray, weights: np.ndarray, output: np.ndarray,
     v = np.asarray(values, dtype=np.float64)
     a = np.asarray(weights, dtype=np.float64)
     rows = np.vstack([a[:, None] * v, np.asarray(output, dtype=np.float64)[None]])
-    row_labels = [f"{w:.2f} × v({lab})" for w, lab in zip(a, labels)] + [sum_label]
+    row_labels = [f"{numbers.num(w, 2, lang)} × v({lab})" for w, lab in zip(a, labels)] + [sum_label]
     return vector_strips(rows, row_labels, title=title, dim_title=dim_title, value_title=value_title,
                          highlight=[len(row_labels) - 1])
 
