@@ -193,3 +193,20 @@ def test_qkv_page_fallback_model_says_why(tiny_folder):
         at.switch_page(page)
         at.run()
         assert not at.exception, (page, [e.message for e in at.exception])
+
+
+def test_switching_model_keeps_selectors_valid(minilm, smollm2):
+    """Layer 25 / head 8 chosen on smollm2 (30 x 9) must not break minilm-l6 (6 x 12) afterwards."""
+    at = open_page("pages/qkv.py", "smollm2-135m", "en")
+    at.selectbox(key="qkv_layer").set_value(25).run()
+    at.selectbox(key="qkv_query").set_value(1).run()
+    # After switch_page, AppTest runs the page script alone (the sidebar of app.py is not drawn), so the
+    # sidebar's choice is set where app.py stores it.
+    from pages.shared import Selection
+
+    at.session_state["_selection"] = Selection(model="minilm-l6", text="Kedi fareyi kovaladı", lang="en")
+    at.run()
+    assert_clean(at)
+    assert len(at.selectbox(key="qkv_layer").options) == 6
+    assert at.selectbox(key="qkv_layer").value == 0
+    assert at.success
