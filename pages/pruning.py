@@ -59,34 +59,18 @@ def _toggle(name: str, stacks: dict, head: tuple) -> None:
 
 
 def _on_grid_click(name: str, stacks: dict, stack: str, key: str) -> None:
-    state = st.session_state.get(key)
-    points = (state or {}).get("selection", {}).get("points", []) if state else []
+    """A click on a cell of an importance grid: toggle that head (the cell's x is the head, y the layer)."""
+    state = st.session_state.get(key) or {}
+    points = (state.get("selection") or {}).get("points") or []
+    layers, heads = stacks[stack]
     for point in points[:1]:
-        data = point.get("customdata")
-        if data is not None and len(data) >= 2:
-            _toggle(name, stacks, (stack, int(data[0]), int(data[1])))
+        try:
+            layer, head = int(round(float(point["y"]))), int(round(float(point["x"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if 0 <= layer < layers and 0 <= head < heads:
+            _toggle(name, stacks, (stack, layer, head))
     st.session_state[VERSION_KEY] = st.session_state.get(VERSION_KEY, 0) + 1
-
-
-def _shown(token: str) -> str:
-    """A token or continuation as plain visible text: spaces as ␣ at the edges, newlines as ⏎."""
-    text = token.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
-    stripped = text.strip(" ")
-    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
-    return "␣" * lead + stripped + "␣" * trail if stripped else "␣" * len(text)
-
-
-def _md(text: str) -> str:
-    """Escape markdown so model output shows as typed."""
-    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!|<>~$" else c for c in text)
-
-
-def _continued(prompt: str, continuation: str) -> str:
-    """Markdown: the prompt as typed, then the continuation in bold (newlines as ⏎)."""
-    cont = continuation.replace("\n", " ⏎ ")
-    lead = " " if cont[:1].isspace() else ""
-    body = f"**{_md(cont.strip())}**" if cont.strip() else "—"
-    return f"{_md(prompt.replace(chr(10), ' ⏎ '))}{lead}{body}"
 
 
 # ---------------------------------------------------------------- cached computations
@@ -169,6 +153,9 @@ loaded = shared.load_model_ui(sel.model)
 if loaded is None:
     st.stop()
 name, text = sel.model, sel.text
+if getattr(loaded.model, "main_input_name", "input_ids") != "input_ids":
+    st.info(t("prune_text_model_only", model=name))
+    st.stop()
 stacks = loaded.stacks
 kind = pruning.metric_kind(loaded)
 metric_label = t(f"prune_metric_{kind}")
@@ -215,7 +202,7 @@ with left:
             key = _pill_key(name, grid_stack, layer)
             if key not in st.session_state:
                 st.session_state[key] = [h for h in range(n_heads) if (grid_stack, layer, h) not in off]
-            label_col, pills_col = st.columns([1, 11], vertical_alignment="center", gap="small")
+            label_col, pills_col = st.columns([1.5, 10.5], vertical_alignment="center", gap="small")
             label_col.markdown(f"**{t('prune_layer_label', layer=layer)}**")
             pills_col.pills(t("prune_layer_label", layer=layer), list(range(n_heads)), selection_mode="multi",
                             key=key, format_func=lambda h: f"{h}", label_visibility="collapsed",

@@ -164,3 +164,9 @@ def test_page_in_turkish_on_tiny_decoder(tiny_folder):
     at.button(key="prune_btn_curve").click().run()
     _ok(at)
     assert any("%40'ta" in c.value for c in at.caption)
+
+
+def test_speech_model_gets_a_message_not_a_traceback():
+    at = _page("whisper-base", "Kedi fareyi kovaladı")
+    assert any("reads audio" in i.value for i in at.info)
+    assert not at.pills

@@ -79,8 +79,8 @@ def head_grid(values: np.ndarray | None, off: np.ndarray, *, title: str = "", sc
                  "<extra></extra>")
     fig.add_trace(go.Scatter(
         x=gh, y=gl, mode="markers", customdata=custom, text=state, hovertemplate=hover, showlegend=False,
-        marker=dict(size=max(8, min(28, 480 // max(layers, heads))), color="rgba(0,0,0,0)", opacity=0),
-        selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
+        marker=dict(size=max(8, min(28, 480 // max(layers, heads))), color="rgba(0,0,0,0.01)", symbol="square"),
+        selected=dict(marker=dict(opacity=0.01)), unselected=dict(marker=dict(opacity=0.01)),
     ))
     fig.update_layout(
         title=dict(text=title), height=height or int(120 + 22 * layers), margin=dict(l=50, r=20, t=50, b=40),
@@ -88,7 +88,7 @@ def head_grid(values: np.ndarray | None, off: np.ndarray, *, title: str = "", sc
                    constrain="domain", showgrid=False, zeroline=False),
         yaxis=dict(title=dict(text=layer_title), tickmode="array", tickvals=list(range(layers)),
                    range=[layers - 0.5, -0.5], showgrid=False, zeroline=False),
-        clickmode="event+select", dragmode=False, plot_bgcolor="white",
+        clickmode="event+select", dragmode="pan", plot_bgcolor="white",
     )
     return fig
 
