@@ -73,6 +73,26 @@ def _on_grid_click(name: str, stacks: dict, stack: str, key: str) -> None:
     st.session_state[VERSION_KEY] = st.session_state.get(VERSION_KEY, 0) + 1
 
 
+def _shown(token: str) -> str:
+    """A token as plain visible text: spaces at its edges as ␣, newlines as ⏎, tabs as ⇥."""
+    text = token.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
+    stripped = text.strip(" ")
+    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
+    return "␣" * lead + stripped + "␣" * trail if stripped else "␣" * len(text)
+
+
+def _md(text: str) -> str:
+    """Escape markdown so model output shows as typed."""
+    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!|<>~$" else c for c in text)
+
+
+def _continued(prompt: str, continuation: str) -> str:
+    """Markdown: the prompt as typed, an arrow, then the continuation in bold (newlines as ⏎)."""
+    cont = continuation.replace("\n", " ⏎ ").strip()
+    body = f"**{_md(cont)}**" if cont else "—"
+    return f"{_md(prompt.replace(chr(10), ' ⏎ '))} → {body}"
+
+
 # ---------------------------------------------------------------- cached computations
 
 
