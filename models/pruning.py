@@ -43,7 +43,6 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import capture
 from .analysis import default_max_tokens
@@ -176,7 +175,8 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
     the full model (one forward pass without gates).
 
     Raises:
-        EmptyTextError: empty text. UnsupportedOperationError: a speech model (no text input).
+        EmptyTextError: empty text. UnsupportedOperationError: a speech model (no text input), or a
+        decoder text of a single token (no next token to score).
     """
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("The text is empty: type a sentence to analyse.")
