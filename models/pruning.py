@@ -445,7 +445,7 @@ def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_si
     start = time.perf_counter()
     n = len(head_list(loaded))
     keep = np.ones((n + 1, n))
-    keep[np.arange(1, n + 1), np.arange(n)] = 0.0  # row 0: full model; row i+1: head i off
+    keep[np.arange(n), np.arange(n)] = 0.0  # row i: head i off; last row: the full model
     total = np.zeros(n)
     base = 0.0
     passes = 0
@@ -453,8 +453,8 @@ def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_si
         prep = prepare(loaded, text, max_tokens=max_tokens)
         values = evaluate(loaded, prep, keep, batch_size=batch_size, reuse_prefix=reuse_prefix)
         passes += math.ceil(len(keep) / batch_size)
-        total += values[1:] - values[0]
-        base += values[0]
+        total += values[:-1] - values[-1]
+        base += values[-1]
         if progress:
             progress((i + 1) / len(texts))
     flat = total / len(texts)
