@@ -60,8 +60,20 @@ def get_analysis(name: str, text: str, text_pair: str | None = None, target: str
                           mask=mask, max_tokens=max_tokens)
 
 
+def _show_device(loaded: models.LoadedModel) -> None:
+    """Write the device in use into the sidebar slot made by :func:`sidebar` (if this run has one)."""
+    slot = st.session_state.get("_device_slot")
+    if slot is None:
+        return
+    kv = f" · {loaded.num_key_value_heads} KV" if loaded.num_key_value_heads else ""
+    shape = ", ".join(f"{stack} {layers}×{heads}" for stack, (layers, heads) in loaded.stacks.items())
+    slot.caption(t("device_line", device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
+                   path=loaded.capture_path, shape=shape + kv))
+
+
 def load_model_ui(name: str) -> models.LoadedModel | None:
-    """Load with a spinner that shows elapsed time; on failure show the reason and return None."""
+    """Load with a spinner that shows the elapsed time (and what is happening); on failure show the reason
+    and return None. Shows the device in use in the sidebar."""
     start = time.perf_counter()
     try:
         with st.spinner(t("loading", model=name), show_time=True):
@@ -69,9 +81,13 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
     except models.DikkatError as exc:
         st.error(str(exc))
         return None
+    except OSError as exc:  # a folder or hub id transformers cannot read
+        st.error(t("load_failed", model=name, reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+        return None
     elapsed = time.perf_counter() - start
     if elapsed > 1.0:
         st.toast(t("loaded_in", model=name, seconds=elapsed))
+    _show_device(loaded)
     return loaded
 
 
@@ -97,17 +113,102 @@ class Selection:
     lang: str
 
 
+DEFAULT_TEXT = "Kedi fareyi kovaladı"
+
+
+def url_init(key: str, options=None, kind: type = str) -> None:
+    """Once per session, before the widget ``key`` is created: take its value from the URL query string.
+
+    The page state (model, sentence, view, layer, head, options) lives in the URL so that a shared link
+    opens the same view. Values are written back by :func:`url_sync` on every run. (Streamlit's own
+    ``bind="query-params"`` is not used: it writes the translated label of an option widget into the URL,
+    so a link would depend on the interface language, and it does not follow values set by callbacks.)
+    A value already in Session State (set by code or a test) wins; an unknown value is ignored.
+
+    Args:
+        key: widget key and query parameter name.
+        options: the widget's options (the value must be one of them, compared as ``str``).
+        kind: ``bool`` (``1``/``true``), ``int`` or ``str`` when there are no options.
+    """
+    seen = st.session_state.setdefault("_url_seen", set())
+    if key in seen:
+        return
+    seen.add(key)
+    raw = st.query_params.get(key)
+    if raw is None or key in st.session_state:
+        return
+    if options is not None:
+        for option in options:
+            if str(option) == raw:
+                st.session_state[key] = option
+                return
+    elif kind is bool:
+        st.session_state[key] = raw.lower() in ("1", "true", "yes", "on")
+    elif kind is int:
+        try:
+            st.session_state[key] = int(raw)
+        except ValueError:
+            pass
+    else:
+        st.session_state[key] = raw
+
+
+def url_sync(key: str, default=None) -> None:
+    """Write the widget ``key``'s current value into the URL query string (removed when it is ``default``)."""
+    value = st.session_state.get(key)
+    if value is None or value == default or (isinstance(value, str) and not value.strip() and not default):
+        if key in st.query_params:
+            del st.query_params[key]
+        return
+    text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    if st.query_params.get(key) != text:
+        st.query_params[key] = text
+
+
+def _model_label(key: str) -> str:
+    spec = models.get_spec(key)
+    mark = "" if spec.installed else " ✗"
+    return f"{key} · {spec.family} · {spec.params_m:.0f}M · {spec.languages}{mark}"
+
+
+def _use_example() -> None:
+    chosen = st.session_state.get("example")
+    if chosen:
+        st.session_state["text"] = chosen
+    st.session_state["example"] = None
+
+
 def sidebar() -> Selection:
-    """The shared sidebar: interface language, model picker, sentence. Returns the selection."""
+    """The shared sidebar: interface language, model picker, sentence, device. Returns the selection.
+
+    Every widget's value is kept in the URL query string (:func:`url_init`, :func:`url_sync`), so a
+    shared link reopens the same model, sentence and language.
+    """
     with st.sidebar:
+        url_init("lang", ["en", "tr"])
         st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True,
                  format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
-        specs = models.list_models()
-        keys = [s.key for s in specs]
-        st.selectbox(t("model"), keys, key="model_key",
-                     format_func=lambda k: f"{k} · {models.get_spec(k).family} · {models.get_spec(k).params_m:.0f}M")
-        custom = st.text_input(t("model_custom"), key="model_custom").strip()
-        st.text_area(t("sentence"), key="text", value=st.session_state.get("text", "Kedi fareyi kovaladı"))
+        url_sync("lang", "en")
+        keys = [s.key for s in models.list_models()]
+        url_init("model_key", keys)
+        st.selectbox(t("model"), keys, key="model_key", format_func=_model_label)
+        url_sync("model_key", keys[0])
+        spec = models.get_spec(st.session_state["model_key"])
+        state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
+        st.caption(f"{spec.title} · {spec.layers}×{spec.heads} · {t('licence')}: {spec.licence} · {state}")
+        url_init("model_custom")
+        custom = st.text_input(t("model_custom"), key="model_custom",
+                               placeholder="owner/name · /path/to/folder").strip()
+        url_sync("model_custom", "")
+        if custom:
+            st.caption(t("custom_note", name=custom))
+        st.selectbox(t("examples"), [e["text"] for e in examples()], index=None, key="example",
+                     placeholder=t("examples_pick"), on_change=_use_example)
+        # the default must stay the same on every run: a widget whose default changes is a new widget
+        url_init("text")
+        st.text_area(t("sentence"), value=DEFAULT_TEXT, key="text", help=t("sentence_help"))
+        url_sync("text", DEFAULT_TEXT)
+        st.session_state["_device_slot"] = st.empty()
     return Selection(model=custom or st.session_state["model_key"], text=st.session_state.get("text", ""), lang=lang())
 
 
