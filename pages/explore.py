@@ -204,7 +204,9 @@ if loaded is None:
     st.stop()
 
 pair = None
-if loaded.family == "encoder":
+if loaded.family != "encoder":
+    shared.url_drop("pair")
+else:
     with st.expander(t("pair_expander"), expanded=bool(st.session_state.get("pair"))):
         shared.url_init("pair")
         st.text_input(t("pair_label"), key="pair", help=t("pair_help"))
@@ -316,7 +318,9 @@ def draw_heatmap(title: str) -> None:
 if view == "head":
     n_rows = max(nq, nk)
     start = 0
-    if n_rows > HEAD_VIEW_MAX:
+    if n_rows <= HEAD_VIEW_MAX:
+        shared.url_drop("hv_start")
+    else:
         shared.url_init("hv_start", kind=int)
         _clamp("hv_start", n_rows - HEAD_VIEW_MAX + 1)
         start = st.slider(t("hv_window"), 0, n_rows - HEAD_VIEW_MAX, value=0, step=1, key="hv_start")
@@ -344,7 +348,8 @@ elif view == "model":
                    prep, options)
     layer_names = [str(i) for i in range(n_layers)]
     fig, info = model_view(prep.weights, layer_names=layer_names, head_names=head_names, title=title,
-                           hover=t("mv_hover"), selected=(layer, head))
+                           hover=t("mv_hover"), layer_title=t("layer"), head_title=t("head"),
+                           selected=(layer, head))
     st.caption(t("mv_hint"))
     if info.pooled:
         st.warning(t("mv_pooled", n=max(nq, nk), c=max(info.cell_q, info.cell_k)))

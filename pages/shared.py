@@ -117,23 +117,21 @@ DEFAULT_TEXT = "Kedi fareyi kovaladı"
 
 
 def url_init(key: str, options=None, kind: type = str) -> None:
-    """Once per session, before the widget ``key`` is created: take its value from the URL query string.
+    """Before the widget ``key`` is created: take its value from the URL query string, unless Session State
+    already has one.
 
     The page state (model, sentence, view, layer, head, options) lives in the URL so that a shared link
-    opens the same view. Values are written back by :func:`url_sync` on every run. (Streamlit's own
+    opens the same view; :func:`url_sync` writes it back on every run. (Streamlit's own
     ``bind="query-params"`` is not used: it writes the translated label of an option widget into the URL,
-    so a link would depend on the interface language, and it does not follow values set by callbacks.)
-    A value already in Session State (set by code or a test) wins; an unknown value is ignored.
+    so a link would depend on the interface language.) Reading whenever Session State has no value (not
+    only on the first run) also restores a value lost when the first run is interrupted by a click.
+    An unknown value is ignored.
 
     Args:
         key: widget key and query parameter name.
         options: the widget's options (the value must be one of them, compared as ``str``).
         kind: ``bool`` (``1``/``true``), ``int`` or ``str`` when there are no options.
     """
-    seen = st.session_state.setdefault("_url_seen", set())
-    if key in seen:
-        return
-    seen.add(key)
     raw = st.query_params.get(key)
     if raw is None or key in st.session_state:
         return
@@ -151,6 +149,12 @@ def url_init(key: str, options=None, kind: type = str) -> None:
             pass
     else:
         st.session_state[key] = raw
+
+
+def url_drop(key: str) -> None:
+    """Remove ``key`` from the URL (its widget is not shown in this run, so its value is gone)."""
+    if key in st.query_params:
+        del st.query_params[key]
 
 
 def url_sync(key: str, default=None) -> None:

@@ -126,10 +126,11 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
     )
 
 
-def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12) -> int:
-    """Pixel height the iframe needs for ``n_rows`` tokens (controls, title, notes, columns)."""
-    controls = 34 * (1 + n_heads // 14)
-    return int(controls + TOP + 18 * n_notes + ROW_H * n_rows + 30)
+def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12, width_px: int = 840) -> int:
+    """Pixel height the iframe needs for ``n_rows`` tokens: the control rows (a checkbox per head and the
+    buttons, wrapped at ``width_px``), the title and notes, the token columns, and a margin."""
+    control_rows = -(-(n_heads * 52 + 330) // width_px)
+    return int(12 + 32 * control_rows + TOP + 18 * n_notes + ROW_H * n_rows + 40)
 
 
 def head_view_svg(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,

@@ -83,7 +83,8 @@ def mosaic(maps: np.ndarray, gap: int) -> np.ndarray:
 
 
 def model_view(weights: np.ndarray, *, layer_names: Sequence[str], head_names: Sequence[str], title: str = "",
-               hover: str = "layer %{customdata[0]} · head %{customdata[1]}", selected: tuple[int, int] | None = None,
+               hover: str = "layer %{customdata[0]} · head %{customdata[1]}", layer_title: str = "layer",
+               head_title: str = "head", selected: tuple[int, int] | None = None,
                max_cell: int = MAX_CELL, budget: int = BUDGET, width_px: int = 900,
                max_height_px: int = 1500) -> tuple[go.Figure, ModelViewInfo]:
     """All layers x heads as small attention maps in one clickable grid.
@@ -93,6 +94,7 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str], head_names: S
         layer_names, head_names: tick labels of the rows / columns (``heads`` may be 1 for an average).
         title: figure title (say there whether rows were renormalised or maps pooled).
         hover: hover template of a map (``customdata[0]`` = layer, ``customdata[1]`` = head).
+        layer_title, head_title: axis titles.
         selected: ``(layer, head)`` to outline.
         max_cell, budget: size limits, see :func:`cell_size`.
         width_px, max_height_px: the figure's target size, used to size the squares.
@@ -139,9 +141,9 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str], head_names: S
                       y1=r0 + cq - 0.5 + gap / 2, line=dict(color="#d62728", width=2))
     fig.update_layout(
         title=dict(text=title),
-        xaxis=dict(tickmode="array", tickvals=xc, ticktext=list(head_names), side="top", showgrid=False,
+        xaxis=dict(title=dict(text=head_title), tickmode="array", tickvals=xc, ticktext=list(head_names), side="top", showgrid=False,
                    zeroline=False, range=[-0.5 - gap, img.shape[1] - 0.5 + gap], constrain="domain"),
-        yaxis=dict(tickmode="array", tickvals=yc, ticktext=list(layer_names), showgrid=False, zeroline=False,
+        yaxis=dict(title=dict(text=layer_title), tickmode="array", tickvals=yc, ticktext=list(layer_names), showgrid=False, zeroline=False,
                    range=[img.shape[0] - 0.5 + gap, -0.5 - gap], scaleanchor="x", scaleratio=1, constrain="domain"),
         height=int(layers * px * max(cq / max(ck, 1), 0.25) + 130),
         margin=dict(l=10, r=10, t=100, b=10),
