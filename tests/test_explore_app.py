@@ -74,9 +74,9 @@ def decode(arr) -> np.ndarray:
 
 
 def heatmap_figure(at: AppTest) -> dict:
+    """The head heatmap (one heatmap trace; the model view has a heatmap and a click-target scatter)."""
     for fig in figures(at):
-        if fig["data"][0]["type"] == "heatmap" and "customdata" in fig["data"][0] or \
-                fig["layout"].get("yaxis", {}).get("title"):
+        if len(fig["data"]) == 1 and fig["data"][0]["type"] == "heatmap":
             return fig
     raise AssertionError("no head heatmap on the page")
 
