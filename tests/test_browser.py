@@ -91,6 +91,14 @@ def test_head_view_and_model_view_render_offline_C05(app_url):
         focused = int(frame.locator("body").get_attribute("data-drawn"))
         assert 0 < focused < drawn  # hovering a token shows only its lines
         page.screenshot(path=str(RESULTS / "explore_head_view.png"), full_page=True)
+        # C08: the head view saves itself as SVG, made in the browser from the drawing (one click)
+        with page.expect_download() as download:
+            frame.locator("#hv-svg-dl").click()
+        svg_path = RESULTS / download.value.suggested_filename
+        download.value.save_as(svg_path)
+        assert svg_path.suffix == ".svg"
+        svg = svg_path.read_text(encoding="utf-8")
+        assert svg.lstrip().startswith("<?xml") and ">ı</text>" in svg and ">Ked</text>" in svg
 
         # model view: the clickable grid, then one map opened large with the tokens on its axes
         page.get_by_role("radio", name="Model view").click()
@@ -107,6 +115,14 @@ def test_head_view_and_model_view_render_offline_C05(app_url):
         assert ticks == ["[CLS]"] + SENTENCE_PIECES + ["[SEP]"], ticks
         assert "layer=2" in page.evaluate("location.href") and "head=7" in page.evaluate("location.href")
         page.screenshot(path=str(RESULTS / "explore_model_view.png"), full_page=True)
+        # C08: the camera button of the figure's own mode bar downloads it (PNG by default)
+        grid.hover()
+        with page.expect_download() as download:
+            grid.locator('.modebar-btn[data-title="Download plot as a PNG"]').click(force=True)
+        png_path = RESULTS / download.value.suggested_filename
+        download.value.save_as(png_path)
+        assert png_path.name == "dikkat_minilm-l6_encoder_modelview.png"
+        assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         browser.close()
 
     outside = [(u, kind) for u, kind in requests
