@@ -128,7 +128,9 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
         box = grid.bounding_box()
         page.mouse.click(box["x"] + x, box["y"] + y)
         page.get_by_text("Layer 2, head 7").wait_for(timeout=60_000)
-        ticks = page.locator(".js-plotly-plot").nth(1).locator(".xtick text").all_text_contents()
+        large = page.locator(".js-plotly-plot", has_text="layer 2 · head 7")
+        large.wait_for(timeout=60_000)
+        ticks = large.locator(".xtick text").all_text_contents()
         assert ticks == second_labels, ticks
         assert "layer=2" in page.evaluate("location.href") and "head=7" in page.evaluate("location.href")
         page.screenshot(path=str(RESULTS / "explore_model_view.png"), full_page=True)
