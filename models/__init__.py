@@ -8,6 +8,7 @@ No Streamlit and no plotly here: a notebook user imports ``models`` directly::
     a.attentions["encoder"].shape   # (6, 12, n, n), float32
 """
 
+from .audio import AudioAnalysis, analyze_audio
 from .analysis import Analysis, TopK, Token, Word, analyze, default_max_tokens
 from .catalog import CATALOG, DEFAULT_MODEL, ModelSpec, default_model_for_language, get_spec, list_models
 from .errors import (
@@ -28,6 +29,7 @@ from .loading import LoadedModel, clear_cache, load
 from .masks import MaskMode, parse_mask
 
 __all__ = [
+    "AudioAnalysis", "analyze_audio",
     "Analysis", "TopK", "Token", "Word", "analyze", "default_max_tokens",
     "CATALOG", "DEFAULT_MODEL", "ModelSpec", "default_model_for_language", "get_spec", "list_models",
     "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubUnreachableError", "InvalidHeadError",

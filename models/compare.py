@@ -1,0 +1,326 @@
+"""Comparing masks: what a replaced attention mask does to a model's output, and grouped-query layouts.
+
+Everything here works on :class:`models.Analysis` results (numpy) plus the model's config; nothing
+touches Streamlit or plotly. Used by the "Masks" page; usable from a notebook::
+
+    import models
+    from models import compare
+    m = models.load("smollm2-135m")
+    cmp = compare.compare_masks(m, "The cat chased the mouse", ["causal", "bidirectional", "sliding_window:3"])
+    cmp.runs[1].kl          # (n,) nats: KL(native || bidirectional) of each position's next-token distribution
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .analysis import Analysis, analyze
+from .loading import LoadedModel
+from .masks import MaskMode, parse_mask
+
+_EPS = 1e-12
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax in float64 (max-subtracted, so finite for any finite logits)."""
+    x = np.asarray(logits, dtype=np.float64)
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def next_token_kl(reference_logits: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """KL divergence of each position's next-token distribution from the reference one.
+
+    ``KL(P_ref || P) = Σ_v P_ref(v) · (log P_ref(v) − log P(v))`` (Kullback & Leibler 1951), with
+    ``P = softmax(logits)`` per position.
+
+    Args:
+        reference_logits, logits: float ``(positions, vocab)`` of the same text (e.g. the native mask and
+            a replaced one).
+
+    Returns:
+        float64 ``(positions,)`` in nats, ≥ 0 (tiny negative rounding clipped to 0); finite for finite logits.
+
+    Raises:
+        ValueError: the two arrays differ in shape.
+    """
+    ref = np.asarray(reference_logits)
+    other = np.asarray(logits)
+    if ref.shape != other.shape or ref.ndim != 2:
+        raise ValueError(f"Logits must both be (positions, vocab) of the same shape, got {ref.shape} and {other.shape}.")
+    log_p = _log_softmax(ref)
+    log_q = _log_softmax(other)
+    kl = (np.exp(log_p) * (log_p - log_q)).sum(axis=-1)
+    return np.maximum(kl, 0.0)
+
+
+def cosine_drift(reference_hidden: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+    """``1 − cos(h_ref, h)`` for each layer and token: how far a hidden state turned away from its
+    reference (0 = same direction, 1 = orthogonal, 2 = opposite).
+
+    Args:
+        reference_hidden, hidden: float ``(layers + 1, tokens, hidden)`` (embeddings + every layer),
+            as in ``Analysis.hidden_states[stack]``.
+
+    Returns:
+        float64 ``(layers + 1, tokens)``. A zero vector against a zero vector counts as no drift; a zero
+        vector against a non-zero one as drift 1 (never NaN).
+
+    Raises:
+        ValueError: the two arrays differ in shape.
+    """
+    a = np.asarray(reference_hidden, dtype=np.float64)
+    b = np.asarray(hidden, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 3:
+        raise ValueError(f"Hidden states must both be (layers+1, tokens, hidden) of the same shape, got {a.shape} and {b.shape}.")
+    na = np.linalg.norm(a, axis=-1)
+    nb = np.linalg.norm(b, axis=-1)
+    dot = (a * b).sum(axis=-1)
+    both_zero = (na < _EPS) & (nb < _EPS)
+    cos = np.where(both_zero, 1.0, dot / np.maximum(na * nb, _EPS))
+    return 1.0 - np.clip(cos, -1.0, 1.0)
+
+
+def empty_rows(matrix: np.ndarray) -> np.ndarray:
+    """Boolean ``(n,)``: True for each query (row) of a boolean ``(n, n)`` mask with no allowed key."""
+    return ~np.asarray(matrix, dtype=bool).any(axis=-1)
+
+
+def main_stack(loaded: LoadedModel) -> str:
+    """The self-attention stack a single mask replaces: ``encoder`` for encoders, else ``decoder``."""
+    return "encoder" if loaded.family == "encoder" else "decoder"
+
+
+def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None = None) -> np.ndarray:
+    """The model's own mask for one self-attention layer, as a boolean ``(n, n)`` matrix (True = allowed).
+
+    Encoder stacks see every token (bidirectional); decoder stacks are causal, and a sliding-window
+    layer (Mistral's ``sliding_window``, or ``layer_types[layer] == "sliding_attention"`` for Gemma 3 /
+    Qwen2) keeps only the last ``sliding_window`` keys, transformers' ``sliding_window_causal_mask_function``.
+    Padding never occurs (one text per call).
+    """
+    stack = stack or main_stack(loaded)
+    if stack == "encoder":
+        return MaskMode("bidirectional").matrix(n)
+    cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    sliding = False
+    if isinstance(window, int) and window > 0:
+        if layer_types:
+            sliding = 0 <= layer < len(layer_types) and layer_types[layer] == "sliding_attention"
+        else:
+            sliding = True
+    if sliding:
+        return MaskMode("sliding_window", width=int(window)).matrix(n)
+    return MaskMode("causal").matrix(n)
+
+
+@dataclass
+class MaskRun:
+    """One mask applied to the model's main self-attention stack.
+
+    Attributes:
+        mask: the mask as given (``"causal"``, ``"sliding_window:3"``, or ``"custom"`` for a matrix).
+        matrix: boolean ``(n, n)``, True where query ``i`` may attend key ``j``.
+        analysis: the :class:`Analysis` of that run (``hidden_states`` always kept; ``logits`` when the
+            model has a prediction head).
+        kl: float64 ``(n,)`` KL(native || this) of each position's next-token distribution in nats
+            (None for models without logits).
+        drift: float64 ``(layers + 1, n)`` cosine drift of the main stack's hidden states from native.
+    """
+
+    mask: str
+    matrix: np.ndarray
+    analysis: Analysis
+    kl: np.ndarray | None
+    drift: np.ndarray
+
+    @property
+    def empty_rows(self) -> np.ndarray:
+        """Boolean ``(n,)``: queries with no allowed key (their attention rows are all zero)."""
+        return empty_rows(self.matrix)
+
+    @property
+    def layer_drift(self) -> np.ndarray:
+        """float64 ``(layers + 1,)``: mean cosine drift over tokens, per layer (index 0 = embeddings)."""
+        return self.drift.mean(axis=-1)
+
+
+@dataclass
+class MaskComparison:
+    """The native run plus one :class:`MaskRun` per compared mask, all on the same tokens."""
+
+    stack: str
+    native: Analysis
+    native_matrices: list[np.ndarray]
+    runs: list[MaskRun] = field(default_factory=list)
+
+
+def run_mask(loaded: LoadedModel, text: str, mask, native: Analysis, *, max_tokens: int | None = None) -> MaskRun:
+    """Run ``text`` with ``mask`` on the main self-attention stack and measure its effect against ``native``.
+
+    Args:
+        loaded: the model (interface capture path; masks cannot be replaced on the fallback path).
+        text: the same text ``native`` was computed from.
+        mask: anything :func:`models.masks.parse_mask` accepts (a boolean ``(n, n)`` array for custom).
+        native: ``analyze(loaded, text, hidden_states=True, keep_logits=True, max_tokens=...)``.
+
+    Raises:
+        InvalidMaskError: bad mask or wrong custom shape. UnsupportedOperationError: fallback path.
+    """
+    stack = main_stack(loaded)
+    mode = parse_mask(mask)
+    n = native.attentions[stack].shape[-1]
+    matrix = mode.matrix(n)
+    if matrix is None:
+        matrix = native_mask(loaded, n, 0, stack)
+    result = analyze(loaded, text, target=native.target, mask=mode,
+                     max_tokens=max_tokens or native.max_tokens, hidden_states=True,
+                     keep_logits=native.logits is not None)
+    kl = None
+    if native.logits is not None and result.logits is not None:
+        kl = next_token_kl(native.logits, result.logits)
+    drift = cosine_drift(native.hidden_states[stack], result.hidden_states[stack])
+    return MaskRun(mask=str(mode), matrix=matrix, analysis=result, kl=kl, drift=drift)
+
+
+def compare_masks(loaded: LoadedModel, text: str, masks: list, *, target: str | None = None,
+                  max_tokens: int | None = None) -> MaskComparison:
+    """Run ``text`` natively and once per mask; see :func:`run_mask` for what is measured.
+
+    Args:
+        masks: list of masks (see :func:`models.masks.parse_mask`).
+        target: decoder text for encoder-decoders (generated once when None, then reused by every run).
+
+    Raises:
+        EmptyTextError, InvalidMaskError, UnsupportedOperationError (as :func:`models.analyze`).
+    """
+    stack = main_stack(loaded)
+    native = analyze(loaded, text, target=target, hidden_states=True, keep_logits=loaded.head != "none",
+                     max_tokens=max_tokens)
+    n = native.attentions[stack].shape[-1]
+    layers = native.attentions[stack].shape[0]
+    out = MaskComparison(stack=stack, native=native,
+                         native_matrices=[native_mask(loaded, n, layer, stack) for layer in range(layers)])
+    for mask in masks:
+        out.runs.append(run_mask(loaded, text, mask, native, max_tokens=native.max_tokens))
+    return out
+
+
+# --------------------------------------------------------------------------- grouped-query attention
+
+
+def kv_groups(heads: int, kv_heads: int) -> list[tuple[int, ...]]:
+    """Which query heads read each key/value head under grouped-query attention.
+
+    transformers' ``repeat_kv`` repeats each key/value head ``heads // kv_heads`` times in a row, so query
+    head ``h`` reads key/value head ``h // (heads // kv_heads)`` (Ainslie et al. 2023, "GQA", §2:
+    groups of consecutive query heads).
+
+    Returns:
+        ``kv_heads`` tuples of query-head indices, e.g. ``kv_groups(9, 3) == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]``.
+
+    Raises:
+        ValueError: ``kv_heads`` does not divide ``heads`` or either is < 1.
+    """
+    if heads < 1 or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"{heads} query heads cannot be split evenly over {kv_heads} key/value heads.")
+    per = heads // kv_heads
+    return [tuple(range(g * per, (g + 1) * per)) for g in range(kv_heads)]
+
+
+def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: int | float) -> int:
+    """Bytes the KV cache grows by for each token: ``2 × layers × kv_heads × head_dim × bytes``
+    (one key and one value vector per key/value head per layer; Pope et al. 2022, §3.1)."""
+    return int(round(2 * layers * kv_heads * head_dim * bytes_per_element))
+
+
+@dataclass(frozen=True)
+class GQALayout:
+    """Attention-head layout of a decoder stack.
+
+    Attributes:
+        layers, heads, kv_heads, head_dim: from the config (``kv_heads == heads`` without sharing).
+        groups: :func:`kv_groups` ``(heads, kv_heads)``.
+    """
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    groups: list[tuple[int, ...]]
+
+    @property
+    def shared(self) -> bool:
+        """True when several query heads share a key/value head."""
+        return self.kv_heads < self.heads
+
+    def bytes_per_token(self, bytes_per_element: int | float, *, sharing: bool = True) -> int:
+        """KV-cache bytes per token with (``kv_heads``) or without (one per query head) sharing."""
+        return kv_cache_bytes_per_token(self.layers, self.kv_heads if sharing else self.heads, self.head_dim,
+                                        bytes_per_element)
+
+
+def gqa_layout(loaded: LoadedModel) -> GQALayout:
+    """:class:`GQALayout` of a model's (decoder) self-attention from its config.
+
+    ``head_dim`` is ``config.head_dim`` when set, else ``hidden_size // num_attention_heads``.
+
+    Raises:
+        ValueError: the config names no attention heads.
+    """
+    cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None) or getattr(cfg, "num_heads", None)
+    if not heads:
+        raise ValueError(f"Model '{loaded.name}' has no num_attention_heads in its config.")
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", None) or getattr(cfg, "num_layers", None)
+    hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or getattr(cfg, "d_model", None)
+    head_dim = getattr(cfg, "head_dim", None) or (hidden // heads if hidden else 0)
+    return GQALayout(layers=int(layers or 0), heads=int(heads), kv_heads=int(kv), head_dim=int(head_dim),
+                     groups=kv_groups(int(heads), int(kv)))
+
+
+# --------------------------------------------------------------------------------- encoder-decoders
+
+
+def produced_word_rows(analysis: Analysis) -> list[tuple[str, tuple[int, ...]]]:
+    """For each target word of an encoder-decoder analysis, the decoder positions that *produce* it.
+
+    The decoder reads the target shifted right by one start token (``target_tokens[0]``), so the query
+    at position ``i`` predicts the token at input position ``i + 1``: a word made of target tokens
+    ``(a, b)`` is produced at query positions ``(a − 1, b − 1)``. Use these rows of the cross-attention
+    ``(layers, heads, target_len, source_len)`` for a word alignment (Bahdanau et al. 2015: the
+    alignment of target word ``y_i`` is the attention while generating it).
+
+    Returns:
+        ``[(word text, query positions), ...]`` in target order; empty for other families.
+    """
+    if analysis.family != "encoder-decoder" or not analysis.target_words:
+        return []
+    rows = []
+    for word in analysis.target_words:
+        positions = tuple(i - 1 for i in word.tokens if i >= 1)
+        if positions:
+            rows.append((word.text, positions))
+    return rows
+
+
+def produced_tokens(analysis: Analysis, end_label: str = "</s>") -> list[tuple[str, bool]]:
+    """For each decoder position of an encoder-decoder analysis, the token it predicts: ``(label,
+    special)``. Position ``i`` reads ``target_tokens[i]`` and predicts ``target_tokens[i + 1]``; the
+    last position predicts the end of the text (``(end_label, True)``: pass the tokenizer's
+    ``eos_token``, e.g. Whisper's ``<|endoftext|>``).
+
+    Returns:
+        ``target_len`` pairs; empty for other families.
+    """
+    if analysis.family != "encoder-decoder" or not analysis.target_tokens:
+        return []
+    targets = analysis.target_tokens
+    out = [(tok.label, tok.special) for tok in targets[1:]]
+    out.append((end_label, True))
+    return out

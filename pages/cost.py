@@ -1,0 +1,124 @@
+"""The cost of long context: the n × n matrix, measured time and memory against n, and what
+FlashAttention, sparse and sliding-window attention change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+import models
+from models import teaching
+from pages import shared
+from viz import cost as vc
+from viz import numbers as nb
+
+t = shared.t
+L = shared.lang()
+
+sel = shared.selection()
+st.title(t("cost_title"))
+st.markdown(t("cost_intro"))
+
+loaded = shared.load_model_ui(sel.model)
+if loaded is None:
+    st.stop()
+
+# ---- 1. the n x n matrix ----------------------------------------------------------------------------
+st.header(t("cost_s1"))
+stack = teaching.main_stack(loaded)
+n_layers, n_heads = loaded.stacks[stack]
+value_bytes = torch.empty(0, dtype=loaded.dtype).element_size()
+st.markdown(t("cost_s1_text", model=sel.model, layers=n_layers, heads=n_heads, bytes=value_bytes))
+rows = []
+for n in (1_000, 100_000, 1_000_000):
+    entries, one = teaching.attention_matrix_size(n, bytes_per_value=4)
+    _, whole = teaching.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
+    rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries),
+                 t("cost_col_one"): nb.human_bytes(one, L), t("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
+st.table(pd.DataFrame(rows))
+
+# ---- 2. measured -----------------------------------------------------------------------------------------------
+st.header(t("cost_s2"))
+st.markdown(t("cost_s2_text"))
+options = teaching.default_lengths(loaded, top=1024)
+cap_limit = models.default_max_tokens(loaded)
+c1, c2 = st.columns([3, 1])
+lengths = c1.multiselect(t("cost_lengths"), options, default=[n for n in options if n <= 128], key="cost_lengths")
+repeats = c2.number_input(t("cost_repeats"), 1, 5, 3, key="cost_repeats")
+st.caption(t("cost_limits", limit=loaded.max_positions, cap=cap_limit))
+
+state_key = f"cost_points::{sel.model}"
+
+
+def _stop() -> None:
+    st.session_state["cost_stop"] = True
+
+
+if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths):
+    st.session_state["cost_stop"] = False
+    st.session_state[state_key] = {"points": [], "done": False, "planned": None, "repeats": int(repeats)}
+    stop_slot = st.empty()
+    stop_slot.button(t("cost_stop_button"), key="cost_stop_btn", on_click=_stop)
+    bar = st.progress(0.0, text=t("cost_starting"))
+    record = st.session_state[state_key]
+
+    def on_point(point: teaching.CostPoint, done: int, total: int) -> None:
+        record["points"].append(point)
+        record["planned"] = total
+        bar.progress(done / total, text=t("cost_progress", done=done, total=total, n=point.n,
+                                          impl=t(f"cost_impl_{point.implementation}"), seconds=nb.num(point.seconds, 2, L)))
+
+    try:
+        with st.spinner(t("cost_preparing")):
+            teaching.default_twin(loaded)
+        teaching.measure_cost(loaded, lengths, repeats=int(repeats), on_point=on_point,
+                              should_stop=lambda: bool(st.session_state.get("cost_stop")))
+        record["done"] = not st.session_state.get("cost_stop")
+    except models.DikkatError as exc:
+        st.error(str(exc))
+    bar.empty()
+    stop_slot.empty()
+
+record = st.session_state.get(state_key)
+if record and record["points"]:
+    points: list[teaching.CostPoint] = record["points"]
+    if not record["done"]:
+        st.warning(t("cost_stopped", done=len(points), total=record["planned"] or len(points)))
+    log = st.toggle(t("cost_log"), value=True, key="cost_log")
+    impls = [i for i in teaching.IMPLEMENTATIONS if any(p.implementation == i for p in points)]
+    series_t, series_m = {}, {}
+    for impl in impls:
+        ps = sorted((p for p in points if p.implementation == impl), key=lambda p: p.n)
+        series_t[t(f"cost_impl_{impl}")] = ([p.n for p in ps], [p.seconds for p in ps])
+        series_m[t(f"cost_impl_{impl}")] = ([p.n for p in ps], [p.peak_bytes / 2**20 for p in ps])
+    anchor = max(points, key=lambda p: (p.implementation == "captured", p.n))
+    ns = sorted({p.n for p in points})
+    ref_ns = np.geomspace(min(ns), max(ns), 40) if len(ns) > 1 else np.array(ns, dtype=float)
+    f1, f2 = st.columns(2)
+    f1.plotly_chart(vc.cost_curves(series_t, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n, anchor.seconds)),
+                                   reference_name=t("cost_ref"), x_title=t("cost_x"), y_title=t("cost_seconds"),
+                                   title=t("cost_time_fig"), log=log), key="cost_time")
+    f2.plotly_chart(vc.cost_curves(series_m, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n, anchor.peak_bytes / 2**20)),
+                                   reference_name=t("cost_ref"), x_title=t("cost_x"), y_title="MiB",
+                                   title=t("cost_memory_fig"), log=log), key="cost_memory")
+    table = pd.DataFrame([{t("cost_col_n"): p.n, t("cost_col_impl"): t(f"cost_impl_{p.implementation}"),
+                           t("cost_seconds"): round(p.seconds, 4), "MiB": round(p.peak_bytes / 2**20, 2),
+                           t("cost_col_kept"): nb.human_bytes(p.recorded_bytes, L)} for p in points])
+    st.dataframe(table, hide_index=True)
+    st.download_button(t("teach_download_csv"), table.to_csv(index=False).encode("utf-8"), file_name="cost.csv",
+                       mime="text/csv", key="cost_csv")
+    method = points[0].memory_method
+    st.caption(t("cost_measured", device=str(loaded.device), threads=torch.get_num_threads(), repeats=record["repeats"],
+                 memory=t(f"cost_memory_{method}") if method != "none" else "—"))
+
+# ---- 3. what changes it ---------------------------------------------------------------------------------------
+st.header(t("cost_s3"))
+st.markdown(t("cost_flash"))
+st.markdown(t("cost_sparse"))
+st.markdown(t("cost_window"))
+window = getattr(loaded.config, "sliding_window", None)
+if window:
+    st.info(t("cost_model_window", model=sel.model, w=window))
+st.markdown(t("cost_see_kv"))

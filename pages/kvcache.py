@@ -1,0 +1,122 @@
+"""The KV cache: how big it is (calculator from real configs, with and without GQA) and what it saves
+(generation with and without the cache, measured side by side)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import models
+from models import teaching
+from pages import shared
+from viz import cost as vc
+from viz import numbers as nb
+
+t = shared.t
+L = shared.lang()
+GENERATION_MODEL = "smollm2-135m"
+FIELDS = ("kv_layers", "kv_heads_q", "kv_heads_kv", "kv_head_dim", "kv_bytes")
+
+
+def _fill(cfg: teaching.KVConfig) -> None:
+    for key, value in zip(FIELDS, (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value)):
+        st.session_state[key] = int(value)
+
+
+sel = shared.selection()
+st.title(t("kv_title"))
+st.markdown(t("kv_intro"))
+
+loaded = shared.load_model_ui(sel.model)
+if loaded is None:
+    st.stop()
+
+# ---- 1. calculator ---------------------------------------------------------------------------------------
+st.header(t("kv_s1"))
+st.markdown(t("kv_s1_text"))
+st.latex(t("kv_formula"))
+own = teaching.kv_config_from_model(loaded)
+presets = {t("kv_loaded", model=sel.model): own, **teaching.KV_PRESETS}
+names = list(presets)
+
+
+def _on_preset() -> None:
+    _fill(presets[st.session_state["kv_preset"]])
+
+
+if st.session_state.get("kv_preset") not in presets:
+    st.session_state["kv_preset"] = names[0]
+    _fill(own)
+st.selectbox(t("kv_preset"), names, key="kv_preset", on_change=_on_preset)
+if loaded.family != "decoder" and st.session_state["kv_preset"] == names[0]:
+    st.caption(t("kv_encoder_note", model=sel.model, family=t(f"teach_family_{loaded.family}")))
+c = st.columns(6)
+layers = c[0].number_input(t("kv_layers"), 1, 1000, key="kv_layers")
+heads = c[1].number_input(t("kv_heads_q"), 1, 1024, key="kv_heads_q")
+kv_heads = c[2].number_input(t("kv_heads_kv"), 1, 1024, key="kv_heads_kv")
+head_dim = c[3].number_input(t("kv_head_dim"), 1, 4096, key="kv_head_dim")
+bytes_per = c[4].selectbox(t("kv_bytes"), [1, 2, 4], key="kv_bytes",
+                           format_func=lambda b: {1: "1 (int8/fp8)", 2: "2 (bf16/fp16)", 4: "4 (fp32)"}[b])
+tokens = c[5].number_input(t("kv_tokens"), 1, 10_000_000, 131_072, step=1024, key="kv_tokens")
+if kv_heads > heads or heads % kv_heads:
+    st.error(t("kv_bad_heads", heads=heads, kv=kv_heads))
+else:
+    cfg = teaching.KVConfig("custom", int(layers), int(heads), int(kv_heads), int(head_dim), int(bytes_per))
+    per_gqa = teaching.kv_cache_bytes(cfg, 1)
+    per_mha = teaching.kv_cache_bytes(cfg, 1, gqa=False)
+    m = st.columns(4)
+    m[0].metric(t("kv_per_token_gqa"), nb.human_bytes(per_gqa, L), f"{nb.integer(per_gqa, L)} B", delta_color="off",
+                delta_arrow="off")
+    m[1].metric(t("kv_per_token_mha"), nb.human_bytes(per_mha, L), f"{nb.integer(per_mha, L)} B", delta_color="off",
+                delta_arrow="off")
+    m[2].metric(t("kv_context_gqa", tokens=nb.integer(tokens, L)), nb.human_bytes(per_gqa * tokens, L))
+    m[3].metric(t("kv_context_mha", tokens=nb.integer(tokens, L)), nb.human_bytes(per_mha * tokens, L))
+    worked = t("kv_worked", layers=layers, kv=kv_heads, d=head_dim, b=bytes_per, per=nb.integer(per_gqa, L))
+    if kv_heads < heads:
+        worked += " " + t("kv_worked_gqa", heads=heads, ratio=heads // kv_heads)
+    else:
+        worked += " " + t("kv_worked_mha", heads=heads)
+    st.markdown(worked)
+    contexts = [4_096, 32_768, 131_072]
+    st.plotly_chart(vc.kv_bars([f"{x // 1024}K" for x in contexts],
+                               [teaching.kv_cache_bytes(cfg, x) / 2**30 for x in contexts],
+                               [teaching.kv_cache_bytes(cfg, x, gqa=False) / 2**30 for x in contexts],
+                               names=(t("kv_with_gqa"), t("kv_without_gqa")), y_title="GiB",
+                               title=t("kv_bars_title")), key="kv_bars")
+
+# ---- 2. generation with and without the cache ----------------------------------------------------------------
+st.header(t("kv_s2"))
+st.markdown(t("kv_s2_text"))
+gen_name = sel.model if loaded.family == "decoder" else GENERATION_MODEL
+if gen_name != sel.model:
+    st.caption(t("kv_uses_other", model=gen_name))
+p1, p2 = st.columns([3, 1])
+prompt = p1.text_input(t("kv_prompt"), sel.text if sel.text.strip() else "Kedi fareyi kovaladı", key="kv_prompt")
+new_tokens = p2.slider(t("kv_new_tokens"), 4, 64, 16, key="kv_new_tokens")
+gen_key = "kv_generation"
+if st.button(t("kv_run"), key="kv_run", type="primary"):
+    try:
+        with st.spinner(t("kv_running", model=gen_name)):
+            gen_model = shared.get_model(gen_name)
+            with_cache, without = teaching.compare_generation(gen_model, prompt, int(new_tokens))
+        st.session_state[gen_key] = {"model": gen_name, "prompt": prompt, "with": with_cache, "without": without,
+                                     "device": str(gen_model.device)}
+    except models.DikkatError as exc:
+        st.error(str(exc))
+result = st.session_state.get(gen_key)
+if result:
+    w, wo = result["with"], result["without"]
+    g = st.columns(3)
+    sec = t("cost_seconds")
+    g[0].metric(t("kv_with_cache"), f"{nb.num(w.tokens_per_second, 1, L)} {t('kv_tps')}", f"{nb.num(w.seconds, 2, L)} {sec}",
+                delta_color="off", delta_arrow="off")
+    g[1].metric(t("kv_without_cache"), f"{nb.num(wo.tokens_per_second, 1, L)} {t('kv_tps')}",
+                f"{nb.num(wo.seconds, 2, L)} {sec}", delta_color="off", delta_arrow="off")
+    g[2].metric(t("kv_speedup"), f"× {nb.num(w.tokens_per_second / max(wo.tokens_per_second, 1e-9), 2, L)}")
+    if w.tokens == wo.tokens:
+        st.success(t("kv_same_tokens", n=len(w.tokens)))
+    else:
+        same = next((i for i, (a, b) in enumerate(zip(w.tokens, wo.tokens)) if a != b), min(len(w.tokens), len(wo.tokens)))
+        st.warning(t("kv_different_tokens", i=same))
+    st.markdown(f"**{t('kv_prompt')}:** {result['prompt']}")
+    st.code(w.text, language=None, wrap_lines=True)
+    st.caption(t("kv_measured", model=result["model"], device=result["device"], n=len(w.tokens)))

@@ -1,0 +1,145 @@
+"""Positions: sinusoidal encoding, RoPE as rotations, ALiBi, and the word-order experiment."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+import models
+from models import teaching
+from pages import shared
+from viz import numbers as nb
+from viz import positions as vp
+
+t = shared.t
+L = shared.lang()
+MAX_POS = 64  # positions drawn in the RoPE grid and the ALiBi matrix
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _word_order(name: str, text_a: str, text_b: str) -> teaching.WordOrder:
+    return teaching.word_order_experiment(shared.get_model(name), text_a, text_b)
+
+
+sel = shared.selection()
+st.title(t("pos_title"))
+st.markdown(t("pos_intro"))
+
+loaded = shared.load_model_ui(sel.model)
+if loaded is None:
+    st.stop()
+kind = teaching.position_kind(loaded)
+st.info(t(f"pos_kind_{kind}", model=sel.model))
+
+stack = teaching.main_stack(loaded)
+labels: list[str] = []
+if sel.text.strip():
+    analysis = shared.analysis_ui(sel.model, sel.text)
+    if analysis is not None:
+        labels = [tok.label for tok in analysis.axis_tokens(stack)[0]]
+if not labels:
+    st.info(t("teach_need_text"))
+    labels = ["Kedi", "fareyi", "kovaladı"]
+n = len(labels)
+pos_labels = [f"{i} · {lab}" for i, lab in enumerate(labels)]
+
+# ---- 1. sinusoidal ---------------------------------------------------------------------------------
+st.header(t("pos_s1"))
+cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+d_model = int(getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model", 64))
+st.markdown(t("pos_s1_text", n=n, d=d_model))
+st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right),\quad "
+         r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right)")
+pe = teaching.sinusoidal_encoding(n, d_model)
+st.plotly_chart(vp.sinusoidal_heatmap(pe, pos_labels, title=t("pos_s1_fig", n=n, d=d_model),
+                                      dim_title=t("teach_dimension"), position_title=t("teach_position")),
+                key="pos_sin")
+
+# ---- 2. RoPE ----------------------------------------------------------------------------------------------
+st.header(t("pos_s2"))
+rope_model = kind == "rope"
+head_dim = teaching._head_dim(loaded) if rope_model else 64
+theta = (teaching.rope_theta(loaded) or 10000.0) if rope_model else 10000.0
+if rope_model:
+    st.markdown(t("pos_s2_text_model", model=sel.model, theta=nb.integer(round(theta), L), d=head_dim))
+else:
+    st.markdown(t("pos_s2_text_textbook", model=sel.model))
+st.latex(r"(R_m q)\cdot(R_n k) = q \cdot R_{n-m}\,k")
+source = loaded if rope_model else None
+n_rot = min(max(n, 8), 12)
+angles = teaching.rope_angles(source, n_rot, head_dim=head_dim, theta=theta)
+n_pairs = angles.shape[1]
+pairs = sorted({0, 1, n_pairs // 4, n_pairs - 1})
+st.plotly_chart(vp.rope_rotations(angles, pairs, title=t("pos_rot_fig", n=n_rot), pair_word=t("pos_pair"),
+                                  position_title=t("teach_position")), key="pos_rot")
+st.caption(t("pos_rot_caption"))
+
+grid_n = min(max(n, 16), MAX_POS)
+grid = teaching.rope_dot_grid(source, grid_n, head_dim=head_dim, theta=theta)
+st.plotly_chart(vp.distance_grid(grid, title=t("pos_grid_fig", n=grid_n), query_title=t("pos_query_pos"),
+                                 key_title=t("pos_key_pos")), key="pos_grid")
+st.markdown(t("pos_grid_text"))
+g1, g2, g3 = st.columns(3)
+m_pos = g1.number_input("m", 0, 100_000, 2, key="pos_m")
+n_pos = g2.number_input("n", 0, 100_000, 5, key="pos_n")
+shift = g3.number_input(t("pos_shift"), 0, 100_000, 7, key="pos_t")
+check = teaching.rope_shift_check(source, int(m_pos), int(n_pos), int(shift), head_dim=head_dim, theta=theta)
+k1, k2, k3 = st.columns(3)
+k1.metric(t("pos_dot_at", m=check.m, n=check.n), nb.num(check.dot, 5, L))
+k2.metric(t("pos_dot_at", m=check.m + check.t, n=check.n + check.t), nb.num(check.dot_shifted, 5, L))
+k3.metric(t("pos_dot_diff"), nb.sci(check.abs_diff, 2, L))
+st.caption(t("pos_check_caption", unrotated=nb.num(check.dot_unrotated, 5, L)))
+
+# ---- 3. ALiBi -----------------------------------------------------------------------------------------------
+st.header(t("pos_s3"))
+heads = loaded.stacks[stack][1]
+st.markdown(t("pos_s3_text", heads=heads))
+st.latex(r"\mathrm{softmax}\big(q_i K^\top + m \cdot [-(i-1), \dots, -2, -1, 0]\big),\qquad m_h = 2^{-8h/H}")
+if st.session_state.get("pos_alibi_head", 0) >= heads:
+    st.session_state["pos_alibi_head"] = 0
+alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), 0, key="pos_alibi_head") if heads > 1 else 0
+slopes = teaching.alibi_slopes(heads)
+n_alibi = min(n, MAX_POS)
+bias = teaching.alibi_bias(n_alibi, float(slopes[alibi_head]))
+st.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
+                                title_bias=t("pos_alibi_bias", head=alibi_head, m=nb.num(slopes[alibi_head], 4, L)),
+                                head_word=t("teach_head"), slope_word=t("pos_slope")), key="pos_alibi")
+if heads & (heads - 1):
+    low = 1 << (heads.bit_length() - 1)
+    st.caption(t("pos_alibi_order", heads=heads, low=low, high=2 * low))
+
+# ---- 4. word order -----------------------------------------------------------------------------------------------
+st.header(t("pos_s4"))
+st.markdown(t("pos_s4_text"))
+w1, w2 = st.columns(2)
+text_a = w1.text_input(t("pos_sentence_a"), "Kedi fareyi kovaladı", key="pos_text_a")
+text_b = w2.text_input(t("pos_sentence_b"), "Fareyi kedi kovaladı", key="pos_text_b")
+try:
+    with st.spinner(t("analysing")):
+        wo = _word_order(sel.model, text_a, text_b)
+except models.DikkatError as exc:
+    st.error(str(exc))
+    st.stop()
+n_layers = wo.attn_a.shape[0]
+if st.session_state.get("pos_wo_layer", 0) >= n_layers:
+    st.session_state["pos_wo_layer"] = 0
+if st.session_state.get("pos_wo_head", -1) >= heads:
+    st.session_state["pos_wo_head"] = -1
+l1, l2 = st.columns(2)
+wo_layer = l1.selectbox(t("teach_layer"), list(range(n_layers)), key="pos_wo_layer")
+wo_head = l2.selectbox(t("teach_head"), [-1] + list(range(heads)), key="pos_wo_head",
+                       format_func=lambda h: t("pos_mean_heads") if h < 0 else str(h))
+
+
+def _pick(x: np.ndarray) -> np.ndarray:
+    return x[wo_layer].mean(axis=0) if wo_head < 0 else x[wo_layer, wo_head]
+
+
+a_m, b_m = _pick(wo.attn_a), _pick(wo.attn_b)
+st.plotly_chart(vp.word_order_figure(wo.words, a_m, b_m, a_m - b_m,
+                                     titles=(f"A: {text_a}", f"B: {text_b}", "A − B"),
+                                     query_title=t("pos_query_word"), key_title=t("pos_key_word")), key="pos_wo")
+st.metric(t("pos_mean_abs_diff"), nb.num(float(np.abs(a_m - b_m).mean()), 4, L))
+st.caption(t("pos_wo_caption"))
+if loaded.family == "decoder":
+    st.caption(t("pos_wo_causal"))

@@ -1,0 +1,171 @@
+"""Q/K/V step by step: one head of the loaded model taken apart with its own projection weights."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import models
+from models import teaching
+from pages import shared
+from viz import numbers as nb
+from viz import qkv as vq
+
+t = shared.t
+L = shared.lang()
+MAX_ROWS = 48  # keys drawn as strips; longer inputs show the keys with the largest weights
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _layer(name: str, text: str, stack: str, layer: int) -> teaching.LayerCapture:
+    return teaching.layer_capture(shared.get_model(name), text, stack=stack, layer=layer)
+
+
+def _clamp(key: str, n: int, default: int = 0) -> None:
+    """Keep a selector's remembered value inside ``range(n)`` (the model or the text changed)."""
+    if key in st.session_state and not 0 <= st.session_state[key] < n:
+        st.session_state[key] = min(max(default, 0), n - 1)
+
+
+sel = shared.selection()
+st.title(t("qkv_title"))
+st.markdown(t("qkv_intro"))
+
+loaded = shared.load_model_ui(sel.model)
+if loaded is None:
+    st.stop()
+if not sel.text.strip():
+    st.info(t("teach_need_text"))
+    st.stop()
+
+stacks = [s for s in loaded.stacks if s != "cross"]
+stack = stacks[0]
+if len(stacks) > 1:
+    stack = st.radio(t("teach_stack"), stacks, horizontal=True, key="qkv_stack")
+n_layers, n_heads = loaded.stacks[stack]
+_clamp("qkv_layer", n_layers)
+_clamp("qkv_head", n_heads)
+c1, c2, c3 = st.columns([1, 1, 2])
+layer = c1.selectbox(t("teach_layer"), list(range(n_layers)), key="qkv_layer")
+head = c2.selectbox(t("teach_head"), list(range(n_heads)), key="qkv_head")
+
+try:
+    with st.spinner(t("analysing")):
+        lc = _layer(sel.model, sel.text, stack, layer)
+        steps = teaching.head_steps(loaded, lc, head)
+except models.DikkatError as exc:
+    st.error(str(exc))
+    st.stop()
+
+analysis = steps.analysis
+if analysis.truncated:
+    st.warning(t("truncated", n=analysis.truncated, limit=analysis.max_tokens))
+q_tokens, k_tokens = analysis.axis_tokens(stack)
+q_labels = [tok.label for tok in q_tokens]
+k_labels = [tok.label for tok in k_tokens]
+n_q = len(q_labels)
+default_query = max([i for i, tok in enumerate(q_tokens) if not tok.special] or [n_q - 1])
+_clamp("qkv_query", n_q, default_query)
+st.session_state.setdefault("qkv_query", default_query)
+qi = c3.selectbox(t("qkv_query_token"), list(range(n_q)), key="qkv_query", format_func=lambda i: f"{i} · {q_labels[i]}")
+
+allowed = steps.allowed[qi]
+weights = steps.weights[qi]
+# Which keys to draw as strips: all of them for short inputs, else the strongest MAX_ROWS in order.
+shown = np.arange(len(k_labels))
+if len(shown) > MAX_ROWS:
+    shown = np.sort(np.argsort(-weights)[:MAX_ROWS])
+shown_labels = [f"k{j} · {k_labels[j]}" for j in shown]
+
+# ---- 1. q, k, v ---------------------------------------------------------------------------------
+st.header(t("qkv_s1"))
+st.markdown(t("qkv_s1_text", source=steps.source, d=steps.head_dim, dmodel=lc.hidden.shape[1]))
+if steps.kv_heads < steps.heads:
+    group = steps.heads // steps.kv_heads
+    first = steps.kv_head * group
+    st.info(t("qkv_gqa", head=head, kv=steps.kv_head, heads=steps.heads, kv_heads=steps.kv_heads,
+              first=first, last=first + group - 1))
+fig = vq.vector_strips(np.vstack([steps.queries[qi][None], steps.keys[shown]]),
+                       [f"q{qi} · {q_labels[qi]}"] + shown_labels, highlight=[0],
+                       title=t("qkv_strips_title", head=head, layer=layer),
+                       dim_title=t("teach_dimension"), value_title=t("teach_value"))
+st.plotly_chart(fig, key="qkv_strips")
+if len(shown) < len(k_labels):
+    st.caption(t("qkv_rows_cut", shown=len(shown), n=len(k_labels)))
+
+if steps.rope:
+    st.subheader(t("qkv_rope_title"))
+    st.markdown(t("qkv_rope_text"))
+    few = shown[-min(len(shown), 6):]
+    st.plotly_chart(vq.rope_before_after(
+        np.vstack([steps.queries_unrotated[qi][None], steps.keys_unrotated[few]]),
+        np.vstack([steps.queries[qi][None], steps.keys[few]]),
+        [f"q{qi} · {q_labels[qi]}"] + [f"k{j} · {k_labels[j]}" for j in few],
+        before_word=t("qkv_before"), after_word=t("qkv_after"), title=t("qkv_rope_fig", n=len(few)),
+        dim_title=t("teach_dimension"), value_title=t("teach_value")), key="qkv_rope")
+    norm_before = float(np.linalg.norm(steps.queries_unrotated[qi]))
+    norm_after = float(np.linalg.norm(steps.queries[qi]))
+    st.caption(t("qkv_rope_norm", before=nb.num(norm_before, 3, L), after=nb.num(norm_after, 3, L)))
+
+# ---- 2. scores, scaling, mask, softmax ---------------------------------------------------------------
+st.header(t("qkv_s2"))
+root = 1.0 / steps.scaling if steps.scaling else float("nan")
+st.markdown(t("qkv_s2_text", d=steps.head_dim, root=nb.num(math.sqrt(steps.head_dim), 2, L), scaling=nb.num(steps.scaling, 4, L)))
+st.latex(r"a_{ij} = \mathrm{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_k}} + M_{ij}\right)")
+if abs(steps.scaling - steps.head_dim ** -0.5) > 1e-9:
+    st.caption(t("qkv_own_scaling", scaling=nb.num(steps.scaling, 4, L), root=nb.num(root, 2, L)))
+table = pd.DataFrame({
+    t("qkv_col_key"): [f"{j} · {lab}" for j, lab in enumerate(k_labels)],
+    "q·k": steps.dots[qi],
+    t("qkv_col_scaled"): steps.scores[qi],
+    t("qkv_col_mask"): [t("qkv_allowed") if a else t("qkv_blocked") for a in allowed],
+    t("qkv_col_weight"): weights,
+    t("qkv_col_recorded"): steps.recorded[qi],
+})
+st.dataframe(table, hide_index=True, column_config={
+    c: st.column_config.NumberColumn(format="%.4f") for c in table.columns[1:] if c != t("qkv_col_mask")})
+st.download_button(t("teach_download_csv"), table.to_csv(index=False).encode("utf-8"),
+                   file_name=f"qkv_L{layer}_H{head}_q{qi}.csv", mime="text/csv", key="qkv_csv")
+if not allowed.all():
+    st.caption(t("qkv_mask_note", blocked=int((~allowed).sum())))
+if steps.max_abs_diff < 1e-4:
+    st.success(t("qkv_equal", diff=nb.sci(steps.max_abs_diff, 1, L)))
+else:
+    st.warning(t("qkv_not_equal", diff=nb.sci(steps.max_abs_diff, 1, L)))
+
+# ---- 3. sharper or flatter --------------------------------------------------------------------------
+st.header(t("qkv_s3"))
+st.markdown(t("qkv_s3_text"))
+s1, s2 = st.columns(2)
+no_scale = s1.toggle(t("qkv_noscale"), key="qkv_noscale")
+temperature = s2.slider(t("qkv_temperature"), 0.1, 5.0, 1.0, 0.1, key="qkv_temperature")
+row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
+adjusted = teaching.softmax_row(row, allowed, temperature=temperature)
+st.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
+                               names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight")),
+                key="qkv_bars")
+n_allowed = int(allowed.sum())
+m1, m2, m3, m4 = st.columns(4)
+h_model, h_adj = teaching.entropy(weights), teaching.entropy(adjusted)
+nats, bits = t("teach_nats"), t("teach_bits")
+m1.metric(t("qkv_entropy_model"), f"{nb.num(h_model, 3, L)} {nats}", f"{nb.num(teaching.entropy(weights, 2), 3, L)} {bits}",
+          delta_color="off", delta_arrow="off")
+m2.metric(t("qkv_entropy_adjusted"), f"{nb.num(h_adj, 3, L)} {nats}", f"{nb.num(teaching.entropy(adjusted, 2), 3, L)} {bits}",
+          delta_color="off", delta_arrow="off")
+m3.metric(t("qkv_entropy_max"), f"{nb.num(math.log(max(n_allowed, 1)), 3, L)} {nats}",
+          f"{nb.num(math.log2(max(n_allowed, 1)), 3, L)} {bits}", delta_color="off", delta_arrow="off")
+m4.metric(t("qkv_top_weight"), nb.num(adjusted.max(), 3, L), nb.num(adjusted.max() - weights.max(), 3, L, sign=True))
+st.caption(t("qkv_entropy_note", n=n_allowed))
+
+# ---- 4. weighted sum of values ------------------------------------------------------------------------
+st.header(t("qkv_s4"))
+st.markdown(t("qkv_s4_text"))
+st.plotly_chart(vq.weighted_values(steps.values[shown], weights[shown], steps.output[qi],
+                                   [k_labels[j] for j in shown], sum_label=t("qkv_sum_label"),
+                                   dim_title=t("teach_dimension"), value_title=t("teach_value"), lang=L),
+                key="qkv_values")
+if len(shown) < len(k_labels):
+    st.caption(t("qkv_values_cut", shown=len(shown), n=len(k_labels)))

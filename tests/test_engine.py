@@ -1,0 +1,282 @@
+"""Attention engine (issue 2): capture equals eager, heads off equal zeroed output-projection slices,
+per-call state, loading errors. Tiny random models built from configs, loaded from folders."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+
+import models
+
+ARCHS = ["bert", "bert-mlm", "gpt2", "llama", "mistral", "gpt_neo", "t5", "marian", "bart"]
+TEXT = "Kedi fareyi kovaladı"
+
+# Output projection of layer l (its input holds the per-head outputs, head after head).
+OUT_PROJ = {
+    "bert": "encoder.layer.{l}.attention.output.dense",
+    "bert-mlm": "bert.encoder.layer.{l}.attention.output.dense",
+    "gpt2": "transformer.h.{l}.attn.c_proj",
+    "llama": "model.layers.{l}.self_attn.o_proj",
+    "mistral": "model.layers.{l}.self_attn.o_proj",
+    "gpt_neo": "transformer.h.{l}.attn.attention.out_proj",
+    "t5": "encoder.block.{l}.layer.0.SelfAttention.o",
+    "marian": "model.encoder.layers.{l}.self_attn.out_proj",
+    "bart": "model.encoder.layers.{l}.self_attn.out_proj",
+}
+
+
+def _eager(tiny_folder, arch):
+    """The same tiny model loaded plainly by transformers with eager attention."""
+    loaded_cls = {
+        "bert": tf.BertModel, "bert-mlm": tf.BertForMaskedLM, "gpt2": tf.GPT2LMHeadModel,
+        "llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "gpt_neo": tf.GPTNeoForCausalLM,
+        "t5": tf.T5ForConditionalGeneration, "marian": tf.MarianMTModel, "bart": tf.BartForConditionalGeneration,
+    }[arch]
+    return loaded_cls.from_pretrained(str(tiny_folder(arch)), attn_implementation="eager").eval()
+
+
+def _inputs(a: models.Analysis) -> dict:
+    inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
+    if a.target_tokens is not None:
+        inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
+    return inputs
+
+
+def _main_output(arch, a: models.Analysis | None = None, outputs=None):
+    """The tensor compared bit for bit: logits, or the last hidden state for a headless encoder."""
+    if outputs is not None:
+        return outputs.last_hidden_state[0] if arch == "bert" else outputs.logits[0]
+    return torch.from_numpy(a.hidden_states["encoder"][-1] if arch == "bert" else a.logits)
+
+
+def _run(loaded, text=TEXT, **kw):
+    return models.analyze(loaded, text, keep_logits=True, hidden_states=True, **kw)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_weights_equal_eager_and_rows_sum_to_one(tiny, tiny_folder, arch):
+    a = _run(tiny(arch))
+    ref = _eager(tiny_folder, arch)
+    with torch.no_grad():
+        out = ref(**_inputs(a), output_attentions=True)
+    expected = {}
+    if a.family == "encoder-decoder":
+        expected = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    else:
+        expected = {"decoder" if a.family == "decoder" else "encoder": out.attentions}
+    assert set(a.attentions) == set(expected)
+    for stack, tensors in expected.items():
+        got = a.attentions[stack]
+        want = torch.stack([t[0] for t in tensors]).numpy()
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
+        q_tokens, k_tokens = a.axis_tokens(stack)
+        assert got.shape[2:] == (len(q_tokens), len(k_tokens))  # C06: tokens == matrix size
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "gpt_neo", "t5", "marian", "bart"])
+def test_decoder_self_attention_is_exactly_causal(tiny, arch):
+    a = _run(tiny(arch))
+    w = a.attentions["decoder"]
+    n = w.shape[-1]
+    assert (w[..., np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] == 0).all()
+    assert n >= 2
+
+
+def test_mistral_native_sliding_window_is_kept(tiny):
+    w = _run(tiny("mistral"), "kedi fare kova the cat chased").attentions["decoder"]  # window 3
+    n = w.shape[-1]
+    i, j = np.indices((n, n))
+    assert (w[..., (j <= i - 3)] == 0).all()
+    assert (w[..., (j > i - 3) & (j <= i)] > 0).all()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_heads_off_is_bit_identical_to_eager(tiny, tiny_folder, arch):
+    a = _run(tiny(arch))
+    ref = _eager(tiny_folder, arch)
+    with torch.no_grad():
+        out = ref(**_inputs(a))
+    assert torch.equal(_main_output(arch, a), _main_output(arch, outputs=out))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_head_off_equals_zeroed_output_projection_slice_and_back_on_restores(tiny, tiny_folder, arch):
+    loaded = tiny(arch)
+    stack = "decoder" if loaded.family == "decoder" else "encoder"
+    layer, head = 1, 2
+    base = _run(loaded)
+    off = _run(loaded, heads_off={(stack, layer, head)})
+
+    ref = _eager(tiny_folder, arch)
+    proj = dict(ref.named_modules())[OUT_PROJ[arch].format(l=layer)]
+    heads = loaded.stacks[stack][1]
+
+    def zero_slice(module, args):
+        x = args[0].clone()
+        d = x.shape[-1] // heads
+        x[..., head * d : (head + 1) * d] = 0
+        return (x,) + args[1:]
+
+    handle = proj.register_forward_pre_hook(zero_slice)
+    with torch.no_grad():
+        out = ref(**_inputs(base))
+    handle.remove()
+    assert torch.equal(_main_output(arch, off), _main_output(arch, outputs=out))
+    assert not torch.equal(_main_output(arch, off), _main_output(arch, base))
+    # C07: switched back on, bit-identical to before, every time.
+    for _ in range(3):
+        again = _run(loaded)
+        assert torch.equal(_main_output(arch, again), _main_output(arch, base))
+        for s in base.attentions:
+            assert np.array_equal(again.attentions[s], base.attentions[s])
+
+
+def test_two_threads_share_a_model_without_sharing_heads(tiny):
+    loaded = tiny("llama")
+    solo_plain = _run(loaded).logits
+    solo_off = _run(loaded, heads_off={("decoder", 0, 1), ("decoder", 1, 3)}).logits
+    assert not np.array_equal(solo_plain, solo_off)
+    errors: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def worker(heads, expected):
+        barrier.wait()
+        for _ in range(15):
+            got = _run(loaded, heads_off=heads).logits
+            if not np.array_equal(got, expected):
+                errors.append(f"heads={heads}")
+
+    threads = [
+        threading.Thread(target=worker, args=(set(), solo_plain)),
+        threading.Thread(target=worker, args=({("decoder", 0, 1), ("decoder", 1, 3)}, solo_off)),
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+
+
+def test_gqa_model_reports_key_value_heads(tiny):
+    a = _run(tiny("llama"))
+    assert a.kv_heads == 2 and a.attentions["decoder"].shape[1] == 4
+
+
+def test_fallback_path_is_reported_and_refuses_mask_replacement(tiny):
+    loaded = tiny("gpt_neo")
+    assert loaded.capture_path == "fallback" and tiny("gpt2").capture_path == "interface"
+    with pytest.raises(models.UnsupportedOperationError, match="fallback"):
+        models.analyze(loaded, TEXT, mask="bidirectional")
+
+
+def test_heads_off_out_of_range_is_a_clear_error(tiny):
+    with pytest.raises(models.InvalidHeadError, match="2 layers x 4 heads"):
+        models.analyze(tiny("gpt2"), TEXT, heads_off={("decoder", 5, 0)})
+    with pytest.raises(models.InvalidHeadError, match="no 'encoder' stack"):
+        models.analyze(tiny("gpt2"), TEXT, heads_off={("encoder", 0, 0)})
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t"])
+def test_empty_text_raises(tiny, text):
+    with pytest.raises(models.EmptyTextError):
+        models.analyze(tiny("bert"), text)
+
+
+def test_C06_batch_of_texts_is_a_clear_error(tiny):
+    with pytest.raises(models.BatchNotSupportedError, match="one text per call"):
+        models.analyze(tiny("bert"), ["Kedi fareyi kovaladı", "The cat chased the mouse"])
+
+
+def test_C01_long_text_is_truncated_with_a_count(tiny):
+    loaded = tiny("bert")  # 64 positions
+    text = " ".join(["kedi"] * 100)
+    a = models.analyze(loaded, text)
+    assert a.max_tokens == 64 and len(a.tokens) == 64
+    assert a.truncated == 102 - 64  # 100 words + [CLS] + [SEP]
+    assert a.attentions["encoder"].shape[-1] == 64
+    short = models.analyze(loaded, text, max_tokens=10)
+    assert len(short.tokens) == 10 and short.truncated == 92
+
+
+def test_sentence_pair_segments(tiny):
+    a = models.analyze(tiny("bert"), "kedi fare", text_pair="the cat")
+    assert [t.segment for t in a.tokens if not t.special] == [0, 0, 1, 1]
+    assert [w.text for w in a.words] == ["kedi", "fare", "the", "cat"]
+    assert [w.segment for w in a.words] == [0, 0, 1, 1]
+
+
+def test_unknown_model_and_bad_folders(tmp_path):
+    with pytest.raises(models.UnknownModelError, match="Catalog keys|catalog key"):
+        models.load("no-such-model")
+    with pytest.raises(models.HubUnreachableError):
+        models.load("nobody-here/definitely-not-a-model-xyz")  # tests run with HF_HUB_OFFLINE=1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(models.NoUsableModelError, match="config.json"):
+        models.load(str(empty))
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text('{"model_type": "bert"}')
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x02}q\x00.")
+    with pytest.raises(models.NoUsableModelError, match="pickle"):
+        models.load(str(pickled))
+
+
+def test_corrupt_safetensors_is_a_clear_error(tiny_folder, tmp_path):
+    import shutil
+
+    folder = tmp_path / "corrupt"
+    shutil.copytree(tiny_folder("bert"), folder)
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file at all")
+    with pytest.raises(models.NoUsableModelError, match="corrupt"):
+        models.load(str(folder))
+
+
+def test_architecture_without_attention_weights(tmp_path):
+    cfg = tf.MambaConfig(vocab_size=320, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=2)
+    tf.MambaForCausalLM(cfg).save_pretrained(str(tmp_path), safe_serialization=True)
+    from tiny import _tokenizer
+
+    _tokenizer(tmp_path, "decoder")
+    with pytest.raises(models.NoAttentionWeightsError, match="mamba"):
+        models.load(str(tmp_path))
+
+
+def test_cross_attention_and_generated_target(tiny):
+    a = models.analyze(tiny("bart"), TEXT, target="the cat chased")
+    cross = a.attentions["cross"]
+    assert cross.shape == (2, 4, len(a.target_tokens), len(a.tokens))
+    assert a.target_tokens[0].special and [t.label for t in a.target_tokens[1:]] == ["the", "cat", "chased"]
+    b = models.analyze(tiny("bart"), TEXT)  # no target: a greedy continuation is analysed
+    assert b.target and b.attentions["cross"].shape[2] == len(b.target_tokens)
+
+
+def test_mlm_mask_fills(tiny):
+    a = models.analyze(tiny("bert-mlm"), "kedi [MASK] kovaladı")
+    (idx,) = a.mask_fills
+    assert a.tokens[idx].piece == "[MASK]"
+    fills = a.mask_fills[idx]
+    assert fills.ids.shape == (1, 10) and np.all(np.diff(fills.probs[0]) <= 0)
+
+
+def test_cli_list_and_analyze(tiny_folder, tmp_path, capsys):
+    from models.__main__ import main
+
+    assert main(["list"]) == 0
+    assert "minilm-l6" in capsys.readouterr().out
+    out = tmp_path / "a.npz"
+    assert main(["analyze", "--model", str(tiny_folder("gpt2")), "--text", TEXT, "--out", str(out),
+                 "--head-off", "decoder:0:1"]) == 0
+    import json
+
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["attentions"] == {"decoder": [2, 4, 5, 5]} and summary["capture_path"] == "interface"
+    assert summary["heads_off"] == [["decoder", 0, 1]]
+    assert np.load(out)["attention_decoder"].shape == (2, 4, 5, 5)
+    assert main(["analyze", "--model", str(tiny_folder("gpt2")), "--text", "  "]) == 2

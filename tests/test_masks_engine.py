@@ -1,0 +1,209 @@
+"""Masks on tiny random models: replaced masks match the models' own variants, bands are exact, empty
+rows stay finite, cross-attention has the right shape; plus KL / cosine drift / GQA arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import models
+from models import compare
+from models.masks import MaskMode
+
+TEXT = "kedi fareyi kovaladı . the cat chased a mouse"
+
+
+def _reference(folder, cls_name: str, **config_kwargs):
+    """The same saved weights loaded straight through transformers (eager, no Dikkat capture)."""
+    import transformers as tf
+
+    config = tf.AutoConfig.from_pretrained(str(folder))
+    for key, value in config_kwargs.items():
+        setattr(config, key, value)
+    return getattr(tf, cls_name).from_pretrained(str(folder), config=config, attn_implementation="eager").eval()
+
+
+def test_gpt2_bidirectional_equals_is_causal_false(tiny, tiny_folder):
+    """GPT-2 with Dikkat's bidirectional mask == GPT-2 whose config says ``is_causal=False`` (transformers'
+    ``create_causal_mask`` then builds a bidirectional mask)."""
+    loaded = tiny("gpt2")
+    a = models.analyze(loaded, TEXT, mask="bidirectional", keep_logits=True)
+    ref = _reference(tiny_folder("gpt2"), "GPT2LMHeadModel", is_causal=False)
+    ids = torch.tensor([[t.id for t in a.tokens]])
+    with torch.no_grad():
+        out = ref(input_ids=ids, output_attentions=True)
+    np.testing.assert_allclose(a.logits, out.logits[0].numpy(), atol=1e-5)
+    ref_att = torch.stack([w[0] for w in out.attentions]).numpy()
+    np.testing.assert_allclose(a.attentions["decoder"], ref_att, atol=1e-6)
+    # and it really is non-causal: weight above the diagonal, unlike the native run
+    n = len(a.tokens)
+    upper = np.triu(np.ones((n, n), bool), 1)
+    assert a.attentions["decoder"][..., upper].max() > 1e-3
+    native = models.analyze(loaded, TEXT, keep_logits=True)
+    assert native.attentions["decoder"][..., upper].max() == 0.0
+    assert not np.allclose(native.logits, a.logits, atol=1e-3)
+
+
+def test_bert_causal_equals_is_decoder(tiny, tiny_folder):
+    """BERT with the causal mask: zero weight above the diagonal, and the same hidden states and weights
+    as ``BertConfig(is_decoder=True)`` (which builds a causal mask)."""
+    loaded = tiny("bert")
+    a = models.analyze(loaded, TEXT, mask="causal", hidden_states=True)
+    att = a.attentions["encoder"]
+    n = att.shape[-1]
+    upper = np.triu(np.ones((n, n), bool), 1)
+    assert np.all(att[..., upper] == 0.0)
+    np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-5)
+    ref = _reference(tiny_folder("bert"), "BertModel", is_decoder=True)
+    ids = torch.tensor([[t.id for t in a.tokens]])
+    with torch.no_grad():
+        out = ref(input_ids=ids, output_attentions=True, output_hidden_states=True, use_cache=False)
+    np.testing.assert_allclose(att, torch.stack([w[0] for w in out.attentions]).numpy(), atol=1e-6)
+    np.testing.assert_allclose(a.hidden_states["encoder"], torch.stack([h[0] for h in out.hidden_states]).numpy(),
+                               atol=1e-5)
+    native = models.analyze(loaded, TEXT)
+    assert native.attentions["encoder"][..., upper].min() > 0.0  # bidirectional natively
+
+
+@pytest.mark.parametrize("arch,w", [("gpt2", 1), ("gpt2", 3), ("bert", 2), ("llama", 4)])
+def test_sliding_window_band_exact(tiny, arch, w):
+    """Sliding window of width w: non-zero exactly where i - w < j <= i, for every layer and head."""
+    loaded = tiny(arch)
+    a = models.analyze(loaded, TEXT, mask=f"sliding_window:{w}")
+    att = next(iter(a.attentions.values()))
+    n = att.shape[-1]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    band = (j <= i) & (j > i - w)
+    assert np.array_equal(att != 0.0, np.broadcast_to(band, att.shape))
+    np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-5)
+
+
+def test_strided_pattern_exact(tiny):
+    """Strided sparse mask (Child et al. 2019) of stride 3: non-zero exactly on its pattern."""
+    a = models.analyze(tiny("gpt2"), TEXT, mask="strided:3")
+    att = a.attentions["decoder"]
+    d = np.arange(att.shape[-1])[:, None] - np.arange(att.shape[-1])[None, :]
+    pattern = (d >= 0) & ((d < 3) | (d % 3 == 0))
+    assert np.array_equal(att != 0.0, np.broadcast_to(pattern, att.shape))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert", "llama"])
+def test_custom_mask_empty_row_finite(tiny, arch):
+    """A custom mask with an empty row: every output finite, the empty row's weights all zero."""
+    loaded = tiny(arch)
+    n = len(models.analyze(loaded, TEXT).tokens)
+    m = MaskMode("causal").matrix(n).copy()
+    m[2, :] = False
+    m[0, :] = False
+    cmp = compare.compare_masks(loaded, TEXT, [m])
+    run = cmp.runs[0]
+    att = next(iter(run.analysis.attentions.values()))
+    assert np.isfinite(att).all()
+    assert np.all(att[:, :, [0, 2], :] == 0.0)
+    np.testing.assert_allclose(np.delete(att, [0, 2], axis=2).sum(-1), 1.0, atol=1e-5)
+    assert list(np.flatnonzero(run.empty_rows)) == [0, 2]
+    for hs in run.analysis.hidden_states.values():
+        assert np.isfinite(hs).all()
+    assert np.isfinite(run.drift).all()
+    if run.analysis.logits is not None:
+        assert np.isfinite(run.analysis.logits).all()
+        assert np.isfinite(run.kl).all()
+        assert run.kl[2] > 0  # position 2 lost its context: its prediction changed
+
+
+@pytest.mark.parametrize("arch", ["marian", "t5", "bart"])
+def test_cross_attention_shape_and_rows(tiny, arch):
+    """Cross-attention of Marian/T5/BART: (layers, heads, target_len, source_len), rows sum to 1."""
+    loaded = tiny(arch)
+    a = models.analyze(loaded, "kedi fareyi kovaladı", target="the cat chased a mouse and a cat")
+    cross = a.attentions["cross"]
+    layers, heads = loaded.stacks["cross"]
+    assert cross.shape == (layers, heads, len(a.target_tokens), len(a.tokens))
+    assert len(a.target_tokens) != len(a.tokens)  # the shape test means something
+    np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
+    dec = a.attentions["decoder"]
+    n = dec.shape[-1]
+    assert np.all(dec[..., np.triu(np.ones((n, n), bool), 1)] == 0.0)  # decoder self-attention is causal
+
+
+def test_native_mask_matches_model(tiny):
+    """native_mask: bidirectional for encoders, causal for GPT-2, Mistral's sliding window (3) - each equal to
+    where the model's own attention is non-zero."""
+    for arch in ("bert", "gpt2", "mistral"):
+        loaded = tiny(arch)
+        a = models.analyze(loaded, TEXT)
+        att = next(iter(a.attentions.values()))
+        n = att.shape[-1]
+        for layer in range(att.shape[0]):
+            assert np.array_equal(compare.native_mask(loaded, n, layer), (att[layer] != 0).any(0)), (arch, layer)
+    n = 6
+    assert compare.native_mask(tiny("mistral"), n)[5].sum() == 3
+
+
+def test_kl_is_zero_for_native_equivalent_and_matches_formula(tiny):
+    """Causal on a causal decoder changes nothing (KL exactly 0, drift 0); bidirectional gives KL > 0 that
+    matches a direct torch computation of KL(P_native || P_mask)."""
+    loaded = tiny("gpt2")
+    cmp = compare.compare_masks(loaded, TEXT, ["causal", "bidirectional"])
+    causal, bidi = cmp.runs
+    assert np.all(causal.kl == 0.0) and np.all(causal.drift < 1e-9)
+    p = torch.log_softmax(torch.tensor(cmp.native.logits, dtype=torch.float64), -1)
+    q = torch.log_softmax(torch.tensor(bidi.analysis.logits, dtype=torch.float64), -1)
+    expected = torch.nn.functional.kl_div(q, p, log_target=True, reduction="none").sum(-1).numpy()
+    np.testing.assert_allclose(bidi.kl, expected, rtol=1e-9, atol=1e-12)
+    assert bidi.kl[:-1].min() > 0  # every position but the last sees its future
+
+
+def test_cosine_drift_encoder(tiny):
+    """Encoders: the causal mask drifts hidden states (layer 0 = embeddings has none); the last token,
+    which sees everything under both masks, drifts only from layer 2 on (via other tokens' states)."""
+    cmp = compare.compare_masks(tiny("bert"), TEXT, ["causal", "bidirectional"])
+    causal, bidi = cmp.runs
+    assert bidi.drift.max() < 1e-9  # bidirectional is BERT's own mask
+    assert causal.drift[0].max() < 1e-12  # embeddings: before any attention
+    assert causal.layer_drift[1] > 1e-4 and causal.layer_drift[-1] > 1e-4
+    assert causal.drift[1, -1] < 1e-9  # layer 1: the last query sees all keys, whose values are unchanged
+
+
+def test_cosine_drift_formula():
+    a = np.array([[[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]])
+    b = np.array([[[0.0, 2.0], [0.0, 0.0], [-1.0, -1.0]]])
+    np.testing.assert_allclose(compare.cosine_drift(a, b), [[1.0, 0.0, 2.0]])
+    np.testing.assert_allclose(compare.cosine_drift(a, np.zeros_like(a)), [[1.0, 0.0, 1.0]])
+
+
+def test_gqa_groups_and_kv_bytes(tiny, smollm2):
+    """SmolLM2: 9 query heads over 3 key/value heads; KV cache 2 x 30 x 3 x 64 x 2 bytes per token in bf16."""
+    layout = compare.gqa_layout(smollm2)
+    assert (layout.layers, layout.heads, layout.kv_heads, layout.head_dim) == (30, 9, 3, 64)
+    assert layout.groups == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
+    assert layout.bytes_per_token(2) == 2 * 30 * 3 * 64 * 2 == 23040
+    assert layout.bytes_per_token(2, sharing=False) == 3 * 23040
+    tiny_layout = compare.gqa_layout(tiny("llama"))
+    assert tiny_layout.groups == [(0, 1), (2, 3)] and tiny_layout.head_dim == 8
+    with pytest.raises(ValueError):
+        compare.kv_groups(9, 2)
+
+
+def test_gqa_groups_match_repeat_kv(tiny):
+    """The grouping is the one the model computes with: query heads in one group see the same keys, so
+    replacing the query weights of group members by one another's gives identical attention maps."""
+    loaded = tiny("llama")
+    attn = loaded.model.model.layers[0].self_attn
+    layout = compare.gqa_layout(loaded)
+    d = layout.head_dim
+    original = attn.q_proj.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            for group in layout.groups:  # every query head of a group gets the first member's query weights
+                for h in group:
+                    attn.q_proj.weight[h * d:(h + 1) * d] = original[group[0] * d:(group[0] + 1) * d]
+        att = models.analyze(loaded, TEXT).attentions["decoder"][0]
+    finally:
+        with torch.no_grad():
+            attn.q_proj.weight.copy_(original)
+    for group in layout.groups:
+        for h in group[1:]:
+            np.testing.assert_array_equal(att[h], att[group[0]])
+    assert not np.allclose(att[layout.groups[0][0]], att[layout.groups[1][0]])

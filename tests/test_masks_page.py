@@ -1,0 +1,245 @@
+"""AppTest of the Masks page: every mask kind on minilm-l6 and smollm2-135m, BERT vs GPT, the
+encoder-decoder view on tiny Marian/T5/BART folders, the offline hub message, and the GQA section."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import models
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGE = "pages/masks.py"
+TEXT = "The cat chased the mouse"
+
+
+def _decode(value):
+    """plotly 7 writes arrays as {"dtype", "bdata", "shape"}; plain lists stay lists."""
+    if isinstance(value, dict) and "bdata" in value:
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = value.get("shape")
+        if shape:
+            arr = arr.reshape([int(s) for s in str(shape).split(",")])
+        return arr
+    return np.asarray(value)
+
+
+def _figures(at) -> dict[str, dict]:
+    """key of each st.plotly_chart -> figure JSON."""
+    out = {}
+    for el in at.get("plotly_chart"):
+        spec = json.loads(el.proto.spec)
+        out[_chart_key(el)] = spec
+    return out
+
+
+def _chart_key(el) -> str:
+    # The element id ends with the user key for keyed widgets/elements.
+    ident = el.proto.id
+    marker = "masks_"
+    return ident[ident.index(marker):] if marker in ident else ident
+
+
+def _app(model: str, section: str = "compare", **state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.session_state["model_key"] = model
+    at.session_state["text"] = TEXT
+    at.session_state["lang"] = state.pop("lang", "en")
+    if "model_custom" in state:  # sidebar widgets take session_state values before their first run
+        at.session_state["model_custom"] = state.pop("model_custom")
+    at.run()
+    at.switch_page(PAGE)
+    at.session_state["masks_section"] = section
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    return at
+
+
+def _clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _heat(fig) -> np.ndarray:
+    return _decode(fig["data"][0]["z"]).astype(float)
+
+
+@pytest.mark.parametrize("model", ["minilm-l6", "smollm2-135m"])
+@pytest.mark.parametrize("kinds", [["bidirectional", "causal", "sliding_window", "strided"],
+                                   ["custom", "causal"]])
+def test_mask_page_every_kind(minilm, smollm2, model, kinds):
+    """Every mask kind runs on the encoder and the decoder; each panel's mask matrix is the right pattern
+    and the custom "previous token" preset's first row is drawn as 'no key allowed'."""
+    at = _app(model, masks_kinds=kinds, masks_window=2, masks_stride=3, masks_custom_start="previous")
+    _clean(at)
+    figs = _figures(at)
+    n = _heat(figs["masks_cmp_mask_0"]).shape[0]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    expected = {"bidirectional": np.ones((n, n)), "causal": j <= i, "sliding_window": (j <= i) & (j > i - 2),
+                "strided": (i - j >= 0) & (((i - j) < 3) | ((i - j) % 3 == 0)), "custom": j == i - 1}
+    native = np.ones((n, n)) if model == "minilm-l6" else (j <= i)
+    assert np.array_equal(_heat(figs["masks_cmp_mask_0"]), native)
+    for k, kind in enumerate(kinds, start=1):
+        assert np.array_equal(_heat(figs[f"masks_cmp_mask_{k}"]), expected[kind]), kind
+        att = _heat(figs[f"masks_cmp_att_{k}"])
+        assert np.isfinite(att).all()
+        assert np.all(att[~expected[kind].astype(bool)] == 0.0), kind  # nothing leaks through the mask
+    if "custom" in kinds:
+        spec = json.dumps(figs[f"masks_cmp_mask_{kinds.index('custom') + 1}"])
+        assert "no key allowed" in spec
+        assert any("no key" in i.value for i in at.info)
+    if model == "smollm2-135m":
+        kl = {tr["name"]: _decode(tr["y"]) for tr in figs["masks_kl"]["data"]}
+        assert np.all(kl["causal"] == 0.0)  # causal is SmolLM2's own mask
+        other = [name for name in kl if name != "causal"]
+        assert all(np.isfinite(kl[nm]).all() and kl[nm].max() > 0 for nm in other)
+    else:
+        assert "masks_kl" not in figs  # encoders: cosine drift instead
+        drift = {tr["name"]: _decode(tr["y"]) for tr in figs["masks_drift"]["data"]}
+        if "bidirectional" in drift:
+            assert np.all(drift["bidirectional"] < 1e-6)  # BERT's own mask
+        assert drift["causal"][-1] > 1e-3
+
+
+def test_mask_page_turkish_and_one_mask(minilm):
+    """Turkish interface strings; a single mask still renders with a hint to pick two."""
+    at = _app("minilm-l6", lang="tr", masks_kinds=["causal"])
+    _clean(at)
+    assert at.title[0].value == "Maskeler ve dikkat türleri"
+    assert any("en az iki" in c.value for c in at.caption)
+
+
+def test_bert_vs_gpt(minilm, smollm2):
+    """Encoder and decoder side by side, each with its own native mask."""
+    at = _app("minilm-l6", section="bert_gpt")
+    _clean(at)
+    figs = _figures(at)
+    enc, dec = _heat(figs["masks_bg_enc_mask"]), _heat(figs["masks_bg_dec_mask"])
+    assert enc.all()
+    assert np.array_equal(dec, np.tril(np.ones_like(dec)))
+    att = _heat(figs["masks_bg_dec_att"])
+    assert np.all(np.triu(att, 1) == 0.0)
+
+
+@pytest.mark.parametrize("arch", ["marian", "t5", "bart"])
+def test_encoder_decoder_view(tiny, tiny_folder, arch):
+    """Three masks and three attentions for a tiny encoder-decoder folder; special tokens hidden and rows
+    renormalised in cross-attention; a word alignment target words x source words."""
+    folder = str(tiny_folder(arch))
+    at = _app("minilm-l6", section="encdec", masks_encdec_model=folder, masks_encdec_on=True,
+              masks_src="kedi fareyi kovaladı", masks_tgt="the cat chased a mouse")
+    _clean(at)
+    figs = _figures(at)
+    cross = _heat(figs["masks_ed_att_cross"])
+    np.testing.assert_allclose(cross.sum(axis=1), 1.0, atol=1e-6)  # renormalised without special tokens
+    src_labels = figs["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"]
+    assert "</s>" not in src_labels and len(src_labels) == 5  # kedi fare ##yi kova ##ladı
+    dec_mask = _heat(figs["masks_ed_mask_decoder"])
+    assert np.array_equal(dec_mask, np.tril(np.ones_like(dec_mask)))
+    assert _heat(figs["masks_ed_mask_encoder"]).all() and _heat(figs["masks_ed_mask_cross"]).all()
+    align = _heat(figs["masks_align_heat"])
+    assert align.shape == (5, 3)  # the cat chased a mouse -> kedi fareyi kovaladı
+    assert figs["masks_align_heat"]["layout"]["xaxis"]["ticktext"] == ["kedi", "fareyi", "kovaladı"]
+    np.testing.assert_allclose(align.sum(axis=1), 1.0, atol=1e-6)
+
+    # Without the filter the special keys come back and rows still sum to 1 over all keys.
+    at.session_state["masks_encdec_hide"] = False
+    at.run()
+    _clean(at)
+    figs = _figures(at)
+    assert "</s>" in figs["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"]
+    np.testing.assert_allclose(_heat(figs["masks_ed_att_cross"]).sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_encoder_decoder_offline_hub_message():
+    """A hub id while offline (HF_HUB_OFFLINE=1 in the tests): a clear message, no traceback; the page
+    says up front that hub models need internet."""
+    at = _app("minilm-l6", section="encdec", masks_encdec_model="Helsinki-NLP/opus-mt-tr-en", masks_encdec_on=True)
+    assert not at.exception
+    assert any("internet" in c.value for c in at.caption)
+    assert at.error and "Helsinki-NLP/opus-mt-tr-en" in at.error[0].value
+
+
+def test_encoder_decoder_rejects_non_encdec(minilm):
+    at = _app("minilm-l6", section="encdec", masks_encdec_model="minilm-l6", masks_encdec_on=True)
+    assert not at.exception
+    assert at.error and "encoder-decoder" in at.error[0].value
+
+
+def test_gqa_section(minilm, smollm2):
+    """SmolLM2: 9 query heads in 3 groups and the KV-cache bytes per token (with / without sharing)."""
+    at = _app("smollm2-135m", section="gqa")
+    _clean(at)
+    figs = _figures(at)
+    kv_texts = [tr["text"][0] for tr in figs["masks_gqa_fig"]["data"] if tr.get("text") and tr["text"][0].startswith("KV")]
+    assert kv_texts == ["KV0", "KV1", "KV2"]
+    table = at.dataframe[0].value
+    row = table[table.iloc[:, 0] == "bfloat16 / float16"].iloc[0]
+    assert row.iloc[1] == "22.5 KiB" and row.iloc[2] == "67.5 KiB"  # 2*30*3*64*2 = 23040 B; x3 without sharing
+    assert sum(k.startswith("masks_gqa_map_") for k in figs) == 9
+    # An encoder without grouping falls back to SmolLM2 with a note.
+    at = _app("minilm-l6", section="gqa")
+    _clean(at)
+    assert any("minilm-l6" in i.value for i in at.info)
+
+
+def test_fallback_model_says_masks_cannot_be_replaced(tiny, tiny_folder):
+    """GPT-Neo takes the fallback capture path: a clear message instead of a traceback."""
+    tiny("gpt_neo")
+    at = _app("minilm-l6", model_custom=str(tiny_folder("gpt_neo")))
+    assert not at.exception
+    assert at.error and "fallback" in at.error[0].value
+
+
+@pytest.fixture(scope="module")
+def whisper():
+    return models.load("whisper-base", device="cpu")
+
+
+def test_encoder_decoder_view_whisper_shipped_clip(whisper):
+    """whisper-base on the shipped English clip: transcript, three masks and attentions (frames as keys),
+    cross-attention over the spectrogram whose peaks move forward in time word by word."""
+    at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base",
+              masks_clip="the_cat_chased_the_mouse_en.wav")
+    _clean(at)
+    transcript = " ".join(m.value for m in at.markdown if "Transcript" in m.value)
+    assert "the cat chased the mouse" in transcript.lower()
+    figs = _figures(at)
+    cross = _heat(figs["masks_ed_att_cross"])
+    frames = _heat(figs["masks_ed_att_encoder"]).shape[1]
+    assert cross.shape[1] == frames and frames > 50  # speech frames; padding column hidden
+    np.testing.assert_allclose(cross.sum(axis=1), 1.0, atol=1e-5)
+    dec = _heat(figs["masks_ed_mask_decoder"])
+    assert np.array_equal(dec, np.tril(np.ones_like(dec)))
+    spec = figs["masks_audio_spec"]
+    rows = spec["layout"]["yaxis2"]["ticktext"]
+    assert [r.strip().lower() for r in rows][:5] == ["the", "cat", "chased", "the", "mouse"]
+    peaks = next(_decode(tr["x"]) for tr in spec["data"] if tr.get("mode") == "markers+lines")
+    content = np.asarray(peaks[:5], dtype=float)  # the five words, in seconds
+    assert np.all(np.diff(content[1:]) > 0), content  # cat < chased < the < mouse in time
+    # Without the filter the prompt tokens and the <|padding|> column come back.
+    at.session_state["masks_encdec_hide"] = False
+    at.run()
+    _clean(at)
+    assert "<|padding|>" in _figures(at)["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"]
+
+
+def test_whisper_turkish_clip_with_target_and_record_prompt(whisper):
+    """The Turkish clip forces Turkish; a typed transcript is analysed as given; 'record' without a
+    recording asks for one."""
+    at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base",
+              masks_clip="kedi_fareyi_kovaladi_tr.wav", masks_audio_lang="tr", masks_audio_tgt="Kedi fareyi kovaladı.")
+    _clean(at)
+    assert any("Kedi fareyi kovaladı." in m.value for m in at.markdown)
+    rows = _figures(at)["masks_audio_spec"]["layout"]["yaxis2"]["ticktext"]
+    assert "kovaladı" in "".join(rows).replace(" ", "")  # labels keep the typed Turkish characters
+    at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base", masks_clip="record")
+    _clean(at)
+    assert any("microphone" in i.value for i in at.info)

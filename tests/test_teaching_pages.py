@@ -1,0 +1,212 @@
+"""AppTest: the four teaching pages on minilm-l6 and smollm2-135m, in English and Turkish."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["pages/qkv.py", "pages/positions.py", "pages/cost.py", "pages/kvcache.py"]
+STRINGS = json.loads((ROOT / "assets/i18n/teach.json").read_text(encoding="utf-8"))
+TITLES = {"pages/qkv.py": "qkv_title", "pages/positions.py": "pos_title", "pages/cost.py": "cost_title",
+          "pages/kvcache.py": "kv_title"}
+
+
+def open_page(page: str, model: str, lang: str, text: str = "Kedi fareyi kovaladı") -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["model_key"] = model
+    at.session_state["lang"] = lang
+    at.session_state["text"] = text
+    at.run()
+    at.switch_page(page)
+    at.run()
+    return at
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_turkish_numbers():
+    """Turkish writes 1,75 and 131.072: a number shown as "1.749" would read as one thousand seven hundred."""
+    from viz import numbers as nb
+
+    assert nb.num(1.749, 3, "tr") == "1,749" and nb.num(1.749, 3, "en") == "1.749"
+    assert nb.integer(131072, "tr") == "131.072" and nb.integer(131072, "en") == "131,072"
+    assert nb.num(1234.5, 1, "tr") == "1.234,5"
+    assert nb.human_bytes(131072, "en") == "128.0 KiB" and nb.human_bytes(16 * 2**30, "tr") == "16,0 GiB"
+    assert nb.human_bytes(512, "tr") == "512 B"
+    assert nb.sci(8.9e-8, 1, "tr") == "8,9e-08"
+    assert nb.num(0.25, 3, "en", sign=True) == "+0.250"
+
+
+def test_turkish_metrics_use_decimal_commas(minilm):
+    at = open_page("pages/qkv.py", "minilm-l6", "tr")
+    entropy = at.metric[0].value
+    assert re.fullmatch(r"\d+,\d{3} nat", entropy), entropy
+
+
+def test_teaching_i18n_complete():
+    """Every teaching string exists in both languages, with the same placeholders."""
+    for key, entry in STRINGS.items():
+        assert entry.get("en") and entry.get("tr"), key
+        if "\\" in entry["en"]:  # LaTeX, never formatted
+            continue
+        assert set(re.findall(r"\{(\w+)", entry["en"])) == set(re.findall(r"\{(\w+)", entry["tr"])), key
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+@pytest.mark.parametrize("model", ["minilm-l6", "smollm2-135m"])
+@pytest.mark.parametrize("page", PAGES)
+def test_page_runs(page, model, lang, minilm, smollm2):
+    at = open_page(page, model, lang)
+    assert_clean(at)
+    assert at.title[0].value == STRINGS[TITLES[page]][lang]
+    assert charts(at) or page == "pages/cost.py"
+    if page == "pages/qkv.py":
+        ok = at.success[0].value
+        prefix = STRINGS["qkv_equal"][lang].split("(")[0]
+        assert ok.startswith(prefix)
+        diff = float(re.search(r"([0-9.,]+e[-+]\d+)", ok).group(1).replace(",", "."))
+        assert diff < 1e-5
+        rope_shown = any("RoPE" in s.value for s in at.subheader)
+        assert rope_shown == (model == "smollm2-135m")
+        gqa = [i.value for i in at.info]
+        assert any("GQA" in v or "Grouped" in v for v in gqa) == (model == "smollm2-135m")
+
+
+def test_qkv_page_controls(smollm2):
+    """Layer/head/query selectors, the no-scaling switch and the temperature change the numbers shown."""
+    at = open_page("pages/qkv.py", "smollm2-135m", "en")
+    at.selectbox(key="qkv_layer").set_value(5).run()
+    at.selectbox(key="qkv_head").set_value(8).run()
+    assert_clean(at)
+    info = " ".join(i.value for i in at.info)
+    assert "Query head 8 reads key/value head 2" in info
+    entropy_before = at.metric[1].value
+    at.slider(key="qkv_temperature").set_value(0.2).run()
+    assert_clean(at)
+    entropy_sharp = at.metric[1].value
+    assert float(entropy_sharp.split()[0]) < float(entropy_before.split()[0])
+    at.toggle(key="qkv_noscale").set_value(True).run()
+    assert_clean(at)
+
+
+def test_cost_page_measures_and_shows_a_stopped_run(minilm):
+    at = open_page("pages/cost.py", "minilm-l6", "tr")
+    table = at.table[0].value
+    assert list(table.iloc[:, 1]) == ["10⁶", "10¹⁰", "10¹²"]
+    at.multiselect(key="cost_lengths").set_value([16, 32])
+    at.number_input(key="cost_repeats").set_value(1)
+    at.button(key="cost_run").click().run()
+    assert_clean(at)
+    frame = at.dataframe[0].value
+    assert len(frame) == 4  # 2 lengths x 2 implementations
+    specs = charts(at)
+    assert len(specs) == 2
+    names = [tr.get("name") for tr in specs[0]["data"]]
+    assert STRINGS["cost_impl_sdpa"]["tr"] in names and STRINGS["cost_impl_captured"]["tr"] in names
+    assert not at.warning  # finished, not stopped
+    # A run stopped after two of four measurements keeps and shows those two, and says so.
+    record = at.session_state["cost_points::minilm-l6"]
+    record["points"] = record["points"][:2]
+    record["done"] = False
+    at.run()
+    assert_clean(at)
+    assert at.warning[0].value == STRINGS["cost_stopped"]["tr"].format(done=2, total=4)
+    assert len(at.dataframe[0].value) == 2
+
+
+def test_kvcache_page_calculator_llama3(minilm):
+    at = open_page("pages/kvcache.py", "minilm-l6", "en")
+    at.selectbox(key="kv_preset").set_value("Llama 3 8B").run()
+    assert_clean(at)
+    values = {m.label: m.value for m in at.metric}
+    assert values["Per token, with GQA"] == "128.0 KiB"
+    assert values["Per token, without GQA"] == "512.0 KiB"
+    assert values["131,072 tokens, with GQA"] == "16.0 GiB"
+    assert values["131,072 tokens, without GQA"] == "64.0 GiB"
+    at.number_input(key="kv_heads_kv").set_value(5).run()  # does not divide 32
+    assert at.error and "must divide" in at.error[0].value
+
+
+def test_kvcache_page_generation(smollm2):
+    at = open_page("pages/kvcache.py", "smollm2-135m", "tr")
+    at.slider(key="kv_new_tokens").set_value(6)
+    at.button(key="kv_run").click().run()
+    assert_clean(at)
+    assert at.success and at.success[0].value == STRINGS["kv_same_tokens"]["tr"].format(n=6)
+    labels = [m.label for m in at.metric]
+    assert STRINGS["kv_with_cache"]["tr"] in labels and STRINGS["kv_without_cache"]["tr"] in labels
+
+
+def test_positions_page_rope_check_and_word_order(smollm2):
+    at = open_page("pages/positions.py", "smollm2-135m", "en")
+    values = {m.label: m.value for m in at.metric}
+    assert float(values["difference"]) < 1e-4
+    assert abs(float(values["q·k at (2, 5)"]) - float(values["q·k at (9, 12)"])) < 1e-4
+    at.text_input(key="pos_text_b").set_value("Köpek fareyi kovaladı").run()
+    assert at.error and "same words" in at.error[0].value
+
+
+@pytest.mark.parametrize("page", ["pages/qkv.py", "pages/positions.py"])
+def test_pages_with_empty_text(page, minilm):
+    at = open_page(page, "minilm-l6", "en", text="   ")
+    assert_clean(at)
+    assert any(STRINGS["teach_need_text"]["en"] == i.value for i in at.info)
+
+
+def test_qkv_page_long_text_C01(minilm):
+    """C01: ~512 tokens: the page stays light (at most 48 key strips, says so) and cuts with a notice."""
+    text = " ".join(["The cat chased the mouse across the garden and into the old barn."] * 60)
+    at = open_page("pages/qkv.py", "minilm-l6", "en", text=text)
+    assert_clean(at)
+    assert at.warning and "cut" in at.warning[0].value  # truncation notice from analysis_ui's wording
+    strips = charts(at)[0]
+    assert len(strips["layout"]["yaxis"]["ticktext"]) == 1 + 48  # the query and the 48 strongest keys
+    assert any("of 512 keys drawn" in c.value for c in at.caption)
+    pos = open_page("pages/positions.py", "minilm-l6", "en", text=text)
+    assert_clean(pos)
+
+
+def test_qkv_page_fallback_model_says_why(tiny_folder):
+    """A model on the fallback capture path gets a clear message, not a traceback (C09 kind)."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["lang"] = "en"
+    at.session_state["text"] = "kedi fareyi kovaladı"
+    at.session_state["model_custom"] = str(tiny_folder("gpt_neo"))
+    at.run()
+    at.switch_page("pages/qkv.py")
+    at.run()
+    assert not at.exception
+    assert at.error and "fallback capture path" in at.error[0].value
+    for page in ("pages/positions.py", "pages/cost.py", "pages/kvcache.py"):
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, (page, [e.message for e in at.exception])
+
+
+def test_switching_model_keeps_selectors_valid(minilm, smollm2):
+    """Layer 25 / head 8 chosen on smollm2 (30 x 9) must not break minilm-l6 (6 x 12) afterwards."""
+    at = open_page("pages/qkv.py", "smollm2-135m", "en")
+    at.selectbox(key="qkv_layer").set_value(25).run()
+    at.selectbox(key="qkv_query").set_value(1).run()
+    # After switch_page, AppTest runs the page script alone (the sidebar of app.py is not drawn), so the
+    # sidebar's choice is set where app.py stores it.
+    from pages.shared import Selection
+
+    at.session_state["_selection"] = Selection(model="minilm-l6", text="Kedi fareyi kovaladı", lang="en")
+    at.run()
+    assert_clean(at)
+    assert len(at.selectbox(key="qkv_layer").options) == 6
+    assert at.selectbox(key="qkv_layer").value == 0
+    assert at.success

@@ -1,0 +1,216 @@
+"""Mask views: a boolean mask matrix, the attention it lets through, what it changes in the output, and
+the grouped-query head layout. numpy in, plotly figures out (no torch, no streamlit).
+
+Axes are index-based with ``ticktext`` labels (plotly would merge two equal category labels such as
+"the" ... "the"). Query rows run top to bottom, keys left to right. A query row with no allowed key is
+hatched and labelled (its attention row is all zero, never NaN).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+ALLOWED_COLOR = "#1f4e79"
+FORBIDDEN_COLOR = "#f1f1f1"
+EMPTY_ROW_COLOR = "#c0392b"
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+
+
+def _axis(labels: Sequence[str]) -> dict:
+    return dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=list(labels), showgrid=False,
+                zeroline=False)
+
+
+def _size(n_rows: int, n_cols: int, cell: int = 26) -> tuple[int, int]:
+    """Figure (width, height) in px for a grid, within readable bounds."""
+    width = int(min(560, max(260, 90 + cell * n_cols)))
+    height = int(min(560, max(220, 110 + cell * n_rows)))
+    return width, height
+
+
+def _gap(shape) -> int:
+    """Cell gap in px: 1 for small grids, 0 when cells get too thin for a gap (> 40 rows or columns)."""
+    return 1 if max(shape) <= 40 else 0
+
+
+def _top_margin(key_labels: Sequence[str], title: str) -> int:
+    """Top margin (px) that holds the key labels drawn at -60 degrees above the grid, plus the title."""
+    longest = max((len(str(lab)) for lab in key_labels), default=1)
+    return int(min(110, 14 + 6.5 * min(longest, 14))) + (22 if title else 0)
+
+
+def _title(text: str) -> dict:
+    return dict(text=text, font=dict(size=13), y=0.995, yref="container", yanchor="top", x=0.01, xanchor="left")
+
+
+def _hatch_rows(fig: go.Figure, rows: Sequence[int], n_cols: int, label: str) -> None:
+    """Hatch each row index in ``rows`` across all columns and write ``label`` over it."""
+    for r in rows:
+        x0, x1, y0, y1 = -0.5, n_cols - 0.5, r - 0.5, r + 0.5
+        fig.add_trace(go.Scatter(
+            x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], mode="lines", fill="toself",
+            line=dict(color=EMPTY_ROW_COLOR, width=1), fillcolor="rgba(192,57,43,0.08)",
+            fillpattern=dict(shape="/", fgcolor=EMPTY_ROW_COLOR, size=6, solidity=0.15),
+            hoverinfo="text", text=label, showlegend=False, name=label,
+        ))
+        fig.add_annotation(x=(n_cols - 1) / 2, y=r, text=f"<b>{label}</b>", showarrow=False,
+                           font=dict(color=EMPTY_ROW_COLOR, size=11), bgcolor="rgba(255,255,255,0.85)")
+
+
+def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *, title: str = "",
+                empty_label: str = "no key allowed", allowed_label: str = "allowed",
+                forbidden_label: str = "masked") -> go.Figure:
+    """Draw a boolean mask: dark cells where query ``i`` may attend key ``j``, light where it may not.
+
+    Args:
+        matrix: bool ``(q, k)``.
+        query_labels, key_labels: ``q`` and ``k`` display labels.
+        empty_label: text over a row with no allowed key (such a row is also hatched).
+
+    Raises:
+        ValueError: label counts that do not match the matrix.
+    """
+    m = np.asarray(matrix, dtype=bool)
+    if m.ndim != 2 or m.shape != (len(query_labels), len(key_labels)):
+        raise ValueError(f"Mask of shape {m.shape} does not match {len(query_labels)} x {len(key_labels)} labels.")
+    text = np.where(m, allowed_label, forbidden_label)
+    fig = go.Figure(go.Heatmap(
+        z=m.astype(np.int8), colorscale=[[0, FORBIDDEN_COLOR], [1, ALLOWED_COLOR]], zmin=0, zmax=1, showscale=False,
+        xgap=_gap(m.shape), ygap=_gap(m.shape), customdata=text,
+        hovertemplate="query %{y} → key %{x}: %{customdata}<extra></extra>",
+    ))
+    _hatch_rows(fig, list(np.flatnonzero(~m.any(axis=1))), m.shape[1], empty_label)
+    width, height = _size(*m.shape)
+    top = _top_margin(key_labels, title)
+    fig.update_layout(title=_title(title), width=width, height=height + top - 40,
+                      margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
+    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-60, range=[-0.5, m.shape[1] - 0.5])
+    fig.update_yaxes(_axis(query_labels), autorange="reversed")
+    return fig
+
+
+def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
+                     title: str = "", mask: np.ndarray | None = None, empty_label: str = "no key allowed",
+                     colorscale: str = "Blues", renormalised: bool = False) -> go.Figure:
+    """Heatmap of one head's attention weights (rows: queries, columns: keys; each row sums to 1).
+
+    Args:
+        weights: float ``(q, k)`` in [0, 1].
+        mask: optional bool ``(q, k)``; masked cells get a thin grey ``×`` marker, rows with no allowed key
+            are hatched and labelled. Without a mask, all-zero rows are treated as empty rows.
+        renormalised: say in the title that rows were renormalised after hiding tokens.
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    w = np.nan_to_num(np.asarray(weights, dtype=np.float64), nan=0.0)
+    if w.ndim != 2 or w.shape != (len(query_labels), len(key_labels)):
+        raise ValueError(f"Weights of shape {w.shape} do not match {len(query_labels)} x {len(key_labels)} labels.")
+    if mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != w.shape:
+            raise ValueError(f"Mask of shape {mask.shape} does not match weights {w.shape}.")
+        empty = ~mask.any(axis=1)
+    else:
+        empty = ~(w > 0).any(axis=1)
+    fig = go.Figure(go.Heatmap(
+        z=w, colorscale=colorscale, zmin=0, zmax=max(float(w.max()), 1e-9),
+        xgap=_gap(w.shape), ygap=_gap(w.shape),
+        colorbar=dict(thickness=10, len=0.8),
+        hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra></extra>",
+    ))
+    if mask is not None and (~mask).any():
+        ys, xs = np.nonzero(~mask & ~empty[:, None])
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker=dict(symbol="x-thin", size=6,
+                                 line=dict(width=1, color="#bbbbbb")), hoverinfo="skip", showlegend=False))
+    _hatch_rows(fig, list(np.flatnonzero(empty)), w.shape[1], empty_label)
+    width, height = _size(*w.shape)
+    full_title = title + (" · renormalised" if renormalised and "renormal" not in title else "")
+    top = _top_margin(key_labels, full_title)
+    fig.update_layout(title=_title(full_title), width=width + 60, height=height + top - 40,
+                      margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
+    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-60, range=[-0.5, w.shape[1] - 0.5])
+    fig.update_yaxes(_axis(query_labels), autorange="reversed")
+    return fig
+
+
+def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, title: str = "",
+              yaxis_title: str = "KL (nats)") -> go.Figure:
+    """Grouped bars: for each mask, KL(native || mask) of the next-token distribution at each position.
+
+    Args:
+        position_labels: ``n`` labels (the token after which the next token is predicted).
+        kl: mask name -> float ``(n,)`` in nats (see :func:`models.compare.next_token_kl`).
+    """
+    fig = go.Figure()
+    x = list(range(len(position_labels)))
+    for i, (name, values) in enumerate(kl.items()):
+        v = np.nan_to_num(np.asarray(values, dtype=np.float64))
+        fig.add_trace(go.Bar(x=x, y=v, name=name, marker_color=PALETTE[i % len(PALETTE)],
+                             hovertemplate="%{y:.4f} nats<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="group", title=dict(text=title, font=dict(size=13)), height=320,
+                      margin=dict(l=10, r=10, t=40 if title else 10, b=10), legend=dict(orientation="h", y=-0.25),
+                      yaxis_title=yaxis_title)
+    fig.update_xaxes(_axis(position_labels), tickangle=-45)
+    return fig
+
+
+def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_title: str = "layer",
+                 yaxis_title: str = "1 − cos") -> go.Figure:
+    """Lines: for each mask, the mean cosine drift ``1 − cos(h_native, h_mask)`` of the hidden states after
+    each layer (x = 0 is the embedding layer, before any attention).
+
+    Args:
+        layer_drift: mask name -> float ``(layers + 1,)``.
+    """
+    fig = go.Figure()
+    for i, (name, values) in enumerate(layer_drift.items()):
+        v = np.nan_to_num(np.asarray(values, dtype=np.float64))
+        fig.add_trace(go.Scatter(x=list(range(len(v))), y=v, mode="lines+markers", name=name,
+                                 line=dict(color=PALETTE[i % len(PALETTE)]),
+                                 hovertemplate="layer %{x}: %{y:.4f}<extra>" + name + "</extra>"))
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=320, xaxis_title=xaxis_title,
+                      yaxis_title=yaxis_title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+                      legend=dict(orientation="h", y=-0.3))
+    longest = max((len(v) for v in layer_drift.values()), default=0)
+    fig.update_xaxes(dtick=1 if longest <= 13 else 5, range=[-0.3, max(longest - 1, 1) + 0.3])
+    return fig
+
+
+def gqa_figure(groups: Sequence[Sequence[int]], *, query_label: str = "query head",
+               kv_label: str = "key/value head", title: str = "") -> go.Figure:
+    """Diagram of grouped-query attention: key/value heads on top, query heads below, a line from each query
+    head to the key/value head it reads (Ainslie et al. 2023). One colour per group.
+
+    Args:
+        groups: one sequence of query-head indices per key/value head (:func:`models.compare.kv_groups`).
+    """
+    heads = sum(len(g) for g in groups)
+    fig = go.Figure()
+    for g, members in enumerate(groups):
+        color = PALETTE[g % len(PALETTE)]
+        kv_x = float(np.mean(members))
+        for h in members:
+            fig.add_trace(go.Scatter(x=[h, kv_x], y=[0, 1], mode="lines", line=dict(color=color, width=2),
+                                     hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(
+            x=list(members), y=[0] * len(members), mode="markers+text", text=[f"Q{h}" for h in members],
+            textposition="bottom center", marker=dict(size=26, color=color, symbol="circle"),
+            hovertemplate=query_label + " %{text}<extra></extra>", showlegend=False))
+        fig.add_trace(go.Scatter(
+            x=[kv_x], y=[1], mode="markers+text", text=[f"KV{g}"], textposition="top center",
+            marker=dict(size=34, color=color, symbol="square"),
+            hovertemplate=kv_label + f" {g}: " + ", ".join(f"Q{h}" for h in members) + "<extra></extra>",
+            showlegend=False))
+    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=260,
+                      width=int(min(900, max(360, 70 * heads + 80))),
+                      margin=dict(l=10, r=10, t=40 if title else 10, b=10), plot_bgcolor="white")
+    fig.update_xaxes(visible=False, range=[-0.7, heads - 0.3])
+    fig.update_yaxes(visible=False, range=[-0.45, 1.4])
+    fig.add_annotation(x=-0.6, y=1.25, text=kv_label, showarrow=False, xanchor="left", font=dict(size=11))
+    fig.add_annotation(x=-0.6, y=-0.38, text=query_label, showarrow=False, xanchor="left", font=dict(size=11))
+    return fig

@@ -1,0 +1,41 @@
+"""Numbers written the way each interface language writes them.
+
+English: ``131,072`` and ``1.75``; Turkish: ``131.072`` and ``1,75`` (comma for decimals, dot for
+thousands). A Turkish reader would read "1.749" as one thousand seven hundred and forty-nine, so every
+number shown in running text or in a metric goes through :func:`num`.
+"""
+
+from __future__ import annotations
+
+
+def _localise(text: str, lang: str) -> str:
+    if lang != "tr":
+        return text
+    return text.replace(",", "\0").replace(".", ",").replace("\0", ".")
+
+
+def num(value: float, decimals: int = 3, lang: str = "en", *, sign: bool = False) -> str:
+    """``value`` with ``decimals`` decimals and thousands separators in ``lang`` (``en`` or ``tr``);
+    ``sign=True`` writes a leading + for positive values."""
+    spec = f"{'+' if sign else ''},.{decimals}f"
+    return _localise(format(float(value), spec), lang)
+
+
+def integer(value: int, lang: str = "en") -> str:
+    """``131072 -> "131,072"`` (en) / ``"131.072"`` (tr)."""
+    return _localise(f"{int(value):,}", lang)
+
+
+def sci(value: float, decimals: int = 1, lang: str = "en") -> str:
+    """Scientific notation, ``8.9e-08`` (en) / ``8,9e-08`` (tr)."""
+    return _localise(f"{float(value):.{decimals}e}", lang)
+
+
+def human_bytes(n: float, lang: str = "en") -> str:
+    """``1536 -> "1.5 KiB"``: binary units up to PiB, decimals in ``lang``'s style."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{integer(n, lang)} B" if unit == "B" else f"{num(n, 1, lang)} {unit}"
+        n /= 1024
+    return f"{num(n, 1, lang)} PiB"
