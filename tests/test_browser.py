@@ -106,6 +106,9 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
         assert svg.lstrip().startswith("<?xml") and ">ı</text>" in svg and ">Ked</text>" in svg
 
         # the first action on this fresh server: a new sentence (Ctrl+Enter) redraws the head view
+        page.get_by_text("NPZ: numpy.load").wait_for(timeout=120_000)  # the first run has finished
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                               timeout=120_000)
         box = page.locator("textarea").first
         box.fill(second)
         box.press("Control+Enter")
