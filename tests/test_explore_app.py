@@ -9,30 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
-from streamlit.testing.v1 import app_test as _app_test
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 SENTENCE = "Kedi fareyi kovaladı"
 VIEWS = ["head", "model", "heatmap", "summary"]
 OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout"]
-
-
-class _NavigationPagesManager(PagesManager):
-    """AppTest resets ``PagesManager.uses_pages_directory`` before every run, and because this project
-    has a ``pages/`` folder Streamlit then takes the legacy multipage path: from the second run on it runs
-    the page file alone, without app.py (no sidebar, widget state lost). ``streamlit run`` is not
-    affected (st.navigation turns the flag off for good on the first run). Turn it off here too."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-
-@pytest.fixture(autouse=True)
-def _navigation_only(monkeypatch):
-    monkeypatch.setattr(_app_test, "PagesManager", _NavigationPagesManager)
 
 
 def run_app(state: dict | None = None, query: dict | None = None) -> AppTest:

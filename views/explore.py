@@ -1,7 +1,7 @@
 """Explore page: head view, model view, head heatmap and head summary table of one sentence.
 
 Glue only: widgets (each bound to the URL query string, so a shared link reopens the same view), the
-cached analysis from :mod:`pages.shared`, the numpy transforms of :mod:`viz.transforms` and the figure
+cached analysis from :mod:`views.shared`, the numpy transforms of :mod:`viz.transforms` and the figure
 builders of :mod:`viz`.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 
-from pages import shared
-from pages.shared import t
+from views import shared
+from views.shared import t
 from viz import transforms as tf
 from viz.export import attentions_npz, matrix_csv
 from viz.head_view import head_view_html, head_view_svg, html_height
