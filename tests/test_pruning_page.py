@@ -1,4 +1,4 @@
-"""AppTest of the head pruning page (pages/pruning.py): toggling heads on the grid changes the shown
+"""AppTest of the head pruning page (views/pruning.py): toggling heads on the grid changes the shown
 metric, presets set the expected heads, and the page runs on minilm-l6 and smollm2-135m."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _page(model: str, text: str, custom: str = "", lang: str = "en") -> AppTest:
     at.session_state["text"] = text
     at.session_state["lang"] = lang
     at.run()
-    at.switch_page("pages/pruning.py")
+    at.switch_page("views/pruning.py")
     at.run()
     _ok(at)
     return at

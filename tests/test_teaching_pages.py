@@ -10,10 +10,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["pages/qkv.py", "pages/positions.py", "pages/cost.py", "pages/kvcache.py"]
+PAGES = ["views/qkv.py", "views/positions.py", "views/cost.py", "views/kvcache.py"]
 STRINGS = json.loads((ROOT / "assets/i18n/teach.json").read_text(encoding="utf-8"))
-TITLES = {"pages/qkv.py": "qkv_title", "pages/positions.py": "pos_title", "pages/cost.py": "cost_title",
-          "pages/kvcache.py": "kv_title"}
+TITLES = {"views/qkv.py": "qkv_title", "views/positions.py": "pos_title", "views/cost.py": "cost_title",
+          "views/kvcache.py": "kv_title"}
 
 
 def open_page(page: str, model: str, lang: str, text: str = "Kedi fareyi kovaladı") -> AppTest:
@@ -50,7 +50,7 @@ def test_turkish_numbers():
 
 
 def test_turkish_metrics_use_decimal_commas(minilm):
-    at = open_page("pages/qkv.py", "minilm-l6", "tr")
+    at = open_page("views/qkv.py", "minilm-l6", "tr")
     entropy = at.metric[0].value
     assert re.fullmatch(r"\d+,\d{3} nat", entropy), entropy
 
@@ -71,8 +71,8 @@ def test_page_runs(page, model, lang, minilm, smollm2):
     at = open_page(page, model, lang)
     assert_clean(at)
     assert at.title[0].value == STRINGS[TITLES[page]][lang]
-    assert charts(at) or page == "pages/cost.py"
-    if page == "pages/qkv.py":
+    assert charts(at) or page == "views/cost.py"
+    if page == "views/qkv.py":
         ok = at.success[0].value
         prefix = STRINGS["qkv_equal"][lang].split("(")[0]
         assert ok.startswith(prefix)
@@ -86,7 +86,7 @@ def test_page_runs(page, model, lang, minilm, smollm2):
 
 def test_qkv_page_controls(smollm2):
     """Layer/head/query selectors, the no-scaling switch and the temperature change the numbers shown."""
-    at = open_page("pages/qkv.py", "smollm2-135m", "en")
+    at = open_page("views/qkv.py", "smollm2-135m", "en")
     at.selectbox(key="qkv_layer").set_value(5).run()
     at.selectbox(key="qkv_head").set_value(8).run()
     assert_clean(at)
@@ -102,7 +102,7 @@ def test_qkv_page_controls(smollm2):
 
 
 def test_cost_page_measures_and_shows_a_stopped_run(minilm):
-    at = open_page("pages/cost.py", "minilm-l6", "tr")
+    at = open_page("views/cost.py", "minilm-l6", "tr")
     table = at.table[0].value
     assert list(table.iloc[:, 1]) == ["10⁶", "10¹⁰", "10¹²"]
     at.multiselect(key="cost_lengths").set_value([16, 32])
@@ -127,7 +127,7 @@ def test_cost_page_measures_and_shows_a_stopped_run(minilm):
 
 
 def test_kvcache_page_calculator_llama3(minilm):
-    at = open_page("pages/kvcache.py", "minilm-l6", "en")
+    at = open_page("views/kvcache.py", "minilm-l6", "en")
     at.selectbox(key="kv_preset").set_value("Llama 3 8B").run()
     assert_clean(at)
     values = {m.label: m.value for m in at.metric}
@@ -140,7 +140,7 @@ def test_kvcache_page_calculator_llama3(minilm):
 
 
 def test_kvcache_page_generation(smollm2):
-    at = open_page("pages/kvcache.py", "smollm2-135m", "tr")
+    at = open_page("views/kvcache.py", "smollm2-135m", "tr")
     at.slider(key="kv_new_tokens").set_value(6)
     at.button(key="kv_run").click().run()
     assert_clean(at)
@@ -150,7 +150,7 @@ def test_kvcache_page_generation(smollm2):
 
 
 def test_positions_page_rope_check_and_word_order(smollm2):
-    at = open_page("pages/positions.py", "smollm2-135m", "en")
+    at = open_page("views/positions.py", "smollm2-135m", "en")
     values = {m.label: m.value for m in at.metric}
     assert float(values["difference"]) < 1e-4
     assert abs(float(values["q·k at (2, 5)"]) - float(values["q·k at (9, 12)"])) < 1e-4
@@ -158,7 +158,7 @@ def test_positions_page_rope_check_and_word_order(smollm2):
     assert at.error and "same words" in at.error[0].value
 
 
-@pytest.mark.parametrize("page", ["pages/qkv.py", "pages/positions.py"])
+@pytest.mark.parametrize("page", ["views/qkv.py", "views/positions.py"])
 def test_pages_with_empty_text(page, minilm):
     at = open_page(page, "minilm-l6", "en", text="   ")
     assert_clean(at)
@@ -168,13 +168,13 @@ def test_pages_with_empty_text(page, minilm):
 def test_qkv_page_long_text_C01(minilm):
     """C01: ~512 tokens: the page stays light (at most 48 key strips, says so) and cuts with a notice."""
     text = " ".join(["The cat chased the mouse across the garden and into the old barn."] * 60)
-    at = open_page("pages/qkv.py", "minilm-l6", "en", text=text)
+    at = open_page("views/qkv.py", "minilm-l6", "en", text=text)
     assert_clean(at)
     assert at.warning and "cut" in at.warning[0].value  # truncation notice from analysis_ui's wording
     strips = charts(at)[0]
     assert len(strips["layout"]["yaxis"]["ticktext"]) == 1 + 48  # the query and the 48 strongest keys
     assert any("of 512 keys drawn" in c.value for c in at.caption)
-    pos = open_page("pages/positions.py", "minilm-l6", "en", text=text)
+    pos = open_page("views/positions.py", "minilm-l6", "en", text=text)
     assert_clean(pos)
 
 
@@ -185,11 +185,11 @@ def test_qkv_page_fallback_model_says_why(tiny_folder):
     at.session_state["text"] = "kedi fareyi kovaladı"
     at.session_state["model_custom"] = str(tiny_folder("gpt_neo"))
     at.run()
-    at.switch_page("pages/qkv.py")
+    at.switch_page("views/qkv.py")
     at.run()
     assert not at.exception
     assert at.error and "fallback capture path" in at.error[0].value
-    for page in ("pages/positions.py", "pages/cost.py", "pages/kvcache.py"):
+    for page in ("views/positions.py", "views/cost.py", "views/kvcache.py"):
         at.switch_page(page)
         at.run()
         assert not at.exception, (page, [e.message for e in at.exception])
@@ -197,15 +197,10 @@ def test_qkv_page_fallback_model_says_why(tiny_folder):
 
 def test_switching_model_keeps_selectors_valid(minilm, smollm2):
     """Layer 25 / head 8 chosen on smollm2 (30 x 9) must not break minilm-l6 (6 x 12) afterwards."""
-    at = open_page("pages/qkv.py", "smollm2-135m", "en")
+    at = open_page("views/qkv.py", "smollm2-135m", "en")
     at.selectbox(key="qkv_layer").set_value(25).run()
     at.selectbox(key="qkv_query").set_value(1).run()
-    # After switch_page, AppTest runs the page script alone (the sidebar of app.py is not drawn), so the
-    # sidebar's choice is set where app.py stores it.
-    from pages.shared import Selection
-
-    at.session_state["_selection"] = Selection(model="minilm-l6", text="Kedi fareyi kovaladı", lang="en")
-    at.run()
+    at.selectbox(key="model_key").set_value("minilm-l6").run()
     assert_clean(at)
     assert len(at.selectbox(key="qkv_layer").options) == 6
     assert at.selectbox(key="qkv_layer").value == 0

@@ -10,7 +10,7 @@ import torch
 
 import models
 from models import teaching
-from pages import shared
+from views import shared
 from viz import cost as vc
 from viz import numbers as nb
 

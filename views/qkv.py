@@ -10,7 +10,7 @@ import streamlit as st
 
 import models
 from models import teaching
-from pages import shared
+from views import shared
 from viz import numbers as nb
 from viz import qkv as vq
 

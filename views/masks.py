@@ -16,7 +16,7 @@ import streamlit as st
 import models
 from models import compare
 from models.masks import MaskMode
-from pages import shared
+from views import shared
 from viz import alignment as va
 from viz import audio_alignment as vaa
 from viz import masks as vm

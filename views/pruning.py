@@ -15,7 +15,7 @@ import streamlit as st
 
 import models
 from models import pruning
-from pages import shared
+from views import shared
 from viz import pruning as vp
 
 t = shared.t

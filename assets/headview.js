@@ -1,0 +1,156 @@
+// Dikkat head view: queries (left) -> keys (right), one line per (head, query, key) whose opacity is the
+// attention weight, one colour per head. Plain DOM + SVG, no library, nothing fetched from outside.
+// Data: <script type="application/json" id="hv-data"> written by viz/head_view.py.
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("hv-data").textContent);
+  var L = D.layout, S = D.strings || {};
+  var NS = "http://www.w3.org/2000/svg";
+  var nq = D.q.length, nk = D.k.length, nh = D.heads.length;
+  var shown = D.heads.map(function () { return true; });
+  var focus = null;   // {side: "q"|"k", index} while hovering
+  var pinned = null;  // same, after a click
+  var pairFilter = "all";
+
+  function el(tag, attrs, text) {
+    var e = document.createElementNS(NS, tag);
+    for (var a in attrs) { e.setAttribute(a, attrs[a]); }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+  function h(tag, attrs, text) {
+    var e = document.createElement(tag);
+    for (var a in attrs) { e.setAttribute(a, attrs[a]); }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+
+  // ---- controls: a checkbox per head, all/none, pair filter, downloads
+  var controls = document.getElementById("hv-controls");
+  controls.appendChild(h("span", {}, (S.heads || "Heads") + ":"));
+  var boxes = [];
+  D.heads.forEach(function (head, i) {
+    var lab = h("label", { title: head.name });
+    var box = h("input", { type: "checkbox", "data-head": String(i) });
+    box.checked = true;
+    box.addEventListener("change", function () { shown[i] = box.checked; draw(); });
+    boxes.push(box);
+    var sw = h("span", { "class": "sw" });
+    sw.style.background = head.colour;
+    lab.appendChild(box); lab.appendChild(sw); lab.appendChild(document.createTextNode(head.name));
+    controls.appendChild(lab);
+  });
+  function setAll(v) { boxes.forEach(function (b, i) { b.checked = v; shown[i] = v; }); draw(); }
+  if (nh > 1) {
+    var all = h("button", { type: "button", id: "hv-all" }, S.all || "all");
+    all.addEventListener("click", function () { setAll(true); });
+    var none = h("button", { type: "button", id: "hv-none" }, S.none || "none");
+    none.addEventListener("click", function () { setAll(false); });
+    controls.appendChild(all); controls.appendChild(none);
+  }
+  if (D.pair) {
+    var sel = h("select", { id: "hv-pair", title: S.pair || "Sentence pair" });
+    ["all", "AA", "AB", "BA", "BB"].forEach(function (v) {
+      var o = h("option", { value: v }, v === "all" ? (S.pair_all || "A+B") : v[0] + "\u2192" + v[1]);
+      sel.appendChild(o);
+    });
+    sel.addEventListener("change", function () { pairFilter = sel.value; draw(); });
+    controls.appendChild(h("span", {}, (S.pair || "Pair") + ":"));
+    controls.appendChild(sel);
+  }
+  var bSvg = h("button", { type: "button", id: "hv-svg-dl" }, S.svg || "SVG");
+  bSvg.addEventListener("click", function () { download(svgText(), "image/svg+xml", D.filename + ".svg"); });
+  var bPng = h("button", { type: "button", id: "hv-png-dl" }, S.png || "PNG");
+  bPng.addEventListener("click", savePng);
+  controls.appendChild(bSvg); controls.appendChild(bPng);
+
+  // ---- the drawing
+  var top = L.top + 18 * D.notes.length;
+  var width = 2 * L.col + L.gap, height = top + L.row * Math.max(nq, nk) + 10;
+  var x1 = L.col, x2 = L.col + L.gap;
+  var svg = el("svg", { id: "hv-svg", xmlns: NS, width: width, height: height, viewBox: "0 0 " + width + " " + height,
+    "font-family": "DejaVu Sans, Noto Sans, Arial, sans-serif", "font-size": "13" });
+  svg.appendChild(el("rect", { width: width, height: height, fill: "#ffffff" }));
+  svg.appendChild(el("text", { x: 4, y: 16, "font-weight": "bold" }, D.title));
+  D.notes.forEach(function (note, i) { svg.appendChild(el("text", { x: 4, y: 34 + 18 * i, fill: "#555" }, note)); });
+  var lines = el("g", { id: "hv-lines" });
+  svg.appendChild(lines);
+  var qText = [], kText = [];
+  function tokenText(side, i, label) {
+    var y = top + L.row * i + 14;
+    var t = el("text", side === "q" ? { x: x1 - 4, y: y, "text-anchor": "end", "class": "hv-q" } : { x: x2 + 4, y: y, "class": "hv-k" }, label);
+    t.setAttribute("data-index", String(i));
+    var title = el("title", {}, "#" + (D.first + i) + " " + label);
+    t.appendChild(title);
+    t.addEventListener("mouseenter", function () { if (!pinned) { focus = { side: side, index: i }; draw(); } });
+    t.addEventListener("mouseleave", function () { if (!pinned) { focus = null; draw(); } });
+    t.addEventListener("click", function () {
+      pinned = (pinned && pinned.side === side && pinned.index === i) ? null : { side: side, index: i };
+      focus = pinned; draw();
+    });
+    svg.appendChild(t);
+    return t;
+  }
+  D.q.forEach(function (label, i) { qText.push(tokenText("q", i, label)); });
+  D.k.forEach(function (label, i) { kText.push(tokenText("k", i, label)); });
+  document.getElementById("hv-root").appendChild(svg);
+
+  function pairOk(q, k) {
+    if (pairFilter === "all") { return true; }
+    var a = pairFilter[0] === "A" ? 0 : 1, b = pairFilter[1] === "A" ? 0 : 1;
+    return D.qseg[q] === a && D.kseg[k] === b;
+  }
+
+  function draw() {
+    while (lines.firstChild) { lines.removeChild(lines.firstChild); }
+    var minW = Math.round(L.min * 1000);
+    var frag = document.createDocumentFragment();
+    for (var hd = 0; hd < nh; hd++) {
+      if (!shown[hd]) { continue; }
+      var colour = D.heads[hd].colour, W = D.w[hd];
+      for (var q = 0; q < nq; q++) {
+        if (focus && focus.side === "q" && focus.index !== q) { continue; }
+        var row = W[q], yq = top + L.row * q + L.row / 2;
+        for (var k = 0; k < nk; k++) {
+          var v = row[k];
+          if (v < minW) { continue; }
+          if (focus && focus.side === "k" && focus.index !== k) { continue; }
+          if (!pairOk(q, k)) { continue; }
+          frag.appendChild(el("line", { x1: x1 + 4, y1: yq.toFixed(1), x2: x2 - 4, y2: (top + L.row * k + L.row / 2).toFixed(1),
+            stroke: colour, "stroke-width": 2, "stroke-opacity": (v / 1000).toFixed(3) }));
+        }
+      }
+    }
+    lines.appendChild(frag);
+    qText.forEach(function (t, i) { t.setAttribute("font-weight", focus && focus.side === "q" && focus.index === i ? "bold" : "normal"); });
+    kText.forEach(function (t, i) { t.setAttribute("font-weight", focus && focus.side === "k" && focus.index === i ? "bold" : "normal"); });
+    document.body.setAttribute("data-drawn", String(lines.childNodes.length));
+  }
+
+  function svgText() {
+    var copy = svg.cloneNode(true);
+    copy.querySelectorAll("title").forEach(function (t) { t.remove(); });
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + new XMLSerializer().serializeToString(copy);
+  }
+  function download(data, mime, name) {
+    var blob = data instanceof Blob ? data : new Blob([data], { type: mime });
+    var a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = name;
+    document.body.appendChild(a); a.click();
+    setTimeout(function () { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+  }
+  function savePng() {
+    var img = new Image();
+    img.onload = function () {
+      var c = document.createElement("canvas");
+      c.width = width * 2; c.height = height * 2;
+      var ctx = c.getContext("2d");
+      ctx.scale(2, 2); ctx.drawImage(img, 0, 0);
+      c.toBlob(function (b) { download(b, "image/png", D.filename + ".png"); }, "image/png");
+    };
+    img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(svgText());
+  }
+
+  draw();
+})();

@@ -1,0 +1,155 @@
+"""Real-browser test: the app served by ``streamlit run`` in Debian's Chromium driven by Playwright.
+
+This machine has no internet, so a page that renders here needs none (case C05); the test also records
+every request the page makes and checks that nothing is fetched from outside the app.
+Screenshots are saved to ``test-results/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "test-results"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SENTENCE_PIECES = ["Ked", "i", "fare", "yi", "ko", "val", "ad", "ı"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    """``streamlit run app.py`` on a free port; yields its URL; stops it afterwards."""
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    log = open(RESULTS.parent / ".pytest_cache" / f"streamlit-{port}.log", "w") if (
+        RESULTS.parent / ".pytest_cache").is_dir() else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address",
+         "127.0.0.1", "--server.headless", "true", "--server.fileWatcherType", "none",
+         "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("streamlit did not start") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
+    """The head view and the model view draw "Kedi fareyi kovaladı" in a real browser with no internet;
+    a new sentence typed as the very first action on a fresh server is analysed (not lost); every request
+    the page makes goes to the app itself."""
+    import models
+
+    second = "Fareyi kedi kovaladı"
+    second_labels = [x.label for x in models.analyze(minilm, second).tokens]
+    RESULTS.mkdir(exist_ok=True)
+    requests: list[tuple[str, str]] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.on("request", lambda r: requests.append((r.url, r.resource_type)))
+        page.goto(app_url + "/", timeout=120_000)
+
+        # head view: an iframe whose inline script draws an SVG with the tokens in two columns
+        frame = page.frame_locator("iframe").first
+        frame.locator("#hv-svg").wait_for(timeout=180_000)
+        shown = "els => els.map(e => e.firstChild.nodeValue)"  # the drawn text (a <title> tooltip follows)
+        left = frame.locator("text.hv-q").evaluate_all(shown)
+        right = frame.locator("text.hv-k").evaluate_all(shown)
+        assert left == ["[CLS]"] + SENTENCE_PIECES + ["[SEP]"], left
+        assert right == left
+        drawn = int(frame.locator("body").get_attribute("data-drawn"))
+        assert drawn > 100  # 12 heads x 10 x 10 candidate lines, those >= 1 % drawn
+        frame.locator("text.hv-q", has_text="fare").hover()
+        focused = int(frame.locator("body").get_attribute("data-drawn"))
+        assert 0 < focused < drawn  # hovering a token shows only its lines
+        page.screenshot(path=str(RESULTS / "explore_head_view.png"), full_page=True)
+        # C08: the head view saves itself as SVG, made in the browser from the drawing (one click)
+        with page.expect_download() as download:
+            frame.locator("#hv-svg-dl").click()
+        svg_path = RESULTS / download.value.suggested_filename
+        download.value.save_as(svg_path)
+        assert svg_path.suffix == ".svg"
+        svg = svg_path.read_text(encoding="utf-8")
+        assert svg.lstrip().startswith("<?xml") and ">ı</text>" in svg and ">Ked</text>" in svg
+
+        # the first action on this fresh server: a new sentence (Ctrl+Enter) redraws the head view
+        page.get_by_text("NPZ: numpy.load").wait_for(timeout=120_000)  # the first run has finished
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                               timeout=120_000)
+        box = page.locator("textarea").first
+        box.fill(second)
+        box.press("Control+Enter")
+        page.wait_for_function("n => document.querySelector('iframe') && [...document.querySelectorAll('iframe')]"
+                               ".some(f => f.contentDocument && f.contentDocument.querySelectorAll('text.hv-q')"
+                               ".length === n && f.contentDocument.querySelector('text.hv-q[data-index=\"1\"]')"
+                               ".firstChild.nodeValue === 'Fare')", arg=len(second_labels), timeout=120_000)
+        frame = page.frame_locator("iframe").first
+        assert frame.locator("text.hv-q").evaluate_all(shown) == second_labels
+        assert box.input_value() == second
+
+        # model view: the clickable grid, then one map opened large with the tokens on its axes
+        page.get_by_role("radio", name="Model view").click()
+        page.get_by_text("Model view · encoder self-attention").wait_for(timeout=120_000)
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=60_000)
+        grid = page.locator(".js-plotly-plot").first
+        x, y = grid.evaluate("""gd => { const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+            const tr = gd._fullData[1]; const i = 2 * 12 + 7;
+            return [xa._offset + xa.l2p(tr.x[i]), ya._offset + ya.l2p(tr.y[i])]; }""")
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + x, box["y"] + y)
+        page.get_by_text("Layer 2, head 7").wait_for(timeout=60_000)
+        large = page.locator(".js-plotly-plot", has_text="layer 2 · head 7")
+        large.wait_for(timeout=60_000)
+        ticks = large.locator(".xtick text").all_text_contents()
+        assert ticks == second_labels, ticks
+        assert "layer=2" in page.evaluate("location.href") and "head=7" in page.evaluate("location.href")
+        page.screenshot(path=str(RESULTS / "explore_model_view.png"), full_page=True)
+        # C08: the camera button of the figure's own mode bar downloads it (PNG by default)
+        grid.hover()
+        with page.expect_download() as download:
+            grid.locator('.modebar-btn[data-title="Download plot as a PNG"]').click(force=True)
+        png_path = RESULTS / download.value.suggested_filename
+        download.value.save_as(png_path)
+        assert png_path.name == "dikkat_minilm-l6_encoder_modelview.png"
+        assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        browser.close()
+
+    outside = [(u, kind) for u, kind in requests
+               if urlparse(u).scheme in ("http", "https", "ws", "wss") and urlparse(u).hostname not in
+               ("127.0.0.1", "localhost")]
+    # Streamlit's frontend asks for an optional metrics config it ignores when unreachable; nothing the
+    # page draws with (scripts, styles, fonts, images, frames) may come from outside.
+    assert not [r for r in outside if r[1] in ("script", "stylesheet", "font", "image", "document", "media")], outside

@@ -1,0 +1,240 @@
+"""Streamlit AppTest of app.py and the Explore page on the bundled models (minilm-l6, smollm2-135m)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+SENTENCE = "Kedi fareyi kovaladı"
+VIEWS = ["head", "model", "heatmap", "summary"]
+OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout"]
+
+
+def run_app(state: dict | None = None, query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in (state or {}).items():
+        at.session_state[k] = v
+    if query:
+        at.query_params = dict(query)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def unknown(at: AppTest, kind: str) -> list:
+    return [e for e in at.main if type(e).__name__ == "UnknownElement" and e.type == kind]
+
+
+def head_view_data(at: AppTest) -> dict:
+    frames = unknown(at, "iframe")
+    assert frames, "no head view iframe on the page"
+    doc = frames[0].proto.srcdoc
+    m = re.search(r'<script type="application/json" id="hv-data">(.*?)</script>', doc, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def figures(at: AppTest) -> list[dict]:
+    return [json.loads(e.proto.spec) for e in unknown(at, "plotly_chart")]
+
+
+def decode(arr) -> np.ndarray:
+    """plotly 7 writes numpy arrays as {"dtype", "bdata", "shape"}."""
+    if isinstance(arr, dict) and "bdata" in arr:
+        out = np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"]))
+        shape = arr.get("shape")
+        if shape:
+            out = out.reshape([int(s) for s in str(shape).split(",")])
+        return out
+    return np.asarray(arr)
+
+
+def heatmap_figure(at: AppTest) -> dict:
+    """The head heatmap (one heatmap trace; the model view has a heatmap and a click-target scatter)."""
+    for fig in figures(at):
+        if len(fig["data"]) == 1 and fig["data"][0]["type"] == "heatmap":
+            return fig
+    raise AssertionError("no head heatmap on the page")
+
+
+def non_special(labels: list[str]) -> list[str]:
+    return [x for x in labels if not (x.startswith("[") and x.endswith("]")) and x not in ("<s>", "</s>")]
+
+
+def test_app_runs_on_default_model_with_the_sentence_own_characters():
+    """Default: minilm-l6, "Kedi fareyi kovaladı", head view; the labels rejoin to the input, "ı" not "Ä±"."""
+    at = run_app()
+    assert at.session_state["model_key"] == "minilm-l6"
+    assert at.sidebar.text_area[0].value == SENTENCE
+    data = head_view_data(at)
+    assert data["q"] == ["[CLS]", "Ked", "i", "fare", "yi", "ko", "val", "ad", "ı", "[SEP]"]
+    assert "".join(non_special(data["q"])) == SENTENCE.replace(" ", "")
+    srcdoc = unknown(at, "iframe")[0].proto.srcdoc
+    assert "Ä±" not in srcdoc and "ı" in srcdoc
+    assert len(data["heads"]) == 12 and len(data["w"]) == 12
+    # device shown in the sidebar
+    assert any("cpu" in c.value for c in at.sidebar.caption)
+
+
+def test_head_view_needs_no_network_C05():
+    """C05: the head view's document carries its script inline; nothing is loaded from outside."""
+    at = run_app()
+    doc = unknown(at, "iframe")[0].proto.srcdoc
+    assert "<script src" not in doc and "<link" not in doc and "@import" not in doc
+    assert "https://" not in doc
+    assert "function draw()" in doc  # the script from assets/headview.js is inlined
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_each_view_on_default_model(view):
+    at = run_app({"view": view})
+    if view == "head":
+        assert head_view_data(at)["q"][1] == "Ked"
+    elif view in ("model", "heatmap"):
+        figs = figures(at)
+        assert figs, "no figure drawn"
+        hm = heatmap_figure(at)
+        assert hm["layout"]["xaxis"]["ticktext"][-2] == "ı"
+    else:
+        df = at.dataframe[0].value
+        assert len(df) == 6 * 12
+        assert df.iloc[:, 2].between(0, np.log(10) + 1e-4).all()  # entropy in [0, ln n]
+
+
+def test_smollm2_sentence_every_option_and_view_keep_running():
+    """Switch to smollm2-135m, change the sentence, toggle each option and choose each view: no exception,
+    and every shown label is the sentence's own characters."""
+    at = run_app({"model_key": "smollm2-135m"})
+    data = head_view_data(at)
+    assert "".join(data["q"]) == SENTENCE.replace(" ", "")  # byte-level BPE pieces rejoin, "ı" not "Ä±"
+    assert len(data["heads"]) == 9
+    text = "Fareyi kedi kovaladı."
+    at.sidebar.text_area[0].input(text).run()
+    assert not at.exception
+    data = head_view_data(at)
+    assert "".join(data["q"]) == text.replace(" ", "")
+    for option in OPTIONS:
+        at.checkbox(key=option).check().run()
+        assert not at.exception, (option, [e.value for e in at.exception])
+        for view in VIEWS:
+            at.session_state["view"] = view
+            at.run()
+            assert not at.exception, (option, view, [e.value for e in at.exception])
+            if view == "head":
+                labels = head_view_data(at)["q"]
+            elif view in ("model", "heatmap"):
+                labels = heatmap_figure(at)["layout"]["yaxis"]["ticktext"]
+            else:
+                assert len(at.dataframe[0].value) == 30 * 9
+                continue
+            if option == "words":
+                assert labels == ["Fareyi", "kedi", "kovaladı", "."]
+            else:
+                for label in labels:
+                    assert label in text, (option, view, label)
+        at.checkbox(key=option).uncheck().run()
+        at.session_state["view"] = "head"
+    assert not at.exception
+
+
+def test_hide_first_token_renormalises_and_says_so_C03(smollm2):
+    """C03: on a Llama-style decoder the first token is hidden, every row is renormalised and the figure
+    says "renormalised"."""
+    import models
+
+    at = run_app({"model_key": "smollm2-135m", "hide_first": True, "view": "heatmap", "layer": 5, "head": 2})
+    fig = heatmap_figure(at)
+    assert "renormalised" in fig["layout"]["title"]["text"]
+    z = decode(fig["data"][0]["z"]).astype(np.float64)
+    a = models.analyze(smollm2, SENTENCE)
+    raw = a.attentions["decoder"][5, 2].astype(np.float64)
+    assert raw[1:, 0].mean() > 0.3  # the first token is a sink here: most rows give it a large share
+    expected = raw[1:, 1:] / raw[1:, 1:].sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(z, expected, atol=1e-5)
+    assert np.allclose(z.sum(axis=1), 1.0, atol=1e-5)
+    assert np.allclose(np.triu(z, 1), 0.0)  # still causal
+    assert fig["layout"]["yaxis"]["ticktext"] == [x.label for x in a.tokens][1:]
+    at.session_state["view"] = "head"
+    at.run()
+    data = head_view_data(at)
+    assert "renormalised" in data["title"]
+    assert any("renormalised" in c.value for c in at.caption)
+
+
+def test_word_level_shows_the_three_words_and_the_rule_C04():
+    """C04: "kovaladı" is four pieces; the word-level view shows the sentence's three words and states
+    how the pieces were combined."""
+    at = run_app({"words": True, "hide_special": True, "view": "heatmap"})
+    fig = heatmap_figure(at)
+    assert fig["layout"]["xaxis"]["ticktext"] == ["Kedi", "fareyi", "kovaladı"]
+    assert fig["layout"]["yaxis"]["ticktext"] == ["Kedi", "fareyi", "kovaladı"]
+    z = decode(fig["data"][0]["z"]).astype(np.float64)
+    assert np.allclose(z.sum(axis=1), 1.0, atol=1e-4)
+    rule = " ".join(c.value for c in at.caption)
+    assert "summed over a word's key pieces" in rule and "averaged over its query pieces" in rule
+
+
+def test_long_input_keeps_the_page_usable_and_says_so_C01():
+    """C01: ~600 tokens on minilm-l6 (limit 512): cut with a notice, the model view is pooled to at most
+    64x64 cells per map and says so, the head view draws a window and says so."""
+    text = " ".join(["The cat chased the mouse across the old wooden floor of the kitchen."] * 45)
+    at = run_app({"text": text, "view": "model"})
+    warnings = " ".join(w.value for w in at.warning)
+    assert "cut" in warnings  # truncation notice, not an error
+    assert "64×64" in warnings  # model view reduced, and says how
+    spec = unknown(at, "plotly_chart")[0].proto
+    assert spec.ByteSize() < 1_500_000
+    mosaic = decode(json.loads(spec.spec)["data"][0]["z"])
+    assert mosaic.dtype == np.uint8 and mosaic.shape[0] <= 6 * (64 + 8)
+    at.session_state["view"] = "head"
+    at.run()
+    assert not at.exception
+    data = head_view_data(at)
+    assert len(data["q"]) == 48
+    assert "window" in " ".join(w.value for w in at.warning)
+
+
+def test_state_comes_from_the_url_query_string():
+    """A shared link opens the same model, sentence, view, layer, head and options."""
+    at = run_app(query={"view": "heatmap", "layer": "3", "head": "5", "words": "1", "text": "Fareyi kedi kovaladı",
+                        "lang": "tr"})
+    assert at.session_state["layer"] == 3 and at.session_state["head"] == 5
+    assert at.title[0].value == "Dikkati keşfet"
+    fig = heatmap_figure(at)
+    assert "katman 3" in fig["layout"]["title"]["text"] and "kafa 5" in fig["layout"]["title"]["text"]
+    assert fig["layout"]["xaxis"]["ticktext"] == ["[CLS]", "Fareyi", "kedi", "kovaladı", "[SEP]"]
+
+
+def test_sentence_pair_segments():
+    """A sentence pair: the head view knows which tokens are A and which B (for the A→B filters)."""
+    at = run_app({"pair": "The cat chased the mouse."})
+    data = head_view_data(at)
+    assert data["pair"] is True
+    n_a = data["q"].index("[SEP]") + 1
+    assert data["qseg"][:n_a] == [0] * n_a and data["qseg"][n_a:] == [1] * (len(data["q"]) - n_a)
+
+
+def test_exports_C08():
+    """C08: each figure has its camera button (PNG or SVG), the matrix as CSV and all attentions as NPZ
+    are one click each."""
+    at = run_app({"view": "heatmap"})
+    config = json.loads(unknown(at, "plotly_chart")[0].proto.config)
+    assert config["toImageButtonOptions"]["format"] == "png"
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert any("CSV" in x for x in labels) and any("NPZ" in x for x in labels)
+    at.session_state["img_fmt"] = "SVG"
+    at.run()
+    config = json.loads(unknown(at, "plotly_chart")[0].proto.config)
+    assert config["toImageButtonOptions"]["format"] == "svg"
+    at.session_state["view"] = "head"
+    at.run()
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert any("SVG" in x for x in labels)
+    doc = unknown(at, "iframe")[0].proto.srcdoc
+    assert 'id="hv-svg-dl"' in doc or "hv-svg-dl" in doc

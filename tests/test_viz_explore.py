@@ -1,0 +1,104 @@
+"""Unit tests of the Explore page's figure builders (viz/head_view.py, model_view.py, heatmap.py,
+summary.py, export.py) on small hand-made inputs."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from viz import transforms as tf
+from viz.export import attentions_npz, matrix_csv
+from viz.head_view import head_view_html, head_view_svg
+from viz.heatmap import head_heatmap, image_config, tick_positions
+from viz.model_view import model_view, point_to_cell
+from viz.summary import head_summary_table
+
+LABELS = ["[CLS]", "Ked", "i", "kovaladı", "[SEP]"]
+
+
+def random_attention(layers=2, heads=3, n=5, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.random((layers, heads, n, n)).astype(np.float32)
+    return w / w.sum(-1, keepdims=True)
+
+
+def test_head_view_html_is_self_contained_with_exact_labels():
+    html = head_view_html(random_attention()[0], LABELS, LABELS, head_names=["0", "1", "2"], title="t")
+    assert "kovaladı" in html and "Ä±" not in html
+    assert "<script src" not in html and "https://" not in html
+    data = json.loads(html.split('id="hv-data">', 1)[1].split("</script>", 1)[0])
+    assert data["q"] == LABELS and len(data["w"]) == 3
+    assert data["w"][0][1] == [int(round(v * 1000)) for v in random_attention()[0, 0, 1]]
+
+
+def test_head_view_html_escapes_script_end_in_labels():
+    labels = ["</script>", "a", "b"]
+    html = head_view_html(np.full((1, 3, 3), 1 / 3, np.float32), labels, labels, head_names=["0"])
+    assert html.count("</script>") == 2  # only the two real closing tags
+
+
+def test_head_view_svg_draws_lines_with_weight_as_opacity():
+    w = np.zeros((2, 2, 2), np.float32)
+    w[0] = [[1.0, 0.0], [0.25, 0.75]]
+    w[1] = [[0.5, 0.5], [0.5, 0.5]]
+    svg = head_view_svg(w, ["ı", "ş"], ["ı", "ş"], head_names=["0", "1"], heads=[0])
+    assert svg.count("<line") == 3  # head 0 only; the 0.0 weight is not drawn
+    assert 'stroke-opacity="0.750"' in svg and ">ı</text>" in svg
+
+
+def test_model_view_grid_and_click_mapping():
+    w = random_attention(layers=3, heads=4, n=6)
+    fig, info = model_view(w, layer_names=["0", "1", "2"], head_names=["a", "b", "c", "d"], selected=(1, 2))
+    assert not info.pooled and (info.cell_q, info.cell_k) == (6, 6)
+    scatter = fig.data[1]
+    assert len(scatter.x) == 12
+    assert list(scatter.customdata[1 * 4 + 2]) == [1, 2]
+    assert point_to_cell({"customdata": [2, 3]}, 4) == (2, 3)
+    assert point_to_cell({"point_index": 7, "curve_number": 1}, 4) == (1, 3)
+    assert point_to_cell({"point_index": 7, "curve_number": 0}, 4) is None
+
+
+def test_model_view_pools_long_inputs_C01():
+    w = random_attention(layers=2, heads=2, n=300)
+    fig, info = model_view(w, layer_names=["0", "1"], head_names=["0", "1"], max_cell=64)
+    assert info.pooled and info.cell_q == 64
+    z = np.asarray(fig.data[0].z)
+    assert z.dtype == np.uint8 and z.shape == (2 * 64 + 8, 2 * 64 + 8)
+    assert z.max() == 255 and z.min() == 0  # map maxima at 255, gaps at 0
+
+
+def test_heatmap_keeps_repeated_labels_apart():
+    labels = ["the", "cat", "the", "mouse"]
+    m = np.eye(4, dtype=np.float32)
+    fig = head_heatmap(m, labels, labels)
+    assert list(fig.layout.xaxis.ticktext) == labels and list(fig.layout.xaxis.tickvals) == [0, 1, 2, 3]
+    assert fig.data[0].customdata[2][0][1] == "the"
+    assert tick_positions(500, 96)[:3] == [0, 6, 12]
+    assert image_config("x", "svg")["toImageButtonOptions"]["format"] == "svg"
+    with pytest.raises(ValueError):
+        head_heatmap(m, labels[:3], labels)
+
+
+def test_summary_table_rows_and_columns():
+    w = random_attention(layers=2, heads=3, n=5)
+    stats = tf.head_statistics(w, special=[True, False, False, False, True], punctuation=[False] * 5,
+                               word_of=[-1, 0, 0, 1, -1])
+    df = head_summary_table(stats, column_names={"entropy": "H"})
+    assert len(df) == 6 and list(df.columns[:3]) == ["layer", "head", "H"]
+    assert df.iloc[4]["layer"] == 1 and df.iloc[4]["head"] == 1
+    assert df.iloc[4]["H"] == pytest.approx(stats["entropy"][1, 1])
+
+
+def test_exports_C08():
+    m = np.array([[0.25, 0.75], [1.0, 0.0]], np.float32)
+    csv = matrix_csv(m, ["ı", "ş"], ["ı", "ş"]).decode("utf-8")
+    assert csv.splitlines()[0] == "query \\ key,ı,ş" and csv.splitlines()[1] == "ı,0.250000,0.750000"
+    w = random_attention()
+    blob = attentions_npz({"encoder": w}, tokens=LABELS, spans=[(0, 0)] * 5, special=[True, 0, 0, 0, True],
+                          model="m", text="Kedi")
+    with np.load(io.BytesIO(blob)) as z:
+        np.testing.assert_array_equal(z["attention_encoder"], w)
+        assert list(z["tokens"]) == LABELS and str(z["text"]) == "Kedi"

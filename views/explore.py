@@ -1,0 +1,387 @@
+"""Explore page: head view, model view, head heatmap and head summary table of one sentence.
+
+Glue only: widgets (each bound to the URL query string, so a shared link reopens the same view), the
+cached analysis from :mod:`views.shared`, the numpy transforms of :mod:`viz.transforms` and the figure
+builders of :mod:`viz`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import streamlit as st
+
+from views import shared
+from views.shared import t
+from viz import transforms as tf
+from viz.export import attentions_npz, matrix_csv
+from viz.head_view import head_view_html, head_view_svg, html_height
+from viz.heatmap import head_heatmap, image_config
+from viz.model_view import model_view, point_to_cell
+from viz.summary import head_summary_table
+
+VIEWS = ["head", "model", "heatmap", "summary"]
+OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout"]
+# The head view draws at most this many tokens (or words) per column; longer inputs are paged.
+HEAD_VIEW_MAX = 48
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The weights every view draws, after the options.
+
+    Attributes:
+        weights: float32 ``(layers, heads', query', key')``; ``heads'`` is 1 for an average or rollout.
+        q_labels, k_labels: one label per row / column (the input's own characters).
+        q_segments, k_segments: 0 / 1 (sentence A / B) per row / column.
+        q_index, k_index: for each row / column, the token positions it stands for.
+        renormalised: rows were renormalised after hiding tokens.
+        n_tokens: query / key token counts before any option.
+    """
+
+    weights: np.ndarray
+    q_labels: list[str]
+    k_labels: list[str]
+    q_segments: list[int]
+    k_segments: list[int]
+    q_index: list[tuple[int, ...]]
+    k_index: list[tuple[int, ...]]
+    renormalised: bool
+    n_tokens: tuple[int, int]
+
+
+def segments(tokens) -> list[int]:
+    """Sentence (0 = A, 1 = B) of each token; a special token belongs to the sentence before it
+    (``[CLS] A [SEP]`` is A, ``B [SEP]`` is B, as BERT's token type ids)."""
+    out, current = [], 0
+    for tok in tokens:
+        if not tok.special:
+            current = tok.segment
+        out.append(current)
+    return out
+
+
+def _units(tokens, words, keep: np.ndarray) -> tuple[list[tuple[int, ...]], list[str]]:
+    """Word units over the kept tokens (new positions) and their labels."""
+    new_pos = -np.ones(len(tokens), dtype=int)
+    new_pos[keep] = np.arange(int(keep.sum()))
+    groups, texts = [], {}
+    for w in words:
+        idx = tuple(int(new_pos[i]) for i in w.tokens if new_pos[i] >= 0)
+        if idx:
+            groups.append(idx)
+            full = len(idx) == len(w.tokens)
+            texts[idx] = w.text if full else "".join(tokens[i].text for i in w.tokens if new_pos[i] >= 0).strip()
+    units = tf.word_units(int(keep.sum()), groups)
+    kept = np.nonzero(keep)[0]
+    labels = [texts.get(u, tokens[int(kept[u[0]])].label) for u in units]
+    return units, labels
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: bool, hide_first: bool,
+            words: bool, mode: str) -> Prepared:
+    """Apply the page's options to one stack's attention (cached; the result is shared, read-only).
+
+    Order: heads (all / average / rollout) -> hide tokens and renormalise rows -> merge words.
+    """
+    a = shared.get_analysis(model, text, text_pair=pair)
+    w = a.attentions[stack]
+    q_tokens, k_tokens = a.axis_tokens(stack)
+    q_words, k_words = a.axis_words(stack)
+    if mode == "rollout":
+        w = tf.rollout(w)
+    elif mode == "avg":
+        w = tf.average_heads(w)
+    self_attn = stack != "cross"
+    keep_q = tf.keep_mask(len(q_tokens), drop_flags=[x.special for x in q_tokens] if hide_special else None)
+    keep_k = tf.keep_mask(len(k_tokens), drop_flags=[x.special for x in k_tokens] if hide_special else None)
+    if hide_first:
+        keep_k[0] = False
+        if self_attn:
+            keep_q[0] = False
+    renormalised = not (keep_q.all() and keep_k.all())
+    if renormalised:
+        w = tf.filter_tokens(w, keep_q, keep_k)
+    q_seg_all, k_seg_all = segments(q_tokens), segments(k_tokens)
+    if words:
+        q_units, q_labels = _units(q_tokens, q_words, keep_q)
+        k_units, k_labels = _units(k_tokens, k_words, keep_k)
+        w = tf.merge_words(w, q_units, k_units)
+    else:
+        q_units = [(i,) for i in range(int(keep_q.sum()))]
+        k_units = [(i,) for i in range(int(keep_k.sum()))]
+        q_labels = [x.label for x, k in zip(q_tokens, keep_q) if k]
+        k_labels = [x.label for x, k in zip(k_tokens, keep_k) if k]
+    q_kept, k_kept = np.nonzero(keep_q)[0], np.nonzero(keep_k)[0]
+    q_index = [tuple(int(q_kept[i]) for i in u) for u in q_units]
+    k_index = [tuple(int(k_kept[i]) for i in u) for u in k_units]
+    return Prepared(
+        weights=np.ascontiguousarray(w, dtype=np.float32), q_labels=q_labels, k_labels=k_labels,
+        q_segments=[q_seg_all[u[0]] for u in q_index], k_segments=[k_seg_all[u[0]] for u in k_index],
+        q_index=q_index, k_index=k_index, renormalised=renormalised, n_tokens=(len(q_tokens), len(k_tokens)),
+    )
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def statistics(model: str, text: str, pair: str | None, stack: str) -> dict[str, np.ndarray]:
+    """Head statistics of one stack's raw token-level weights (cached)."""
+    a = shared.get_analysis(model, text, text_pair=pair)
+    q_tokens, k_tokens = a.axis_tokens(stack)
+    word_of = -np.ones(len(k_tokens), dtype=int)
+    for i, w in enumerate(a.axis_words(stack)[1]):
+        word_of[list(w.tokens)] = i
+    return tf.head_statistics(a.attentions[stack], special=[x.special for x in k_tokens],
+                              punctuation=[tf.is_punctuation(x.text) and not x.special for x in k_tokens],
+                              word_of=word_of, self_attention=stack != "cross")
+
+
+def _clamp(key: str, upper: int) -> None:
+    """Keep a bound integer widget's value inside ``0..upper-1`` (a link from a bigger model)."""
+    value = st.session_state.get(key)
+    if isinstance(value, int) and not 0 <= value < upper:
+        st.session_state[key] = 0
+
+
+def _on_model_click(heads: int) -> None:
+    """Model view click: open the clicked map (set layer and head)."""
+    event = st.session_state.get("mv_select")
+    points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
+        getattr(getattr(event, "selection", None), "points", []) or []
+    for point in points:
+        cell = point_to_cell(dict(point), heads)
+        if cell is not None:
+            st.session_state["layer"] = cell[0]
+            if heads > 1:
+                st.session_state["head"] = cell[1]
+            return
+
+
+def _on_table_select(heads: int) -> None:
+    """Summary table row chosen: open that head in the heatmap view."""
+    event = st.session_state.get("summary_table")
+    rows = getattr(getattr(event, "selection", None), "rows", None)
+    if rows is None and isinstance(event, dict):
+        rows = event.get("selection", {}).get("rows", [])
+    if rows:
+        row = int(rows[0])
+        st.session_state["layer"] = row // heads
+        st.session_state["head"] = row % heads
+        st.session_state["view"] = "heatmap"
+
+
+def _matrix_csv(matrix: np.ndarray, q_labels: list[str], k_labels: list[str]):
+    return lambda: matrix_csv(matrix, q_labels, k_labels)
+
+
+def _npz(model: str, text: str, pair: str | None):
+    def make() -> bytes:
+        a = shared.get_analysis(model, text, text_pair=pair)
+        return attentions_npz(a.attentions, tokens=[x.label for x in a.tokens], spans=[(x.start, x.end) for x in a.tokens],
+                              special=[x.special for x in a.tokens],
+                              target_tokens=[x.label for x in a.target_tokens] if a.target_tokens else None,
+                              model=model, text=text)
+    return make
+
+
+def _title(base: str, prep: Prepared, options: dict) -> str:
+    extra = []
+    if prep.renormalised:
+        extra.append(t("x_renormalised"))
+    if options["words"]:
+        extra.append(t("x_words"))
+    return base + ("  ·  " + " · ".join(extra) if extra else "")
+
+
+# ---------------------------------------------------------------- page
+sel = shared.selection()
+st.title(t("explore_title"))
+st.caption(t("explore_intro"))
+loaded = shared.load_model_ui(sel.model)
+if loaded is None:
+    st.stop()
+
+pair = None
+if loaded.family != "encoder":
+    shared.url_drop("pair")
+else:
+    with st.expander(t("pair_expander"), expanded=bool(st.session_state.get("pair"))):
+        shared.url_init("pair")
+        st.text_input(t("pair_label"), key="pair", help=t("pair_help"))
+        shared.url_sync("pair", "")
+    pair = (st.session_state.get("pair") or "").strip() or None
+
+if not sel.text.strip():
+    st.info(t("type_sentence"))
+    st.stop()
+analysis = shared.analysis_ui(sel.model, sel.text, text_pair=pair)
+if analysis is None:
+    st.stop()
+
+stacks = list(analysis.attentions)
+top = st.columns([3, 1])
+with top[0]:
+    shared.url_init("view", VIEWS)
+    st.segmented_control(t("view"), VIEWS, key="view", required=True, default="head",
+                         format_func=lambda v: t(f"view_{v}"))
+    shared.url_sync("view", "head")
+view = st.session_state.get("view") or "head"
+with top[1]:
+    if len(stacks) > 1:
+        shared.url_init("stack", stacks)
+        st.selectbox(t("stack"), stacks, key="stack", format_func=lambda s: t(f"stack_{s}"))
+        shared.url_sync("stack", stacks[0])
+stack = st.session_state.get("stack") if st.session_state.get("stack") in stacks else stacks[0]
+
+opt_cols = st.columns(5)
+labels = {"hide_special": t("opt_hide_special"), "hide_first": t("opt_hide_first"), "words": t("opt_words"),
+          "avg": t("opt_avg"), "rollout": t("opt_rollout")}
+for col, key in zip(opt_cols, OPTIONS):
+    with col:
+        shared.url_init(key, kind=bool)
+        st.checkbox(labels[key], key=key, help=t(f"help_{key}"))
+        shared.url_sync(key, False)
+options = {k: bool(st.session_state.get(k)) for k in OPTIONS}
+if options["rollout"] and stack == "cross":
+    st.warning(t("rollout_cross"))
+    options["rollout"] = False
+mode = "rollout" if options["rollout"] else ("avg" if options["avg"] else "heads")
+
+with st.spinner(t("preparing")):
+    prep = prepare(sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"],
+                   options["words"], mode)
+n_layers, n_heads_raw = analysis.attentions[stack].shape[:2]
+n_heads = prep.weights.shape[1]
+head_names = [t("mean_head")] if mode == "avg" else ([t("rollout_head")] if mode == "rollout" else
+                                                      [str(h) for h in range(n_heads)])
+
+# what the options did, in words (C03, C04)
+notes = []
+if options["hide_special"]:
+    notes.append(t("note_special"))
+if options["hide_first"]:
+    notes.append(t("note_first"))
+if options["words"]:
+    notes.append(t("note_words"))
+if mode == "avg":
+    notes.append(t("note_avg"))
+if mode == "rollout":
+    notes.append(t("note_rollout"))
+for note in notes:
+    st.caption("ℹ️ " + note)
+
+q_tokens, k_tokens = analysis.axis_tokens(stack)
+with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
+    st.write(" · ".join(x.label for x in q_tokens))
+    if options["words"]:
+        st.write(t("words_line") + " " + " · ".join(prep.q_labels))
+
+sel_cols = st.columns([3, 1, 1])
+with sel_cols[0]:
+    shared.url_init("layer", kind=int)
+    _clamp("layer", n_layers)
+    if n_layers > 1:
+        st.slider(t("rollout_layer") if mode == "rollout" else t("layer"), 0, n_layers - 1, value=0, key="layer")
+    shared.url_sync("layer", 0)
+layer = int(st.session_state.get("layer") or 0)
+with sel_cols[1]:
+    shared.url_init("head", list(range(n_heads_raw)))
+    _clamp("head", n_heads_raw)
+    # always drawn (a widget that is not drawn forgets its value), used by the heatmaps
+    st.selectbox(t("head"), list(range(n_heads_raw)), key="head",
+                 disabled=n_heads == 1 or view not in ("model", "heatmap"), help=t("head_help"))
+    shared.url_sync("head", 0)
+head = int(st.session_state.get("head") or 0) if n_heads > 1 else 0
+with sel_cols[2]:
+    shared.url_init("img_fmt", ["PNG", "SVG"])
+    st.segmented_control(t("image_format"), ["PNG", "SVG"], key="img_fmt", required=True, default="PNG",
+                         help=t("image_format_help"))
+    shared.url_sync("img_fmt", "PNG")
+fmt = (st.session_state.get("img_fmt") or "PNG").lower()
+
+stem = f"dikkat_{sel.model.replace('/', '_')}_{stack}_L{layer}" + (f"_H{head}" if n_heads > 1 else f"_{mode}")
+matrix = prep.weights[layer, head]
+nq, nk = len(prep.q_labels), len(prep.k_labels)
+
+
+def draw_heatmap(title: str) -> None:
+    big = max(nq, nk) > 128
+    fig = head_heatmap(matrix, prep.q_labels, prep.k_labels, title=title, query_title=t("query"),
+                       key_title=t("key"), weight_title=t("weight"))
+    st.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
+    if big:
+        st.caption(t("heatmap_long", n=max(nq, nk)))
+
+
+if view == "head":
+    n_rows = max(nq, nk)
+    start = 0
+    if n_rows <= HEAD_VIEW_MAX:
+        shared.url_drop("hv_start")
+    else:
+        shared.url_init("hv_start", kind=int)
+        _clamp("hv_start", n_rows - HEAD_VIEW_MAX + 1)
+        start = st.slider(t("hv_window"), 0, n_rows - HEAD_VIEW_MAX, value=0, step=1, key="hv_start")
+        shared.url_sync("hv_start", 0)
+    end = min(n_rows, start + HEAD_VIEW_MAX)
+    qs, ks = slice(start, min(end, nq)), slice(start, min(end, nk))
+    hv_notes = list(notes)
+    if n_rows > HEAD_VIEW_MAX:
+        st.warning(t("hv_long", n=n_rows, a=start, b=end - 1, m=HEAD_VIEW_MAX))
+        hv_notes.append(t("hv_long_short", a=start, b=end - 1, n=n_rows))
+    title = _title(t("hv_title", layer=layer, stack=t(f"stack_{stack}")), prep, options)
+    strings = {k: t(f"hv_{k}") for k in ("heads", "all", "none", "pair", "pair_all", "svg", "png")}
+    weights = prep.weights[layer][:, qs, ks]
+    doc = head_view_html(weights, prep.q_labels[qs], prep.k_labels[ks], head_names=head_names,
+                         query_segments=prep.q_segments[qs], key_segments=prep.k_segments[ks], title=title,
+                         notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start)
+    st.caption(t("hv_hint"))
+    st.iframe(doc, height=html_height(end - start, len(hv_notes), n_heads))
+    svg_args = (weights, prep.q_labels[qs], prep.k_labels[ks])
+    st.download_button(t("dl_svg_server"), data=lambda: head_view_svg(*svg_args, head_names=head_names, title=title,
+                                                                        notes=hv_notes).encode("utf-8"),
+                       file_name=stem + "_headview.svg", mime="image/svg+xml", on_click="ignore", key="dl_hv_svg")
+elif view == "model":
+    title = _title(t("mv_title", stack=t(f"stack_{stack}"), layers=n_layers, heads=n_heads, n=max(nq, nk)),
+                   prep, options)
+    layer_names = [str(i) for i in range(n_layers)]
+    fig, info = model_view(prep.weights, layer_names=layer_names, head_names=head_names, title=title,
+                           hover=t("mv_hover"), layer_title=t("layer"), head_title=t("head"),
+                           selected=(layer, head))
+    st.caption(t("mv_hint"))
+    if info.pooled:
+        st.warning(t("mv_pooled", n=max(nq, nk), c=max(info.cell_q, info.cell_k)))
+    st.plotly_chart(fig, key="mv_select", on_select=functools.partial(_on_model_click, n_heads), selection_mode="points",
+                    config=image_config(stem.rsplit("_L", 1)[0] + "_modelview", fmt))
+    st.subheader(t("mv_large", layer=layer, head=head_names[head]))
+    draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
+elif view == "heatmap":
+    draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
+else:
+    stats = statistics(sel.model, sel.text, pair, stack)
+    names = {k: t(f"stat_{k}") for k in tf.STATISTICS}
+    table = head_summary_table(stats, column_names=names, layer_column=t("layer"), head_column=t("head"))
+    st.caption(t("summary_intro"))
+    st.dataframe(table, key="summary_table", on_select=functools.partial(_on_table_select, n_heads_raw),
+                 selection_mode="single-row", hide_index=True,
+                 column_config={names[k]: st.column_config.NumberColumn(format="%.3f") for k in names})
+    with st.expander(t("summary_definitions")):
+        for k in tf.STATISTICS:
+            st.markdown(f"- **{names[k]}**: {t(f'def_{k}')}")
+    st.download_button(t("dl_summary_csv"), data=table.to_csv(index=False).encode("utf-8"),
+                       file_name=f"dikkat_{sel.model.replace('/', '_')}_{stack}_heads.csv", mime="text/csv",
+                       on_click="ignore", key="dl_summary")
+
+# exports of the numbers (C08)
+exp = st.columns(2)
+with exp[0]:
+    st.download_button(t("dl_csv", layer=layer, head=head_names[head]), data=_matrix_csv(matrix, prep.q_labels,
+                                                                                        prep.k_labels),
+                       file_name=stem + ".csv", mime="text/csv", on_click="ignore", key="dl_csv")
+with exp[1]:
+    st.download_button(t("dl_npz"), data=_npz(sel.model, sel.text, pair),
+                       file_name=f"dikkat_{sel.model.replace('/', '_')}_attentions.npz",
+                       mime="application/octet-stream", on_click="ignore", key="dl_npz")
+st.caption(t("export_hint"))

@@ -1,0 +1,221 @@
+"""What every page shares: UI strings (tr/en), the cached model and analyses, the sidebar.
+
+A loaded model is cached per process with ``st.cache_resource`` and shared by every browser session;
+per-request settings (heads off, masks) travel with each call into ``models.analyze``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import streamlit as st
+
+import models
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+
+
+@lru_cache(maxsize=1)
+def _strings() -> dict[str, dict[str, str]]:
+    merged: dict[str, dict[str, str]] = {}
+    for path in sorted((ASSETS / "i18n").glob("*.json")):
+        merged.update(json.loads(path.read_text(encoding="utf-8")))
+    return merged
+
+
+def lang() -> str:
+    """Current interface language, ``"tr"`` or ``"en"``."""
+    return st.session_state.get("lang", "en")
+
+
+def t(key: str, **fmt) -> str:
+    """UI string ``key`` in the current language (English if the Turkish one is missing)."""
+    entry = _strings().get(key)
+    if entry is None:
+        return key
+    text = entry.get(lang()) or entry.get("en") or key
+    return text.format(**fmt) if fmt else text
+
+
+def examples() -> list[dict]:
+    """Example sentences shipped in ``assets/examples.json``."""
+    return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))["examples"]
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def get_model(name: str) -> models.LoadedModel:
+    """``models.load(name)``, cached per process and shared by all sessions."""
+    return models.load(name)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def get_analysis(name: str, text: str, text_pair: str | None = None, target: str | None = None,
+                 heads_off: frozenset = frozenset(), mask="native", max_tokens: int | None = None) -> models.Analysis:
+    """``models.analyze`` cached by its (hashable) arguments; results are read-only."""
+    return models.analyze(get_model(name), text, text_pair=text_pair, target=target, heads_off=heads_off,
+                          mask=mask, max_tokens=max_tokens)
+
+
+def _show_device(loaded: models.LoadedModel) -> None:
+    """Write the device in use into the sidebar slot made by :func:`sidebar` (if this run has one)."""
+    slot = st.session_state.get("_device_slot")
+    if slot is None:
+        return
+    kv = f" · {loaded.num_key_value_heads} KV" if loaded.num_key_value_heads else ""
+    shape = ", ".join(f"{stack} {layers}×{heads}" for stack, (layers, heads) in loaded.stacks.items())
+    slot.caption(t("device_line", device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
+                   path=loaded.capture_path, shape=shape + kv))
+
+
+def load_model_ui(name: str) -> models.LoadedModel | None:
+    """Load with a spinner that shows the elapsed time (and what is happening); on failure show the reason
+    and return None. Shows the device in use in the sidebar."""
+    start = time.perf_counter()
+    try:
+        with st.spinner(t("loading", model=name), show_time=True):
+            loaded = get_model(name)
+    except models.DikkatError as exc:
+        st.error(str(exc))
+        return None
+    except OSError as exc:  # a folder or hub id transformers cannot read
+        st.error(t("load_failed", model=name, reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+        return None
+    elapsed = time.perf_counter() - start
+    if elapsed > 1.0:
+        st.toast(t("loaded_in", model=name, seconds=elapsed))
+    _show_device(loaded)
+    return loaded
+
+
+def analysis_ui(name: str, text: str, **kwargs) -> models.Analysis | None:
+    """Analyse with a spinner; show errors as messages (never a traceback) and the truncation notice."""
+    try:
+        with st.spinner(t("analysing")):
+            result = get_analysis(name, text, **kwargs)
+    except models.DikkatError as exc:
+        st.error(str(exc))
+        return None
+    if result.truncated:
+        st.warning(t("truncated", n=result.truncated, limit=result.max_tokens))
+    return result
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the sidebar chose: model name, sentence, interface language."""
+
+    model: str
+    text: str
+    lang: str
+
+
+DEFAULT_TEXT = "Kedi fareyi kovaladı"
+
+
+def url_init(key: str, options=None, kind: type = str) -> None:
+    """Before the widget ``key`` is created: take its value from the URL query string, unless Session State
+    already has one.
+
+    The page state (model, sentence, view, layer, head, options) lives in the URL so that a shared link
+    opens the same view; :func:`url_sync` writes it back on every run. (Streamlit's own
+    ``bind="query-params"`` is not used: it writes the translated label of an option widget into the URL,
+    so a link would depend on the interface language.) Reading whenever Session State has no value (not
+    only on the first run) also restores a value lost when the first run is interrupted by a click.
+    An unknown value is ignored.
+
+    Args:
+        key: widget key and query parameter name.
+        options: the widget's options (the value must be one of them, compared as ``str``).
+        kind: ``bool`` (``1``/``true``), ``int`` or ``str`` when there are no options.
+    """
+    raw = st.query_params.get(key)
+    if raw is None or key in st.session_state:
+        return
+    if options is not None:
+        for option in options:
+            if str(option) == raw:
+                st.session_state[key] = option
+                return
+    elif kind is bool:
+        st.session_state[key] = raw.lower() in ("1", "true", "yes", "on")
+    elif kind is int:
+        try:
+            st.session_state[key] = int(raw)
+        except ValueError:
+            pass
+    else:
+        st.session_state[key] = raw
+
+
+def url_drop(key: str) -> None:
+    """Remove ``key`` from the URL (its widget is not shown in this run, so its value is gone)."""
+    if key in st.query_params:
+        del st.query_params[key]
+
+
+def url_sync(key: str, default=None) -> None:
+    """Write the widget ``key``'s current value into the URL query string (removed when it is ``default``)."""
+    value = st.session_state.get(key)
+    if value is None or value == default or (isinstance(value, str) and not value.strip() and not default):
+        if key in st.query_params:
+            del st.query_params[key]
+        return
+    text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    if st.query_params.get(key) != text:
+        st.query_params[key] = text
+
+
+def _model_label(key: str) -> str:
+    spec = models.get_spec(key)
+    mark = "" if spec.installed else " ✗"
+    return f"{key} · {spec.family} · {spec.params_m:.0f}M · {spec.languages}{mark}"
+
+
+def _use_example() -> None:
+    chosen = st.session_state.get("example")
+    if chosen:
+        st.session_state["text"] = chosen
+    st.session_state["example"] = None
+
+
+def sidebar() -> Selection:
+    """The shared sidebar: interface language, model picker, sentence, device. Returns the selection.
+
+    Every widget's value is kept in the URL query string (:func:`url_init`, :func:`url_sync`), so a
+    shared link reopens the same model, sentence and language.
+    """
+    with st.sidebar:
+        url_init("lang", ["en", "tr"])
+        st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True,
+                 format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
+        url_sync("lang", "en")
+        keys = [s.key for s in models.list_models()]
+        url_init("model_key", keys)
+        st.selectbox(t("model"), keys, key="model_key", format_func=_model_label)
+        url_sync("model_key", keys[0])
+        spec = models.get_spec(st.session_state["model_key"])
+        state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
+        st.caption(f"{spec.title} · {spec.layers}×{spec.heads} · {t('licence')}: {spec.licence} · {state}")
+        url_init("model_custom")
+        custom = st.text_input(t("model_custom"), key="model_custom",
+                               placeholder="owner/name · /path/to/folder").strip()
+        url_sync("model_custom", "")
+        if custom:
+            st.caption(t("custom_note", name=custom))
+        st.selectbox(t("examples"), [e["text"] for e in examples()], index=None, key="example",
+                     placeholder=t("examples_pick"), on_change=_use_example)
+        # the default must stay the same on every run: a widget whose default changes is a new widget
+        url_init("text")
+        st.text_area(t("sentence"), value=DEFAULT_TEXT, key="text", help=t("sentence_help"))
+        url_sync("text", DEFAULT_TEXT)
+        st.session_state["_device_slot"] = st.empty()
+    return Selection(model=custom or st.session_state["model_key"], text=st.session_state.get("text", ""), lang=lang())
+
+
+def selection() -> Selection:
+    """The current selection (set by :func:`sidebar` in ``app.py``)."""
+    return st.session_state["_selection"]

@@ -1,0 +1,175 @@
+"""Head view (after BertViz's head view, Vig 2019): the tokens in two columns, queries on the left and keys
+on the right, with a line from each query to each key whose opacity is the attention weight, one colour
+per head.
+
+Two renderings of the same drawing:
+
+- :func:`head_view_html`: a self-contained HTML page (for ``st.iframe``) whose script is read from
+  ``assets/headview.js`` and inlined, so nothing is fetched from outside (BertViz loads d3 and jQuery
+  from a CDN and shows nothing offline). It has a checkbox per head, hover/click on a token to show only
+  its lines, the sentence-pair filter (A→A, A→B, B→A, B→B) and SVG/PNG download buttons made in the
+  browser from the drawing itself.
+- :func:`head_view_svg`: the same drawing as a static SVG string made on the server (all given heads,
+  no interaction) for a download button.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import html
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+JS_FILE = ASSETS / "headview.js"
+
+# Layout shared by the browser drawing (headview.js reads it from the data) and the server SVG.
+ROW_H = 20
+COL_W = 150
+GAP_W = 260
+TOP = 36
+FONT = "13px 'DejaVu Sans', 'Noto Sans', Arial, sans-serif"
+# Lines lighter than this are not drawn (opacity below 1 % is invisible).
+MIN_WEIGHT = 0.01
+
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#bcbd22", "#17becf", "#393b79", "#ad494a"]
+
+
+def head_colours(n: int) -> list[str]:
+    """``n`` distinct colours: a 12-colour qualitative palette, evenly spaced hues beyond 12 heads."""
+    if n <= len(_PALETTE):
+        return _PALETTE[:n]
+    out = []
+    for i in range(n):
+        r, g, b = colorsys.hls_to_rgb(i / n, 0.42, 0.75)
+        out.append(f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}")
+    return out
+
+
+def _check(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str],
+           head_names: Sequence[str]) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float32)
+    if w.ndim != 3:
+        raise ValueError(f"expected (heads, query, key), got shape {w.shape}")
+    h, nq, nk = w.shape
+    if len(query_labels) != nq or len(key_labels) != nk or len(head_names) != h:
+        raise ValueError(f"{len(head_names)} heads / {len(query_labels)} query / {len(key_labels)} key labels "
+                         f"for weights of shape {w.shape}")
+    return w
+
+
+def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
+                   head_names: Sequence[str], query_segments: Sequence[int] | None = None,
+                   key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
+                   strings: dict | None = None, filename: str = "head_view", first_position: int = 0) -> dict:
+    """The JSON-ready data the browser drawing reads.
+
+    Weights are sent as integers in thousandths (``round(1000 w)``), ``heads x query x key``.
+    """
+    w = _check(weights, query_labels, key_labels, head_names)
+    h, nq, nk = w.shape
+    qs = list(query_segments) if query_segments is not None else [0] * nq
+    ks = list(key_segments) if key_segments is not None else [0] * nk
+    return {
+        "q": list(query_labels), "k": list(key_labels), "qseg": [int(s) for s in qs], "kseg": [int(s) for s in ks],
+        "heads": [{"name": str(n), "colour": c} for n, c in zip(head_names, head_colours(h))],
+        "w": np.rint(w * 1000).astype(np.int32).tolist(),
+        "pair": (1 in qs) or (1 in ks),
+        "title": title, "notes": list(notes), "strings": strings or {}, "filename": filename,
+        "first": int(first_position),
+        "layout": {"row": ROW_H, "col": COL_W, "gap": GAP_W, "top": TOP, "font": FONT, "min": MIN_WEIGHT},
+    }
+
+
+def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
+                   head_names: Sequence[str], query_segments: Sequence[int] | None = None,
+                   key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
+                   strings: dict | None = None, filename: str = "head_view", first_position: int = 0) -> str:
+    """Self-contained HTML of the interactive head view (script inlined from ``assets/headview.js``).
+
+    Args:
+        weights: float ``(heads, query, key)`` weights of one layer (``heads`` may be 1: an average or a
+            rollout).
+        query_labels, key_labels: the tokens' (or words') own text, one per row / column.
+        head_names: one name per head (shown next to its checkbox).
+        query_segments, key_segments: 0 (sentence A) or 1 (sentence B) per token, for the pair filter.
+        title: heading drawn above the columns (say there whether rows were renormalised).
+        notes: lines drawn under the title (what was hidden, merged, left out).
+        strings: translated interface words: ``heads``, ``all``, ``none``, ``pair``, ``svg``, ``png``, ``hint``.
+        filename: download file name without extension.
+        first_position: position of the first drawn token in the whole input (long inputs are paged).
+
+    Returns:
+        an HTML document (str) with no external reference.
+    """
+    data = head_view_data(weights, query_labels, key_labels, head_names=head_names, query_segments=query_segments,
+                          key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
+                          first_position=first_position)
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    script = JS_FILE.read_text(encoding="utf-8")
+    return (
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>"
+        "body{margin:0;font:13px 'DejaVu Sans','Noto Sans',Arial,sans-serif;color:#222;background:#fff}"
+        "#hv-controls{display:flex;flex-wrap:wrap;gap:6px 12px;align-items:center;margin:4px 0 6px}"
+        "#hv-controls label{display:inline-flex;align-items:center;gap:3px;cursor:pointer;user-select:none}"
+        "#hv-controls .sw{display:inline-block;width:12px;height:12px;border-radius:2px}"
+        "#hv-controls button,#hv-controls select{font:inherit;padding:1px 6px}"
+        "#hv-svg text{cursor:pointer}"
+        "</style></head><body>"
+        "<div id=\"hv-controls\"></div><div id=\"hv-root\"></div>"
+        f"<script type=\"application/json\" id=\"hv-data\">{payload}</script>"
+        f"<script>{script}</script></body></html>"
+    )
+
+
+def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12, width_px: int = 840) -> int:
+    """Pixel height the iframe needs for ``n_rows`` tokens: the control rows (a checkbox per head and the
+    buttons, wrapped at ``width_px``), the title and notes, the token columns, and a margin."""
+    control_rows = -(-(n_heads * 52 + 330) // width_px)
+    return int(12 + 32 * control_rows + TOP + 18 * n_notes + ROW_H * n_rows + 40)
+
+
+def head_view_svg(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
+                  head_names: Sequence[str], title: str = "", notes: Sequence[str] = (),
+                  heads: Sequence[int] | None = None) -> str:
+    """The head view as a static SVG document (server-side; the same layout as the browser drawing).
+
+    Args:
+        weights: float ``(heads, query, key)``; heads: which heads to draw (default all).
+        Other arguments as for :func:`head_view_html`.
+
+    Returns:
+        SVG text (UTF-8 labels, the input's own characters).
+    """
+    w = _check(weights, query_labels, key_labels, head_names)
+    h, nq, nk = w.shape
+    colours = head_colours(h)
+    chosen = list(range(h)) if heads is None else [int(i) for i in heads]
+    top = TOP + 18 * len(notes)
+    width = 2 * COL_W + GAP_W
+    height = top + ROW_H * max(nq, nk) + 10
+    x1, x2 = COL_W, COL_W + GAP_W
+    esc = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Noto Sans, Arial, sans-serif" font-size="13">',
+           f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+           f'<text x="4" y="16" font-weight="bold">{esc(title)}</text>']
+    for i, note in enumerate(notes):
+        out.append(f'<text x="4" y="{34 + 18 * i}" fill="#555">{esc(note)}</text>')
+    for head in chosen:
+        for q in range(nq):
+            yq = top + ROW_H * q + ROW_H / 2
+            for k in np.nonzero(w[head, q] >= MIN_WEIGHT)[0]:
+                yk = top + ROW_H * int(k) + ROW_H / 2
+                out.append(f'<line x1="{x1 + 4}" y1="{yq:.1f}" x2="{x2 - 4}" y2="{yk:.1f}" stroke="{colours[head]}" '
+                           f'stroke-width="2" stroke-opacity="{float(w[head, q, k]):.3f}"/>')
+    for q, label in enumerate(query_labels):
+        out.append(f'<text x="{x1 - 4}" y="{top + ROW_H * q + 14}" text-anchor="end">{esc(label)}</text>')
+    for k, label in enumerate(key_labels):
+        out.append(f'<text x="{x2 + 4}" y="{top + ROW_H * k + 14}">{esc(label)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)

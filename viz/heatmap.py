@@ -1,0 +1,85 @@
+"""Head heatmap: one head's attention matrix with the tokens' own labels on both axes.
+
+Axes are positions (0, 1, 2 ...) with ``ticktext`` set to the labels, because plotly merges repeated
+category labels ("the" twice would collapse into one row).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+# Cells above which the hover stops naming both tokens (the per-cell label pairs would dominate the
+# bytes sent); the axes still carry the labels and the hover still gives positions and the weight.
+HOVER_LABEL_CELLS = 128 * 128
+# Most tick labels drawn per axis; longer inputs label every k-th token.
+MAX_TICKS = 96
+COLORSCALE = "Blues"
+
+
+def tick_positions(n: int, max_ticks: int = MAX_TICKS) -> list[int]:
+    """Positions that get a tick label: all when ``n <= max_ticks``, else every ``ceil(n/max_ticks)``-th."""
+    step = max(1, -(-n // max_ticks))
+    return list(range(0, n, step))
+
+
+def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
+                 title: str = "", query_title: str = "query", key_title: str = "key",
+                 weight_title: str = "weight", height: int | None = None) -> go.Figure:
+    """Heatmap of one ``(query, key)`` attention matrix.
+
+    Args:
+        matrix: float ``(query, key)`` weights in [0, 1] (rows usually sum to 1).
+        query_labels, key_labels: display labels, one per row / column (the input's own characters).
+        title: figure title (say there whether rows were renormalised).
+        query_title, key_title, weight_title: axis and hover names (already translated).
+        height: figure height in px (default grows with the number of rows).
+
+    Returns:
+        plotly Figure: rows are queries (top to bottom), columns keys; hover shows query, key, weight.
+
+    Raises:
+        ValueError: label counts that do not match the matrix.
+    """
+    m = np.asarray(matrix, dtype=np.float32)
+    nq, nk = m.shape
+    if len(query_labels) != nq or len(key_labels) != nk:
+        raise ValueError(f"{len(query_labels)} query / {len(key_labels)} key labels for a {nq}x{nk} matrix")
+    trace = dict(z=m, x=np.arange(nk), y=np.arange(nq), colorscale=COLORSCALE, zmin=0.0,
+                 zmax=float(max(m.max(initial=0.0), 1e-6)), colorbar=dict(title=dict(text=weight_title)))
+    if nq * nk <= HOVER_LABEL_CELLS:
+        custom = np.empty((nq, nk, 2), dtype=object)
+        custom[:, :, 0] = np.asarray(list(query_labels), dtype=object)[:, None]
+        custom[:, :, 1] = np.asarray(list(key_labels), dtype=object)[None, :]
+        trace["customdata"] = custom
+        trace["hovertemplate"] = (f"{query_title}: %{{customdata[0]}} (%{{y}})<br>{key_title}: %{{customdata[1]}} "
+                                  f"(%{{x}})<br>{weight_title}: %{{z:.4f}}<extra></extra>")
+    else:
+        trace["hovertemplate"] = (f"{query_title} %{{y}} → {key_title} %{{x}}<br>{weight_title}: %{{z:.4f}}"
+                                  "<extra></extra>")
+    fig = go.Figure(go.Heatmap(**trace))
+    xt, yt = tick_positions(nk), tick_positions(nq)
+    fig.update_layout(
+        title=dict(text=title),
+        xaxis=dict(title=dict(text=key_title), tickmode="array", tickvals=xt, ticktext=[key_labels[i] for i in xt],
+                   side="top", tickangle=-60 if nk > 12 else 0, constrain="domain"),
+        yaxis=dict(title=dict(text=query_title), tickmode="array", tickvals=yt,
+                   ticktext=[query_labels[i] for i in yt], autorange="reversed"),
+        height=height or int(min(1100, max(380, 160 + 22 * min(nq, 40)))),
+        margin=dict(l=10, r=10, t=110, b=10),
+    )
+    return fig
+
+
+def image_config(filename: str, fmt: str = "png") -> dict:
+    """plotly ``config`` for ``st.plotly_chart``: the camera button of the figure's mode bar downloads it
+    as ``fmt`` (``png`` at twice the shown resolution, or ``svg``) under ``filename``."""
+    if fmt not in ("png", "svg"):
+        raise ValueError(f"image format must be png or svg, got {fmt!r}")
+    return {
+        "displaylogo": False,
+        "displayModeBar": True,
+        "toImageButtonOptions": {"format": fmt, "filename": filename, "scale": 2 if fmt == "png" else 1},
+    }
