@@ -299,12 +299,10 @@ with right:
                 order = r_before.order
                 st.dataframe(pd.DataFrame({
                     t("prune_sentence"): [candidates[i] for i in order],
-                    t("prune_rank_before"): rank_before[order],
-                    t("prune_rank_after"): rank_after[order],
-                    t("prune_cos_before"): np.round(r_before.similarity[order], 3),
-                    t("prune_cos_after"): np.round(r_after.similarity[order], 3),
-                }), hide_index=True, width="stretch", height=int(38 + 35 * len(candidates)),
-                    column_config={t("prune_sentence"): st.column_config.TextColumn(width="large")})
+                    t("prune_before"): [f"#{rank_before[i]} · {r_before.similarity[i]:.3f}" for i in order],
+                    t("prune_after"): [f"#{rank_after[i]} · {r_after.similarity[i]:.3f}" for i in order],
+                }), hide_index=True, width="stretch", height=int(38 + 35 * len(candidates)))
+                st.caption(t("prune_ranking_help"))
             except models.DikkatError as exc:
                 st.error(str(exc))
         else:
