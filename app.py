@@ -14,12 +14,12 @@ st.session_state["_selection"] = shared.sidebar()
 
 PAGES = [
     st.Page("views/explore.py", title=shared.t("page_explore"), icon=":material/visibility:", default=True),
+    st.Page("views/pruning.py", title=shared.t("page_pruning"), icon=":material/content_cut:"),
     st.Page("views/masks.py", title=shared.t("page_masks"), icon=":material/grid_on:"),
     st.Page("views/qkv.py", title=shared.t("page_qkv"), icon=":material/calculate:"),
     st.Page("views/positions.py", title=shared.t("page_positions"), icon=":material/place:"),
     st.Page("views/cost.py", title=shared.t("page_cost"), icon=":material/speed:"),
     st.Page("views/kvcache.py", title=shared.t("page_kvcache"), icon=":material/storage:"),
-    st.Page("views/pruning.py", title=shared.t("page_pruning"), icon=":material/content_cut:"),
 ]
 
 st.navigation(PAGES).run()

@@ -203,12 +203,19 @@ def tokens_from_encoding(enc: dict, texts: list[str], tokenizer, index: int = 0)
     special = enc["special_tokens_mask"][index]
     special = special.tolist() if hasattr(special, "tolist") else list(special)
     seq_ids = enc.sequence_ids(index) if hasattr(enc, "sequence_ids") else [0] * len(ids)
+    type_ids = enc["token_type_ids"][index] if "token_type_ids" in enc else None
     pieces = tokenizer.convert_ids_to_tokens(ids)
     tokens: list[Token] = []
     last_end = {0: 0, 1: 0}
-    for tid, (start, end), spec, seg, piece in zip(ids, offsets, special, seq_ids, pieces):
+    previous_segment = 0
+    for i, (tid, (start, end), spec, seg, piece) in enumerate(zip(ids, offsets, special, seq_ids, pieces)):
         is_special = bool(spec) or seg is None
-        segment = seg if seg is not None else 0
+        if seg is not None:
+            segment = previous_segment = seg
+        elif type_ids is not None and int(type_ids[i]) in (0, 1):
+            segment = int(type_ids[i])  # BERT: the final [SEP] of a pair belongs to segment B
+        else:
+            segment = previous_segment
         if is_special:
             tokens.append(Token("", last_end[segment], last_end[segment], True, int(tid), piece, segment))
             continue
@@ -395,6 +402,11 @@ def analyze(
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     text = _check_text(text, "text")
+    if getattr(model.model, "main_input_name", "input_ids") != "input_ids":
+        raise UnsupportedOperationError(
+            f"Model '{model.name}' reads {model.model.main_input_name} (a speech model), not text: "
+            "use models.analyze_audio with a recording."
+        )
     if text_pair is not None:
         text_pair = _check_text(text_pair, "text pair")
     if target is not None:

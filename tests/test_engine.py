@@ -207,6 +207,8 @@ def test_C01_long_text_is_truncated_with_a_count(tiny):
 def test_sentence_pair_segments(tiny):
     a = models.analyze(tiny("bert"), "kedi fare", text_pair="the cat")
     assert [t.segment for t in a.tokens if not t.special] == [0, 0, 1, 1]
+    # [CLS] kedi fare [SEP] | the cat [SEP]: the final [SEP] belongs to segment B (token type 1)
+    assert [t.segment for t in a.tokens] == [0, 0, 0, 0, 1, 1, 1]
     assert [w.text for w in a.words] == ["kedi", "fare", "the", "cat"]
     assert [w.segment for w in a.words] == [0, 0, 1, 1]
 

@@ -230,3 +230,8 @@ def test_turkish_clip_with_a_given_target(whisper):
     assert "".join(a.target_tokens[i].text for i in a.target_words[2].tokens) == "kovaladı"
     np.testing.assert_allclose(a.attentions["cross"].sum(-1), 1.0, atol=1e-4)
     assert a.attentions["cross"].shape == (6, 8, len(a.target_tokens), r.frames + 1)
+
+
+def test_text_analysis_of_a_speech_model_is_a_clear_error(whisper):
+    with pytest.raises(models.UnsupportedOperationError, match="analyze_audio"):
+        models.analyze(whisper, "The cat chased the mouse")
