@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field
@@ -236,6 +237,7 @@ def group_words(tokens: list[Token], texts: list[str]) -> list[Word]:
     words: list[Word] = []
     for segment, text in enumerate(texts):
         spans = [(m.start(), m.end()) for m in WORD_PATTERN.finditer(text)]
+        starts = [a for a, _ in spans]
         members: list[list[int]] = [[] for _ in spans]
         last_word = None
         for i, tok in enumerate(tokens):
@@ -248,11 +250,14 @@ def group_words(tokens: list[Token], texts: list[str]) -> list[Word]:
             pos = tok.start + lead
             if pos >= tok.end:
                 continue
-            for w, (a, b) in enumerate(spans):
-                if a <= pos < b or (pos < a < tok.end):
-                    members[w].append(i)
-                    last_word = w
-                    break
+            # the word containing pos, else the first word starting inside the token
+            w = bisect.bisect_right(starts, pos) - 1
+            if not (w >= 0 and pos < spans[w][1]):
+                w += 1
+                if not (w < len(spans) and spans[w][0] < tok.end):
+                    continue
+            members[w].append(i)
+            last_word = w
         for (a, b), idx in zip(spans, members):
             if idx:
                 words.append(Word(text[a:b], a, b, segment, tuple(idx)))
@@ -457,7 +462,9 @@ def analyze(
     want_hidden = hidden_states
     fallback = model.capture_path == "fallback"
     try:
-        with torch.no_grad(), capture.capture(model.site_index, gates=gates, masks=masks, record=not fallback) as state:
+        layers = None if fallback else {stack: n for stack, (n, _) in model.stacks.items()}
+        with torch.no_grad(), capture.capture(model.site_index, gates=gates, masks=masks, record=not fallback,
+                                              record_into=layers) as state:
             outputs = model.model(
                 **inputs, output_hidden_states=want_hidden, output_attentions=fallback, return_dict=True,
             )
@@ -512,6 +519,8 @@ def _collect_attentions(model: LoadedModel, state, outputs) -> dict[str, np.ndar
 
         for stack, tensors in _attention_tuples(outputs, model.family).items():
             per_stack[stack] = [t[0] for t in tensors]
+    elif state.buffers is not None:
+        return {stack: buf.numpy() for stack, buf in state.buffers.items()}
     else:
         for site in model.sites:
             w = state.weights.get((site.stack, site.layer))
