@@ -6,7 +6,7 @@ PIP := $(BIN)/python -m pip
 PORT ?= 8501
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install install-dev install-gemma browser bench bench-render cli clean
+.PHONY: run test install install-dev install-gemma browser bench bench-render clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,8 +42,11 @@ run: install
 test: install-dev install-gemma /usr/bin/chromium
 	$(BIN)/python -m pytest -q tests
 
+## Benchmarks print ratios measured side by side in one run (never timed assertions in tests).
 bench: install
 	$(BIN)/python bench/capture.py
+	$(BIN)/python bench/ablation.py
+	$(BIN)/python bench/teaching.py
 
 ## Explore page vs BertViz 1.4.1 (bench-only dependencies, not needed to run the app).
 bench-render: install-dev /usr/bin/chromium
