@@ -282,3 +282,29 @@ def test_cli_list_and_analyze(tiny_folder, tmp_path, capsys):
     assert summary["heads_off"] == [["decoder", 0, 1]]
     assert np.load(out)["attention_decoder"].shape == (2, 4, 5, 5)
     assert main(["analyze", "--model", str(tiny_folder("gpt2")), "--text", "  "]) == 2
+
+
+def test_C09_weights_even_where_the_default_kernel_returns_none(tiny, tiny_folder):
+    """transformers' default attention (sdpa) returns no weights; the engine records real ones, on the
+    interface path (GPT-2) and on the fallback path (GPT-Neo); a model without attention says so."""
+    plain = tf.GPT2LMHeadModel.from_pretrained(str(tiny_folder("gpt2"))).eval()
+    with torch.no_grad():
+        out = plain(input_ids=torch.tensor([[10, 11, 12]]), output_attentions=True)
+    assert not out.attentions or all(a is None for a in out.attentions)  # the reported fault
+    for arch in ("gpt2", "gpt_neo"):
+        w = models.analyze(tiny(arch), TEXT).attentions["decoder"]
+        assert w.shape == (2, 4, 5, 5) and np.allclose(w.sum(-1), 1.0, atol=1e-5) and w.max() > 0.2
+
+
+def test_C10_unconfigured_non_english_model_loads_from_its_folder(tiny_folder, tmp_path):
+    """A Turkish model nobody configured: a plain transformers folder, no catalog entry, no settings."""
+    import shutil
+
+    folder = tmp_path / "bilinmeyen-turkce-model"
+    shutil.copytree(tiny_folder("bert-mlm"), folder)
+    loaded = models.load(str(folder))
+    text = "İstanbul'da ışık söndü"
+    a = models.analyze(loaded, text)
+    assert loaded.family == "encoder" and loaded.head == "mlm" and loaded.spec.key == str(folder)
+    assert [w.text for w in a.words] == ["İstanbul'da", "ışık", "söndü"]
+    assert "".join(t.text for t in a.tokens if not t.special) == text.replace(" ", "")
