@@ -203,7 +203,7 @@ def test_long_input_keeps_the_page_usable_and_says_so_C01():
 def test_state_comes_from_the_url_query_string():
     """A shared link opens the same model, sentence, view, layer, head and options."""
     at = run_app(query={"view": "heatmap", "layer": "3", "head": "5", "words": "1", "text": "Fareyi kedi kovaladı",
-                        "lang": "tr"})
+                        "lang": "tr", "model_key": "minilm-l6"})
     assert at.session_state["layer"] == 3 and at.session_state["head"] == 5
     assert at.title[0].value == "Dikkati keşfet"
     fig = heatmap_figure(at)
@@ -238,3 +238,25 @@ def test_exports_C08():
     assert any("SVG" in x for x in labels)
     doc = unknown(at, "iframe")[0].proto.srcdoc
     assert 'id="hv-svg-dl"' in doc or "hv-svg-dl" in doc
+
+
+def test_turkish_interface_defaults_to_the_multilingual_model():
+    """Issue 7: a Turkish interface starts on multilingual-e5-small (installed by make test); switching
+    the language switches the default model, but never a model the user picked."""
+    at = run_app({"lang": "tr"})
+    assert at.session_state["model_key"] == "multilingual-e5-small"
+    at = run_app()
+    assert at.session_state["model_key"] == "minilm-l6"
+    at.radio(key="lang").set_value("tr").run()
+    assert at.session_state["model_key"] == "multilingual-e5-small"
+    at.selectbox(key="model_key").set_value("smollm2-135m").run()
+    at.radio(key="lang").set_value("en").run()
+    assert at.session_state["model_key"] == "smollm2-135m"
+
+
+def test_url_names_the_model_whenever_it_is_not_the_language_default():
+    """A Turkish-interface link made on minilm-l6 must reopen minilm-l6, not the Turkish default."""
+    at = run_app({"lang": "tr"})
+    assert "model_key" not in at.query_params  # multilingual-e5-small is the Turkish default
+    at.selectbox(key="model_key").set_value("minilm-l6").run()
+    assert at.query_params["model_key"] in ("minilm-l6", ["minilm-l6"])

@@ -175,6 +175,16 @@ def _model_label(key: str) -> str:
     return f"{key} · {spec.family} · {spec.params_m:.0f}M · {spec.languages}{mark}"
 
 
+def _model_chosen() -> None:
+    st.session_state["_model_chosen_by_user"] = True
+
+
+def _language_changed() -> None:
+    """Switching the interface language also switches the default model, unless the user picked one."""
+    if not st.session_state.get("_model_chosen_by_user") and not st.query_params.get("model_key"):
+        st.session_state["model_key"] = models.default_model_for_language(st.session_state.get("lang", "en"))
+
+
 def _use_example() -> None:
     chosen = st.session_state.get("example")
     if chosen:
@@ -190,13 +200,16 @@ def sidebar() -> Selection:
     """
     with st.sidebar:
         url_init("lang", ["en", "tr"])
-        st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True,
+        st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True, on_change=_language_changed,
                  format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
         url_sync("lang", "en")
         keys = [s.key for s in models.list_models()]
         url_init("model_key", keys)
-        st.selectbox(t("model"), keys, key="model_key", format_func=_model_label)
-        url_sync("model_key", keys[0])
+        if "model_key" not in st.session_state:
+            # Turkish interface -> multilingual-e5-small when installed (issue 7), else minilm-l6
+            st.session_state["model_key"] = models.default_model_for_language(lang())
+        st.selectbox(t("model"), keys, key="model_key", format_func=_model_label, on_change=_model_chosen)
+        url_sync("model_key", models.default_model_for_language(lang()))
         spec = models.get_spec(st.session_state["model_key"])
         state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
         st.caption(f"{spec.title} · {spec.layers}×{spec.heads} · {t('licence')}: {spec.licence} · {state}")
