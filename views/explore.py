@@ -200,7 +200,7 @@ sel = shared.selection()
 st.title(t("explore_title"))
 st.caption(t("explore_intro"))
 loaded = shared.load_model_ui(sel.model)
-if loaded is None:
+if loaded is None or not shared.reads_text(loaded):
     st.stop()
 
 pair = None
