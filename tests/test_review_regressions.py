@@ -37,3 +37,22 @@ def test_speech_model_on_text_pages_says_where_to_go(page, lang):
     infos = [e.value for e in at.info]
     assert infos.count(expected) == 1, infos
     assert not any("analyze_audio" in e.value for e in at.info)
+
+
+EXPLORE = json.loads((ROOT / "assets/i18n/explore.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("view", ["model", "head", "heatmap", "summary"])
+def test_every_token_hidden_says_so_instead_of_crashing(view):
+    """smollm2-135m reads "a" as one token; hiding the first token leaves nothing. The model view raised
+    ValueError (zero-size array to reduction operation maximum) from viz.model_view.mosaic."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["model_key"] = "smollm2-135m"
+    at.session_state["text"] = "a"
+    at.session_state["hide_special"] = True
+    at.session_state["hide_first"] = True
+    at.session_state["view"] = view
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert EXPLORE["nothing_left"]["en"] in [e.value for e in at.info]
