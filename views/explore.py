@@ -200,7 +200,7 @@ sel = shared.selection()
 st.title(t("explore_title"))
 st.caption(t("explore_intro"))
 loaded = shared.load_model_ui(sel.model)
-if loaded is None:
+if loaded is None or not shared.reads_text(loaded):
     st.stop()
 
 pair = None
@@ -252,6 +252,9 @@ mode = "rollout" if options["rollout"] else ("avg" if options["avg"] else "heads
 with st.spinner(t("preparing")):
     prep = prepare(sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"],
                    options["words"], mode)
+if not len(prep.q_labels) or not len(prep.k_labels):
+    st.info(t("nothing_left"))
+    st.stop()
 n_layers, n_heads_raw = analysis.attentions[stack].shape[:2]
 n_heads = prep.weights.shape[1]
 head_names = [t("mean_head")] if mode == "avg" else ([t("rollout_head")] if mode == "rollout" else

@@ -33,12 +33,14 @@ st.info(t(f"pos_kind_{kind}", model=sel.model))
 
 stack = teaching.main_stack(loaded)
 labels: list[str] = []
-if sel.text.strip():
+text_model = getattr(loaded.model, "main_input_name", "input_ids") != "input_features"  # not Whisper
+if sel.text.strip() and text_model:
     analysis = shared.analysis_ui(sel.model, sel.text)
     if analysis is not None:
         labels = [tok.label for tok in analysis.axis_tokens(stack)[0]]
 if not labels:
-    st.info(t("teach_need_text"))
+    if text_model:
+        st.info(t("teach_need_text"))
     labels = ["Kedi", "fareyi", "kovaladı"]
 n = len(labels)
 pos_labels = [f"{i} · {lab}" for i, lab in enumerate(labels)]
@@ -111,6 +113,8 @@ if heads & (heads - 1):
 # ---- 4. word order -----------------------------------------------------------------------------------------------
 st.header(t("pos_s4"))
 st.markdown(t("pos_s4_text"))
+if not shared.reads_text(loaded):
+    st.stop()
 w1, w2 = st.columns(2)
 text_a = w1.text_input(t("pos_sentence_a"), "Kedi fareyi kovaladı", key="pos_text_a")
 text_b = w2.text_input(t("pos_sentence_b"), "Fareyi kedi kovaladı", key="pos_text_b")

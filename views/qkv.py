@@ -35,7 +35,7 @@ st.title(t("qkv_title"))
 st.markdown(t("qkv_intro"))
 
 loaded = shared.load_model_ui(sel.model)
-if loaded is None:
+if loaded is None or not shared.reads_text(loaded):
     st.stop()
 if not sel.text.strip():
     st.info(t("teach_need_text"))

@@ -91,6 +91,15 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
     return loaded
 
 
+def reads_text(loaded: models.LoadedModel) -> bool:
+    """True for a text model; for a speech model (input features, e.g. Whisper) show why a text page cannot use
+    it and where its attention is shown instead, and return False."""
+    if getattr(loaded.model, "main_input_name", "input_ids") == "input_features":
+        st.info(t("speech_model_no_text", model=loaded.name))
+        return False
+    return True
+
+
 def analysis_ui(name: str, text: str, **kwargs) -> models.Analysis | None:
     """Analyse with a spinner; show errors as messages (never a traceback) and the truncation notice."""
     try:

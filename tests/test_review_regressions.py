@@ -1,0 +1,58 @@
+"""Regressions found by the input review (AppTest over every page × model × odd inputs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMON = json.loads((ROOT / "assets/i18n/common.json").read_text(encoding="utf-8"))
+
+
+def open_page(page: str, model: str, lang: str, text: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["model_key"] = model
+    at.session_state["lang"] = lang
+    at.session_state["text"] = text
+    at.run()
+    if page != "views/explore.py":
+        at.switch_page(page)
+        at.run()
+    return at
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+@pytest.mark.parametrize("page", ["views/explore.py", "views/qkv.py", "views/positions.py"])
+def test_speech_model_on_text_pages_says_where_to_go(page, lang):
+    """whisper-base is in the sidebar's model list; the text pages used to show the library's developer message
+    ("use models.analyze_audio with a recording", English only; twice on Positions). They now show one translated
+    note that points to the Masks page, and no error."""
+    at = open_page(page, "whisper-base", lang, "Kedi fareyi kovaladı")
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    expected = COMMON["speech_model_no_text"][lang].format(model="whisper-base")
+    infos = [e.value for e in at.info]
+    assert infos.count(expected) == 1, infos
+    assert not any("analyze_audio" in e.value for e in at.info)
+
+
+EXPLORE = json.loads((ROOT / "assets/i18n/explore.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("view", ["model", "head", "heatmap", "summary"])
+def test_every_token_hidden_says_so_instead_of_crashing(view):
+    """smollm2-135m reads "a" as one token; hiding the first token leaves nothing. The model view raised
+    ValueError (zero-size array to reduction operation maximum) from viz.model_view.mosaic."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["model_key"] = "smollm2-135m"
+    at.session_state["text"] = "a"
+    at.session_state["hide_special"] = True
+    at.session_state["hide_first"] = True
+    at.session_state["view"] = view
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert EXPLORE["nothing_left"]["en"] in [e.value for e in at.info]
