@@ -316,6 +316,8 @@ def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
             return _resolve(str(ggufs[0]))
         _check_folder(path)
         return _adhoc_spec(name, "folder"), path, None
+    if name.startswith(("/", "./", "../", "~")) or name.endswith((".gguf", ".safetensors")):
+        raise UnknownModelError(f"Folder or file '{name}' does not exist on this machine.")
     if _HUB_ID.match(name):
         return _adhoc_spec(name, "hub"), None, name
     raise UnknownModelError(

@@ -218,6 +218,8 @@ def test_unknown_model_and_bad_folders(tmp_path):
         models.load("no-such-model")
     with pytest.raises(models.HubUnreachableError):
         models.load("nobody-here/definitely-not-a-model-xyz")  # tests run with HF_HUB_OFFLINE=1
+    with pytest.raises(models.UnknownModelError, match="does not exist"):
+        models.load(str(tmp_path / "no" / "such" / "folder"))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(models.NoUsableModelError, match="config.json"):
