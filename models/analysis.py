@@ -14,7 +14,7 @@ import torch
 from . import capture
 from .errors import BatchNotSupportedError, EmptyTextError, InvalidHeadError, ModelOutOfMemoryError, UnsupportedOperationError
 from .loading import LoadedModel
-from .masks import MaskMode, parse_mask
+from .masks import parse_mask
 
 # Words: runs of letters/digits (with inner apostrophes), or runs of other non-space characters.
 WORD_PATTERN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]+")
@@ -277,20 +277,21 @@ def _check_text(text, what: str) -> str:
     return text
 
 
-def _heads_to_gates(loaded: LoadedModel, heads_off: Iterable) -> dict[tuple[str, int], torch.Tensor]:
-    """``{(stack, layer, head), ...}`` -> gates ``(stack, layer) -> (heads,)`` with 0 at switched-off heads.
+def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
+    """Check ``(stack, layer, head)`` triples against the model and return them as a frozenset.
 
     Raises:
-        InvalidHeadError: a triple naming a stack, layer or head the model does not have.
+        InvalidHeadError: a malformed triple, or one naming a stack, layer or head the model lacks.
+        UnsupportedOperationError: a fallback-path model whose output projection is unknown.
     """
     stacks = loaded.stacks
-    gates: dict[tuple[str, int], torch.Tensor] = {}
-    for item in heads_off:
+    out = set()
+    for item in heads:
         try:
             stack, layer, head = item
             layer, head = int(layer), int(head)
         except (TypeError, ValueError):
-            raise InvalidHeadError(f"heads_off entries are (stack, layer, head) triples, got {item!r}") from None
+            raise InvalidHeadError(f"Heads are (stack, layer, head) triples, got {item!r}") from None
         if stack not in stacks:
             raise InvalidHeadError(f"Model '{loaded.name}' has no '{stack}' stack (it has {', '.join(stacks)}).")
         n_layers, n_heads = stacks[stack]
@@ -298,15 +299,27 @@ def _heads_to_gates(loaded: LoadedModel, heads_off: Iterable) -> dict[tuple[str,
             raise InvalidHeadError(
                 f"({stack}, {layer}, {head}) is out of range: '{stack}' has {n_layers} layers x {n_heads} heads."
             )
-        gate = gates.setdefault((stack, layer), torch.ones(n_heads))
-        gate[head] = 0.0
-    if gates and loaded.capture_path == "fallback":
-        missing = [s for s in loaded.sites if (s.stack, s.layer) in gates and not s.out_proj]
+        out.add((stack, layer, head))
+    if out and loaded.capture_path == "fallback":
+        missing = [s for s in loaded.sites if not s.out_proj and any(h[:2] == (s.stack, s.layer) for h in out)]
         if missing:
             raise UnsupportedOperationError(
                 f"Model '{loaded.name}' uses the fallback capture path and Dikkat does not know its output "
                 f"projection for {missing[0].stack} layer {missing[0].layer}: heads cannot be switched off."
             )
+    return frozenset(out)
+
+
+def _heads_to_gates(loaded: LoadedModel, heads_off: Iterable) -> dict[tuple[str, int], torch.Tensor]:
+    """``{(stack, layer, head), ...}`` -> gates ``(stack, layer) -> (heads,)`` with 0 at switched-off heads.
+
+    Raises:
+        InvalidHeadError, UnsupportedOperationError: see :func:`validate_heads`.
+    """
+    gates: dict[tuple[str, int], torch.Tensor] = {}
+    for stack, layer, head in validate_heads(loaded, heads_off):
+        gate = gates.setdefault((stack, layer), torch.ones(loaded.stacks[stack][1]))
+        gate[head] = 0.0
     return gates
 
 

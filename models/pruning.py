@@ -45,8 +45,8 @@ import numpy as np
 import torch
 
 from . import capture
-from .analysis import default_max_tokens
-from .errors import EmptyTextError, InvalidHeadError, ModelOutOfMemoryError, UnsupportedOperationError
+from .analysis import default_max_tokens, validate_heads
+from .errors import EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError
 from .loading import LoadedModel
 
 HeadId = tuple[str, int, int]
@@ -83,36 +83,8 @@ def metric_kind(loaded: LoadedModel) -> str:
 
 
 def check_heads(loaded: LoadedModel, heads: Iterable) -> frozenset[HeadId]:
-    """Validate ``(stack, layer, head)`` triples and return them as a frozenset.
-
-    Raises:
-        InvalidHeadError: a malformed triple, or one naming a stack, layer or head the model lacks.
-        UnsupportedOperationError: fallback-path model whose output projection is unknown.
-    """
-    stacks = loaded.stacks
-    out = set()
-    for item in heads:
-        try:
-            stack, layer, head = item
-            layer, head = int(layer), int(head)
-        except (TypeError, ValueError):
-            raise InvalidHeadError(f"Heads are (stack, layer, head) triples, got {item!r}") from None
-        if stack not in stacks:
-            raise InvalidHeadError(f"Model '{loaded.name}' has no '{stack}' stack (it has {', '.join(stacks)}).")
-        n_layers, n_heads = stacks[stack]
-        if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise InvalidHeadError(
-                f"({stack}, {layer}, {head}) is out of range: '{stack}' has {n_layers} layers x {n_heads} heads."
-            )
-        out.add((stack, layer, head))
-    if out and loaded.capture_path == "fallback":
-        missing = [s for s in loaded.sites if not s.out_proj and any(h[:2] == (s.stack, s.layer) for h in out)]
-        if missing:
-            raise UnsupportedOperationError(
-                f"Model '{loaded.name}' uses the fallback capture path and Dikkat does not know its output "
-                f"projection for {missing[0].stack} layer {missing[0].layer}: heads cannot be switched off."
-            )
-    return frozenset(out)
+    """Validate ``(stack, layer, head)`` triples (see :func:`models.analysis.validate_heads`)."""
+    return validate_heads(loaded, heads)
 
 
 def keep_matrix(loaded: LoadedModel, rows: Sequence[Iterable[HeadId]]) -> np.ndarray:
