@@ -343,7 +343,7 @@ def _download(hub_id: str) -> Path:
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
         raise HubUnreachableError(
             f"Cannot reach the Hugging Face hub for '{hub_id}' (offline?) and it is not in the local "
-            f"hub cache. Connect to the internet once, or give a local folder. ({type(exc).__name__})"
+            "hub cache. Connect to the internet once, or give a local folder."
         ) from exc
     except Exception as exc:  # connection errors from httpx/requests
         raise HubUnreachableError(f"Cannot download '{hub_id}' from the Hugging Face hub: {exc}") from exc
