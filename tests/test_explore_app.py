@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from plotly_json import decode
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 SENTENCE = "Kedi fareyi kovaladı"
@@ -42,17 +42,6 @@ def head_view_data(at: AppTest) -> dict:
 
 def figures(at: AppTest) -> list[dict]:
     return [json.loads(e.proto.spec) for e in unknown(at, "plotly_chart")]
-
-
-def decode(arr) -> np.ndarray:
-    """plotly 7 writes numpy arrays as {"dtype", "bdata", "shape"}."""
-    if isinstance(arr, dict) and "bdata" in arr:
-        out = np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"]))
-        shape = arr.get("shape")
-        if shape:
-            out = out.reshape([int(s) for s in str(shape).split(",")])
-        return out
-    return np.asarray(arr)
 
 
 def heatmap_figure(at: AppTest) -> dict:

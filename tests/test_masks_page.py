@@ -3,7 +3,6 @@ encoder-decoder view on tiny Marian/T5/BART folders, the offline hub message, an
 
 from __future__ import annotations
 
-import base64
 import json
 
 from pathlib import Path
@@ -11,23 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from plotly_json import decode as _decode
 
 import models
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGE = "views/masks.py"
 TEXT = "The cat chased the mouse"
-
-
-def _decode(value):
-    """plotly 7 writes arrays as {"dtype", "bdata", "shape"}; plain lists stay lists."""
-    if isinstance(value, dict) and "bdata" in value:
-        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = value.get("shape")
-        if shape:
-            arr = arr.reshape([int(s) for s in str(shape).split(",")])
-        return arr
-    return np.asarray(value)
 
 
 def _figures(at) -> dict[str, dict]:
