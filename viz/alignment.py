@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from . import transforms as tf
 from .masks import PALETTE
 
 
@@ -29,18 +30,12 @@ def hide_special(weights: np.ndarray, query_special: Sequence[bool], key_special
     Raises:
         ValueError: flag lengths that do not match ``weights``.
     """
-    w = np.asarray(weights, dtype=np.float64)
     qs = np.asarray(query_special, dtype=bool)
     ks = np.asarray(key_special, dtype=bool)
-    if w.shape[-2:] != (qs.size, ks.size):
-        raise ValueError(f"Weights of shape {w.shape} do not match {qs.size} query and {ks.size} key flags.")
-    q_keep = np.flatnonzero(~qs)
-    k_keep = np.flatnonzero(~ks)
-    out = w[..., q_keep, :][..., k_keep]
-    if renormalise:
-        total = out.sum(axis=-1, keepdims=True)
-        out = np.divide(out, total, out=np.zeros_like(out), where=total > 0)
-    return out, q_keep, k_keep
+    if np.shape(weights)[-2:] != (qs.size, ks.size):
+        raise ValueError(f"Weights of shape {np.shape(weights)} do not match {qs.size} query and {ks.size} key flags.")
+    out = tf.filter_tokens(weights, ~qs, ~ks, renormalise=renormalise)
+    return out.astype(np.float64), np.flatnonzero(~qs), np.flatnonzero(~ks)
 
 
 def renormalise_without(weights: np.ndarray, key_special: Sequence[bool]) -> np.ndarray:
@@ -61,8 +56,7 @@ def renormalise_without(weights: np.ndarray, key_special: Sequence[bool]) -> np.
     if w.shape[-1] != ks.size:
         raise ValueError(f"Weights with {w.shape[-1]} keys do not match {ks.size} key flags.")
     w[..., ks] = 0.0
-    total = w.sum(axis=-1, keepdims=True)
-    return np.divide(w, total, out=np.zeros_like(w), where=total > 0)
+    return tf.renormalise_rows(w).astype(np.float64)
 
 
 def word_attention(weights: np.ndarray, query_words: Sequence[Sequence[int]],
@@ -79,11 +73,10 @@ def word_attention(weights: np.ndarray, query_words: Sequence[Sequence[int]],
     Returns:
         float64 ``(..., len(query_words), len(key_words))``.
     """
-    w = np.asarray(weights, dtype=np.float64)
-    cols = np.stack([w[..., list(idx)].sum(axis=-1) for idx in key_words], axis=-1) if key_words else \
-        np.zeros(w.shape[:-1] + (0,))
-    rows = [cols[..., list(idx), :].mean(axis=-2) for idx in query_words]
-    return np.stack(rows, axis=-2) if rows else np.zeros(w.shape[:-2] + (0, cols.shape[-1]))
+    w = np.asarray(weights)
+    if not query_words or not key_words:
+        return np.zeros(w.shape[:-2] + (len(query_words), len(key_words)))
+    return tf.merge_words(w, query_words, key_words).astype(np.float64)
 
 
 def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_labels: Sequence[str], *,
