@@ -16,3 +16,10 @@ def decode(value) -> np.ndarray:
             arr = arr.reshape([int(s) for s in str(shape).split(",")])
         return arr
     return np.asarray(value)
+
+
+def shown(ticktext) -> list[str]:
+    """Tick labels as plotly displays them (entities such as ``&lt;`` decoded)."""
+    import html
+
+    return [html.unescape(str(t)) for t in ticktext]

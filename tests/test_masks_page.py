@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
-from plotly_json import decode as _decode
+from plotly_json import decode as _decode, shown
 
 import models
 
@@ -128,14 +128,14 @@ def test_encoder_decoder_view(tiny, tiny_folder, arch):
     figs = _figures(at)
     cross = _heat(figs["masks_ed_att_cross"])
     np.testing.assert_allclose(cross.sum(axis=1), 1.0, atol=1e-6)  # renormalised without special tokens
-    src_labels = figs["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"]
+    src_labels = shown(figs["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"])
     assert "</s>" not in src_labels and len(src_labels) == 5  # kedi fare ##yi kova ##ladı
     dec_mask = _heat(figs["masks_ed_mask_decoder"])
     assert np.array_equal(dec_mask, np.tril(np.ones_like(dec_mask)))
     assert _heat(figs["masks_ed_mask_encoder"]).all() and _heat(figs["masks_ed_mask_cross"]).all()
     align = _heat(figs["masks_align_heat"])
     assert align.shape == (5, 3)  # the cat chased a mouse -> kedi fareyi kovaladı
-    assert figs["masks_align_heat"]["layout"]["xaxis"]["ticktext"] == ["kedi", "fareyi", "kovaladı"]
+    assert shown(figs["masks_align_heat"]["layout"]["xaxis"]["ticktext"]) == ["kedi", "fareyi", "kovaladı"]
     np.testing.assert_allclose(align.sum(axis=1), 1.0, atol=1e-6)
 
     # Without the filter the special keys come back and rows still sum to 1 over all keys.
@@ -143,7 +143,7 @@ def test_encoder_decoder_view(tiny, tiny_folder, arch):
     at.run()
     _clean(at)
     figs = _figures(at)
-    assert "</s>" in figs["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"]
+    assert "</s>" in shown(figs["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"])
     np.testing.assert_allclose(_heat(figs["masks_ed_att_cross"]).sum(axis=1), 1.0, atol=1e-5)
 
 
@@ -208,7 +208,7 @@ def test_encoder_decoder_view_whisper_shipped_clip(whisper):
     dec = _heat(figs["masks_ed_mask_decoder"])
     assert np.array_equal(dec, np.tril(np.ones_like(dec)))
     spec = figs["masks_audio_spec"]
-    rows = spec["layout"]["yaxis2"]["ticktext"]
+    rows = shown(spec["layout"]["yaxis2"]["ticktext"])
     assert [r.strip().lower() for r in rows][:5] == ["the", "cat", "chased", "the", "mouse"]
     peaks = next(_decode(tr["x"]) for tr in spec["data"] if tr.get("mode") == "markers+lines")
     content = np.asarray(peaks[:5], dtype=float)  # the five words, in seconds
@@ -217,7 +217,7 @@ def test_encoder_decoder_view_whisper_shipped_clip(whisper):
     at.session_state["masks_encdec_hide"] = False
     at.run()
     _clean(at)
-    assert "<|padding|>" in _figures(at)["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"]
+    assert "<|padding|>" in shown(_figures(at)["masks_ed_att_cross"]["layout"]["xaxis"]["ticktext"])
 
 
 def test_whisper_turkish_clip_with_target_and_record_prompt(whisper):
@@ -227,7 +227,7 @@ def test_whisper_turkish_clip_with_target_and_record_prompt(whisper):
               masks_clip="kedi_fareyi_kovaladi_tr.wav", masks_audio_lang="tr", masks_audio_tgt="Kedi fareyi kovaladı.")
     _clean(at)
     assert any("Kedi fareyi kovaladı." in m.value for m in at.markdown)
-    rows = _figures(at)["masks_audio_spec"]["layout"]["yaxis2"]["ticktext"]
+    rows = shown(_figures(at)["masks_audio_spec"]["layout"]["yaxis2"]["ticktext"])
     assert "kovaladı" in "".join(rows).replace(" ", "")  # labels keep the typed Turkish characters
     at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base", masks_clip="record")
     _clean(at)

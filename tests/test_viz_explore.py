@@ -102,3 +102,16 @@ def test_exports_C08():
     with np.load(io.BytesIO(blob)) as z:
         np.testing.assert_array_equal(z["attention_encoder"], w)
         assert list(z["tokens"]) == LABELS and str(z["text"]) == "Kedi"
+
+
+def test_special_token_labels_are_drawn_literally_by_plotly():
+    """XLM-R/Llama special tokens such as ``<s>`` are plotly pseudo-HTML (strikethrough): escaped, they
+    show as typed instead of vanishing; a typed ``<b>`` stays text too."""
+    import numpy as np
+
+    from viz.heatmap import head_heatmap
+    from viz.text import plotly_labels
+
+    assert plotly_labels(["<s>", "a<b>&"]) == ["&lt;s&gt;", "a&lt;b&gt;&amp;"]
+    fig = head_heatmap(np.full((2, 2), 0.5, dtype=np.float32), ["<s>", "Ke"], ["<s>", "Ke"])
+    assert list(fig.layout.xaxis.ticktext) == ["&lt;s&gt;", "Ke"] and list(fig.layout.yaxis.ticktext)[0] == "&lt;s&gt;"

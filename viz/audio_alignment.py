@@ -9,6 +9,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .text import plotly_labels
+
 
 def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, token_labels: Sequence[str], *,
                                  frame_seconds: float, hop_seconds: float | None = None,
@@ -53,7 +55,7 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
                                  hovertemplate=peak_label + ": %{x:.2f} s<extra></extra>", showlegend=False),
                       row=2, col=1)
     fig.update_yaxes(title_text="mel", row=1, col=1, showticklabels=False)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(token_labels))), ticktext=list(token_labels),
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(token_labels))), ticktext=plotly_labels(token_labels),
                      autorange="reversed", row=2, col=1)
     fig.update_xaxes(title_text=xaxis_title, row=2, col=1)
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=int(300 + 22 * n_rows),

@@ -11,6 +11,8 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .text import plotly_labels
+
 # Cells above which the hover stops naming both tokens (the per-cell label pairs would dominate the
 # bytes sent); the axes still carry the labels and the hover still gives positions and the weight.
 HOVER_LABEL_CELLS = 128 * 128
@@ -63,10 +65,10 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
     xt, yt = tick_positions(nk), tick_positions(nq)
     fig.update_layout(
         title=dict(text=title),
-        xaxis=dict(title=dict(text=key_title), tickmode="array", tickvals=xt, ticktext=[key_labels[i] for i in xt],
+        xaxis=dict(title=dict(text=key_title), tickmode="array", tickvals=xt, ticktext=plotly_labels(key_labels[i] for i in xt),
                    side="top", tickangle=-60 if nk > 12 else 0, constrain="domain"),
         yaxis=dict(title=dict(text=query_title), tickmode="array", tickvals=yt,
-                   ticktext=[query_labels[i] for i in yt], autorange="reversed"),
+                   ticktext=plotly_labels(query_labels[i] for i in yt), autorange="reversed"),
         height=height or int(min(1100, max(380, 160 + 22 * min(nq, 40)))),
         margin=dict(l=10, r=10, t=110, b=10),
     )

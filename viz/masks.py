@@ -13,6 +13,8 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .text import plotly_labels
+
 ALLOWED_COLOR = "#1f4e79"
 FORBIDDEN_COLOR = "#f1f1f1"
 EMPTY_ROW_COLOR = "#c0392b"
@@ -21,7 +23,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 
 def _axis(labels: Sequence[str]) -> dict:
-    return dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=list(labels), showgrid=False,
+    return dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=plotly_labels(labels), showgrid=False,
                 zeroline=False)
 
 

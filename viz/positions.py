@@ -9,11 +9,13 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .text import plotly_labels
+
 DIVERGING = "RdBu_r"
 
 
 def _ticks(fig: go.Figure, labels: Sequence[str], axis: str, row=None, col=None) -> None:
-    kw = dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=list(labels))
+    kw = dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=plotly_labels(labels))
     if row is not None:
         kw.update(row=row, col=col)
     (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**kw)

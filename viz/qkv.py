@@ -12,6 +12,8 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from .text import plotly_labels
+
 from viz import numbers
 
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
@@ -55,7 +57,7 @@ def vector_strips(rows: np.ndarray, labels: Sequence[str], *, title: str = "", d
         customdata=np.repeat(np.asarray(list(labels), dtype=object)[:, None], d, axis=1),
         hovertemplate=f"%{{customdata}}<br>{dim_title} %{{x}}<br>{value_title}: %{{z:.4f}}<extra></extra>",
     ))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(r)), ticktext=ticks, autorange="reversed")
+    fig.update_yaxes(tickmode="array", tickvals=list(range(r)), ticktext=plotly_labels(ticks), autorange="reversed")
     fig.update_xaxes(title_text=dim_title)
     fig.update_layout(title=dict(text=title), height=height or max(160, 70 + ROW_PX * r),
                       margin=dict(l=10, r=10, t=40 if title else 10, b=40))
@@ -92,7 +94,7 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
         fig.add_trace(go.Bar(x=np.arange(k), y=np.asarray(compare, dtype=np.float64), name=names[1],
                              marker_color="#4393c3", customdata=list(labels),
                              hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:.4f}}<extra>{names[1]}</extra>"))
-    fig.update_xaxes(tickmode="array", tickvals=list(range(k)), ticktext=list(labels))
+    fig.update_xaxes(tickmode="array", tickvals=list(range(k)), ticktext=plotly_labels(labels))
     fig.update_yaxes(title_text=weight_title, range=[0, 1.02])
     fig.update_layout(title=dict(text=title), barmode="group", height=300, margin=dict(l=10, r=10, t=40, b=40),
                       legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
