@@ -130,7 +130,7 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
             return [xa._offset + xa.l2p(tr.x[i]), ya._offset + ya.l2p(tr.y[i])]; }""")
         box = grid.bounding_box()
         page.mouse.click(box["x"] + x, box["y"] + y)
-        page.get_by_text("Layer 2, head 7").wait_for(timeout=60_000)
+        page.get_by_text("Layer 2, head 7", exact=True).wait_for(timeout=60_000)
         large = page.locator(".js-plotly-plot", has_text="layer 2 · head 7")
         large.wait_for(timeout=60_000)
         ticks = large.locator(".xtick text").all_text_contents()
