@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from . import transforms as tf
 from .masks import PALETTE
+from .text import plotly_labels
 
 
 def hide_special(weights: np.ndarray, query_special: Sequence[bool], key_special: Sequence[bool], *,
@@ -96,6 +97,7 @@ def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_l
     if w.shape != (len(target_labels), len(source_labels)):
         raise ValueError(f"Weights of shape {w.shape} do not match {len(target_labels)} x {len(source_labels)} labels.")
     n_t, n_s = w.shape
+    tl, sl = plotly_labels(target_labels), plotly_labels(source_labels)
     span = max(n_t, n_s, 2) - 1
     x_t = np.linspace(0, span, n_t) if n_t > 1 else np.array([span / 2])
     x_s = np.linspace(0, span, n_s) if n_s > 1 else np.array([span / 2])
@@ -110,12 +112,12 @@ def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_l
             fig.add_trace(go.Scatter(
                 x=[x_t[i], x_s[j]], y=[0, 1], mode="lines", line=dict(color=color, width=1 + 7 * v),
                 opacity=float(0.25 + 0.75 * v), showlegend=False,
-                hovertemplate=f"{target_labels[i]} → {source_labels[j]}: {v:.3f}<extra></extra>",
+                hovertext=f"{tl[i]} → {sl[j]}: {v:.3f}", hoverinfo="text",
             ))
-    fig.add_trace(go.Scatter(x=x_s, y=[1] * n_s, mode="markers+text", text=list(source_labels),
+    fig.add_trace(go.Scatter(x=x_s, y=[1] * n_s, mode="markers+text", text=sl,
                              textposition="top center", marker=dict(size=9, color="#444"), hoverinfo="text",
                              showlegend=False, textfont=dict(size=13)))
-    fig.add_trace(go.Scatter(x=x_t, y=[0] * n_t, mode="markers+text", text=list(target_labels),
+    fig.add_trace(go.Scatter(x=x_t, y=[0] * n_t, mode="markers+text", text=tl,
                              textposition="bottom center", hoverinfo="text", showlegend=False,
                              marker=dict(size=9, color=[PALETTE[i % len(PALETTE)] for i in range(n_t)]),
                              textfont=dict(size=13)))

@@ -53,8 +53,8 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
                  zmax=float(max(m.max(initial=0.0), 1e-6)), colorbar=dict(title=dict(text=weight_title)))
     if nq * nk <= HOVER_LABEL_CELLS:
         custom = np.empty((nq, nk, 2), dtype=object)
-        custom[:, :, 0] = np.asarray(list(query_labels), dtype=object)[:, None]
-        custom[:, :, 1] = np.asarray(list(key_labels), dtype=object)[None, :]
+        custom[:, :, 0] = np.asarray(plotly_labels(query_labels), dtype=object)[:, None]
+        custom[:, :, 1] = np.asarray(plotly_labels(key_labels), dtype=object)[None, :]
         trace["customdata"] = custom
         trace["hovertemplate"] = (f"{query_title}: %{{customdata[0]}} (%{{y}})<br>{key_title}: %{{customdata[1]}} "
                                   f"(%{{x}})<br>{weight_title}: %{{z:.4f}}<extra></extra>")

@@ -50,14 +50,15 @@ def vector_strips(rows: np.ndarray, labels: Sequence[str], *, title: str = "", d
         raise ValueError(f"{len(labels)} labels for rows of shape {m.shape}")
     r, d = m.shape
     zr = zmax if zmax is not None else _symmetric_range(m)
-    ticks = [f"<b>{lab}</b>" if i in set(highlight) else lab for i, lab in enumerate(labels)]
+    shown = plotly_labels(labels)
+    ticks = [f"<b>{lab}</b>" if i in set(highlight) else lab for i, lab in enumerate(shown)]
     fig = go.Figure(go.Heatmap(
         z=m, x=np.arange(d), y=np.arange(r), colorscale=DIVERGING, zmid=0.0, zmin=-zr, zmax=zr,
         colorbar=dict(title=dict(text=value_title), thickness=12),
-        customdata=np.repeat(np.asarray(list(labels), dtype=object)[:, None], d, axis=1),
+        customdata=np.repeat(np.asarray(shown, dtype=object)[:, None], d, axis=1),
         hovertemplate=f"%{{customdata}}<br>{dim_title} %{{x}}<br>{value_title}: %{{z:.4f}}<extra></extra>",
     ))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(r)), ticktext=plotly_labels(ticks), autorange="reversed")
+    fig.update_yaxes(tickmode="array", tickvals=list(range(r)), ticktext=ticks, autorange="reversed")
     fig.update_xaxes(title_text=dim_title)
     fig.update_layout(title=dict(text=title), height=height or max(160, 70 + ROW_PX * r),
                       margin=dict(l=10, r=10, t=40 if title else 10, b=40))
@@ -88,11 +89,11 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
     if blocked is not None:
         colours = ["#bbbbbb" if b else "#d6604d" for b in np.asarray(blocked, dtype=bool)]
     fig = go.Figure(go.Bar(x=np.arange(k), y=w, name=names[0], marker_color=colours or "#d6604d",
-                           customdata=list(labels),
+                           customdata=plotly_labels(labels),
                            hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:.4f}}<extra>{names[0]}</extra>"))
     if compare is not None:
         fig.add_trace(go.Bar(x=np.arange(k), y=np.asarray(compare, dtype=np.float64), name=names[1],
-                             marker_color="#4393c3", customdata=list(labels),
+                             marker_color="#4393c3", customdata=plotly_labels(labels),
                              hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:.4f}}<extra>{names[1]}</extra>"))
     fig.update_xaxes(tickmode="array", tickvals=list(range(k)), ticktext=plotly_labels(labels))
     fig.update_yaxes(title_text=weight_title, range=[0, 1.02])
