@@ -249,3 +249,32 @@ def test_url_names_the_model_whenever_it_is_not_the_language_default():
     assert "model_key" not in at.query_params  # multilingual-e5-small is the Turkish default
     at.selectbox(key="model_key").set_value("minilm-l6").run()
     assert at.query_params["model_key"] in ("minilm-l6", ["minilm-l6"])
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_engine_errors_speak_the_interface_language(lang):
+    """An unknown model in the Turkish interface gets a Turkish headline chosen by the exception's class,
+    followed by the engine's message naming the input; in English the engine's message alone."""
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["lang"] = lang
+    at.session_state["model_custom"] = "/no/such/folder-dikkat"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    message = at.error[0].value
+    assert "/no/such/folder-dikkat" in message
+    turkish = "ne katalogda, ne bir klasör"
+    assert (turkish in message) == (lang == "tr"), message
+
+
+def test_error_text_falls_back_to_the_nearest_translated_class():
+    import models
+    from views import shared
+
+    class Odd(models.InvalidMaskError):
+        pass
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(shared, "lang", lambda: "tr")
+        assert shared.error_text(Odd("w < 1")).startswith("Bu maske uygulanamıyor.")
+        assert shared.error_text(Odd("w < 1")).endswith("w < 1")
+        assert shared.error_text(models.DikkatError("x")).startswith("Bu işlem yapılamadı.")

@@ -77,7 +77,7 @@ if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths
                               should_stop=lambda: bool(st.session_state.get("cost_stop")))
         record["done"] = not st.session_state.get("cost_stop")
     except models.DikkatError as exc:
-        st.error(str(exc))
+        shared.show_error(exc)
     bar.empty()
     stop_slot.empty()
 

@@ -101,7 +101,7 @@ if st.button(t("kv_run"), key="kv_run", type="primary"):
         st.session_state[gen_key] = {"model": gen_name, "prompt": prompt, "with": with_cache, "without": without,
                                      "device": str(gen_model.device)}
     except models.DikkatError as exc:
-        st.error(str(exc))
+        shared.show_error(exc)
 result = st.session_state.get(gen_key)
 if result:
     w, wo = result["with"], result["without"]

@@ -152,7 +152,7 @@ def section_compare(sel: shared.Selection) -> None:
         with st.spinner(t("analysing")):
             native = _native(sel.model, sel.text, MAX_TOKENS)
     except models.DikkatError as exc:
-        st.error(str(exc))
+        shared.show_error(exc)
         return
     if native.truncated:
         st.warning(t("truncated", n=native.truncated, limit=native.max_tokens))
@@ -200,7 +200,7 @@ def section_compare(sel: shared.Selection) -> None:
             for key in mask_keys:
                 runs.append(_run(sel.model, sel.text, key, MAX_TOKENS))
     except models.DikkatError as exc:
-        st.error(str(exc))
+        shared.show_error(exc)
         return
 
     columns = st.columns(len(kinds) + 1)
@@ -443,7 +443,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
         with st.spinner(t("analysing")):
             r = _audio_analysis(name, wav, language, target)
     except models.DikkatError as exc:
-        st.error(str(exc))
+        shared.show_error(exc)
         return
     a = r.analysis
     st.markdown(f"**{t('masks_transcript')}:** {r.transcript}")

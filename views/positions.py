@@ -122,7 +122,7 @@ try:
     with st.spinner(t("analysing")):
         wo = _word_order(sel.model, text_a, text_b)
 except models.DikkatError as exc:
-    st.error(str(exc))
+    shared.show_error(exc)
     st.stop()
 n_layers = wo.attn_a.shape[0]
 if st.session_state.get("pos_wo_layer", 0) >= n_layers:

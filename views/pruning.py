@@ -124,7 +124,7 @@ def _importance_ui(name: str, text: str, kind: str) -> pruning.HeadScores | None
         with st.spinner(t("prune_computing_importance"), show_time=True):
             return _importance(name, text, kind)
     except models.DikkatError as exc:
-        st.error(str(exc))
+        shared.show_error(exc)
         return None
 
 
@@ -259,7 +259,7 @@ with right:
                 st.markdown(f"{t('prune_before')}: {_continued(text, cont_before)}")
                 st.markdown(f"{t('prune_after')}: {_continued(text, cont_after)}")
             except models.DikkatError as exc:
-                st.error(str(exc))
+                shared.show_error(exc)
         elif loaded.head == "mlm":
             mask = loaded.tokenizer.mask_token or "[MASK]"
             if not before.mask_fills:
@@ -304,7 +304,7 @@ with right:
                 }), hide_index=True, width="stretch", height=int(38 + 35 * len(candidates)))
                 st.caption(t("prune_ranking_help"))
             except models.DikkatError as exc:
-                st.error(str(exc))
+                shared.show_error(exc)
         else:
             if before.loss is not None and after.loss is not None:
                 st.metric(t("prune_seq2seq_loss"), f"{after.loss:.3f}", delta=f"{after.loss - before.loss:+.3f}",
@@ -387,7 +387,7 @@ if st.button(t("prune_compute_curve"), key="prune_btn_curve"):
             loaded, set_texts, importance, random_orders=RANDOM_ORDERS,
             progress=lambda f: bar.progress(0.2 + 0.8 * f, text=t("prune_curve_progress")))
     except models.DikkatError as exc:
-        st.error(str(exc))
+        shared.show_error(exc)
     bar.empty()
 curve = curves.get(curve_id)
 if curve is not None:

@@ -57,7 +57,7 @@ try:
         lc = _layer(sel.model, sel.text, stack, layer)
         steps = teaching.head_steps(loaded, lc, head)
 except models.DikkatError as exc:
-    st.error(str(exc))
+    shared.show_error(exc)
     st.stop()
 
 analysis = steps.analysis

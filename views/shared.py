@@ -41,6 +41,23 @@ def t(key: str, **fmt) -> str:
     return text.format(**fmt) if fmt else text
 
 
+def error_text(exc: models.DikkatError) -> str:
+    """An engine error as the interface shows it: the engine's own message in English; in Turkish, a
+    translated headline chosen by the exception's class (the nearest class in its MRO with one), followed by
+    the engine's message, which names the model or input at fault."""
+    for cls in type(exc).__mro__:
+        entry = _strings().get(f"err_{cls.__name__}")
+        if entry is not None:
+            headline = entry.get(lang())
+            return t("err_detail", headline=headline, detail=str(exc)) if headline else str(exc)
+    return str(exc)
+
+
+def show_error(exc: models.DikkatError) -> None:
+    """``st.error`` with :func:`error_text`."""
+    st.error(error_text(exc))
+
+
 def examples() -> list[dict]:
     """Example sentences shipped in ``assets/examples.json``."""
     return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))["examples"]
@@ -79,7 +96,7 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
         with st.spinner(t("loading", model=name), show_time=True):
             loaded = get_model(name)
     except models.DikkatError as exc:
-        st.error(str(exc))
+        show_error(exc)
         return None
     except OSError as exc:  # a folder or hub id transformers cannot read
         st.error(t("load_failed", model=name, reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
@@ -106,7 +123,7 @@ def analysis_ui(name: str, text: str, **kwargs) -> models.Analysis | None:
         with st.spinner(t("analysing")):
             result = get_analysis(name, text, **kwargs)
     except models.DikkatError as exc:
-        st.error(str(exc))
+        show_error(exc)
         return None
     if result.truncated:
         st.warning(t("truncated", n=result.truncated, limit=result.max_tokens))
