@@ -113,6 +113,10 @@ class Analysis:
         logits: when asked for: float32 ``(positions, vocab)`` of the decoder / MLM head.
         heads_off: the heads that were switched off. mask: the mask mode used (str).
         kv_heads: key/value heads of a GQA model (None when each query head has its own).
+        masks: ``stack -> bool (layers, query_len, key_len)``, True where the layer's mask let the query
+            attend the key, read from the mask each layer was actually called with (the native one, or the
+            replacement; per layer, so Gemma 3's sliding layers differ from its full ones). Interface path
+            only: empty on the fallback path, whose attention modules build their masks internally.
     """
 
     model: str
@@ -137,6 +141,7 @@ class Analysis:
     heads_off: frozenset = frozenset()
     mask: str = "native"
     kv_heads: int | None = None
+    masks: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def perplexity(self) -> float | None:
@@ -492,6 +497,7 @@ def analyze(
         words=words, attentions=attentions, text_pair=text_pair, target=target, target_tokens=target_tokens,
         target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
         kv_heads=model.num_key_value_heads,
+        masks={stack: a.numpy() for stack, a in (state.allowed or {}).items()},
     )
     _fill_outputs(model, result, outputs, input_ids, labels, top_k, keep_logits)
     if hidden_states:

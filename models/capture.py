@@ -79,6 +79,10 @@ class CaptureState:
             into ``buffers[stack]``, a float32 CPU tensor ``(layers, heads, query_len, key_len)`` created
             on the first call of that stack, instead of being kept in ``weights``: the weights tensor is
             freed right away and its memory reused by the next layer (faster, half the peak memory).
+        allowed: with ``buffers``: ``stack -> bool CPU tensor (layers, query_len, key_len)``, True where
+            the layer's mask let query ``i`` attend key ``j``: read from the additive mask each layer was
+            actually called with (after any replacement), so per-layer masks such as Gemma 3's sliding
+            layers are recorded as applied, not derived from the config.
     """
 
     sites: dict[int, Site] = field(default_factory=dict)
@@ -89,6 +93,7 @@ class CaptureState:
     probe: list | None = None
     buffers: dict[str, torch.Tensor] | None = None
     stack_layers: dict[str, int] = field(default_factory=dict)
+    allowed: dict[str, torch.Tensor] | None = None
 
 
 _STATE: contextvars.ContextVar[CaptureState | None] = contextvars.ContextVar("dikkat_capture", default=None)
@@ -125,6 +130,26 @@ def _apply_mask(allowed: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
     additive = torch.zeros(block.shape, dtype=query.dtype, device=query.device)
     additive.masked_fill_(~block, torch.finfo(query.dtype).min)
     return additive[None, None], ~block.any(dim=-1)
+
+
+def allowed_of(attention_mask: torch.Tensor | None, q_len: int, k_len: int) -> torch.Tensor:
+    """Which keys each query may attend under the mask an eager attention function receives.
+
+    Args:
+        attention_mask: additive float ``(batch, 1 or heads, q_len, >= k_len)`` (0 allowed, the dtype's
+            minimum forbidden), boolean of the same shape (True allowed), or None (every key allowed: the
+            eager functions add no mask of their own).
+        q_len, k_len: lengths of the call's queries and keys.
+
+    Returns:
+        bool CPU tensor ``(q_len, k_len)`` for batch row 0 and the first mask head.
+    """
+    if attention_mask is None:
+        return torch.ones((q_len, k_len), dtype=torch.bool)
+    m = attention_mask[0, 0, -q_len:, :k_len]
+    if m.dtype != torch.bool:
+        m = m > torch.finfo(m.dtype).min / 2
+    return m.expand(q_len, k_len).cpu()
 
 
 def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs):
@@ -168,6 +193,11 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
                 layers = state.stack_layers.get(site.stack, site.layer + 1)
                 buf = state.buffers[site.stack] = torch.empty((layers, *weights.shape[1:]), dtype=torch.float32)
             buf[site.layer].copy_(weights[0])
+            if state.allowed is not None:
+                a = state.allowed.get(site.stack)
+                if a is None or a.shape[1:] != weights.shape[2:]:
+                    a = state.allowed[site.stack] = torch.ones((buf.shape[0], *weights.shape[2:]), dtype=torch.bool)
+                a[site.layer] = allowed_of(attention_mask, *weights.shape[2:])
         elif state.record:
             state.weights[(site.stack, site.layer)] = weights
         gate = state.gates.get((site.stack, site.layer))
@@ -235,14 +265,15 @@ def capture(
             switches it off. Layers without an entry run untouched (bit-identical outputs).
         masks: ``stack -> bool (n, n)`` mask replacing the model's own mask for that stack.
         record_into: ``stack -> number of layers``: copy batch row 0 of the weights into float32
-            ``state.buffers[stack]`` of shape ``(layers, heads, q, k)`` as they are computed.
+            ``state.buffers[stack]`` of shape ``(layers, heads, q, k)`` as they are computed, and each
+            layer's allowed keys into ``state.allowed[stack]``, bool ``(layers, q, k)``.
 
     Yields:
         The :class:`CaptureState`; read ``state.weights`` after the forward pass.
     """
     state = CaptureState(sites=sites, record=record, gates=dict(gates or {}), masks=dict(masks or {}))
     if record_into is not None:
-        state.buffers, state.stack_layers = {}, dict(record_into)
+        state.buffers, state.stack_layers, state.allowed = {}, dict(record_into), {}
     token = _STATE.set(state)
     try:
         yield state

@@ -12,7 +12,7 @@ import transformers as tf
 
 import models
 
-ARCHS = ["bert", "bert-mlm", "gpt2", "llama", "mistral", "gpt_neo", "t5", "marian", "bart"]
+ARCHS = ["bert", "bert-mlm", "gpt2", "llama", "mistral", "gemma3", "gpt_neo", "t5", "marian", "bart"]
 TEXT = "Kedi fareyi kovaladı"
 
 # Output projection of layer l (its input holds the per-head outputs, head after head).
@@ -22,6 +22,7 @@ OUT_PROJ = {
     "gpt2": "transformer.h.{l}.attn.c_proj",
     "llama": "model.layers.{l}.self_attn.o_proj",
     "mistral": "model.layers.{l}.self_attn.o_proj",
+    "gemma3": "model.layers.{l}.self_attn.o_proj",
     "gpt_neo": "transformer.h.{l}.attn.attention.out_proj",
     "t5": "encoder.block.{l}.layer.0.SelfAttention.o",
     "marian": "model.encoder.layers.{l}.self_attn.out_proj",
@@ -33,7 +34,8 @@ def _eager(tiny_folder, arch):
     """The same tiny model loaded plainly by transformers with eager attention."""
     loaded_cls = {
         "bert": tf.BertModel, "bert-mlm": tf.BertForMaskedLM, "gpt2": tf.GPT2LMHeadModel,
-        "llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM, "gpt_neo": tf.GPTNeoForCausalLM,
+        "llama": tf.LlamaForCausalLM, "mistral": tf.MistralForCausalLM,
+        "gemma3": tf.Gemma3ForCausalLM, "gpt_neo": tf.GPTNeoForCausalLM,
         "t5": tf.T5ForConditionalGeneration, "marian": tf.MarianMTModel, "bart": tf.BartForConditionalGeneration,
     }[arch]
     return loaded_cls.from_pretrained(str(tiny_folder(arch)), attn_implementation="eager").eval()
@@ -79,7 +81,7 @@ def test_weights_equal_eager_and_rows_sum_to_one(tiny, tiny_folder, arch):
         assert got.shape[2:] == (len(q_tokens), len(k_tokens))  # C06: tokens == matrix size
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "gpt_neo", "t5", "marian", "bart"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "mistral", "gemma3", "gpt_neo", "t5", "marian", "bart"])
 def test_decoder_self_attention_is_exactly_causal(tiny, arch):
     a = _run(tiny(arch))
     w = a.attentions["decoder"]

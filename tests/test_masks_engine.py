@@ -128,17 +128,46 @@ def test_cross_attention_shape_and_rows(tiny, arch):
 
 
 def test_native_mask_matches_model(tiny):
-    """native_mask: bidirectional for encoders, causal for GPT-2, Mistral's sliding window (3) - each equal to
-    where the model's own attention is non-zero."""
-    for arch in ("bert", "gpt2", "mistral"):
+    """native_mask: bidirectional for encoders, causal for GPT-2, Mistral's sliding window (3), Gemma 3's
+    sliding (2) then full layer - each equal to where the model's own attention is non-zero and to the mask
+    the layer was actually called with (``Analysis.masks``)."""
+    for arch in ("bert", "gpt2", "mistral", "gemma3"):
         loaded = tiny(arch)
         a = models.analyze(loaded, TEXT)
-        att = next(iter(a.attentions.values()))
+        (stack, att), = a.attentions.items()
         n = att.shape[-1]
+        assert a.masks[stack].shape == (att.shape[0], n, n) and a.masks[stack].dtype == bool
         for layer in range(att.shape[0]):
-            assert np.array_equal(compare.native_mask(loaded, n, layer), (att[layer] != 0).any(0)), (arch, layer)
+            native = compare.native_mask(loaded, n, layer)
+            assert np.array_equal(native, (att[layer] != 0).any(0)), (arch, layer)
+            assert np.array_equal(native, a.masks[stack][layer]), (arch, layer)
     n = 6
     assert compare.native_mask(tiny("mistral"), n)[5].sum() == 3
+    gemma = models.analyze(tiny("gemma3"), TEXT).masks["decoder"]
+    assert gemma[0].sum(1).max() == 2 and np.array_equal(gemma[1], np.tril(np.ones(gemma.shape[1:], bool)))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert", "gemma3", "marian"])
+def test_recorded_masks_are_the_replacement_and_cross_attention_sees_every_source_token(tiny, arch):
+    """With a replaced mask every layer of the main stack records that mask (an empty row stays empty);
+    cross-attention records all-True (each target token may read every source token)."""
+    loaded = tiny(arch)
+    kw = {"target": "the cat chased"} if loaded.family == "encoder-decoder" else {}
+    n = len(models.analyze(loaded, TEXT, **kw).tokens if loaded.family != "encoder-decoder"
+            else models.analyze(loaded, TEXT, **kw).target_tokens)
+    m = MaskMode("sliding_window", width=2).matrix(n).copy()
+    m[1, :] = False
+    a = models.analyze(loaded, TEXT, mask=m, **kw)
+    stack = compare.main_stack(loaded)
+    assert np.array_equal(a.masks[stack], np.broadcast_to(m, a.masks[stack].shape))
+    assert np.array_equal(a.attentions[stack] != 0, np.broadcast_to(m, a.attentions[stack].shape))
+    if "cross" in a.masks:
+        assert a.masks["cross"].all() and a.masks["cross"].shape == (2, n, len(a.tokens))
+
+
+def test_fallback_path_records_no_masks(tiny):
+    a = models.analyze(tiny("gpt_neo"), TEXT)
+    assert a.capture_path == "fallback" and a.masks == {}
 
 
 def test_kl_is_zero_for_native_equivalent_and_matches_formula(tiny):

@@ -69,6 +69,12 @@ def _config(arch: str):
         return tf.MistralConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                 intermediate_size=64, max_position_embeddings=64, sliding_window=3, bos_token_id=5,
                                 eos_token_id=6, pad_token_id=0, **common), tf.MistralForCausalLM, "decoder"
+    if arch == "gemma3":  # one sliding-window layer (w=2), then one full-attention layer
+        return tf.Gemma3TextConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   head_dim=8, intermediate_size=64, max_position_embeddings=64, sliding_window=2,
+                                   layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=8,
+                                   bos_token_id=5, eos_token_id=6, pad_token_id=0, **common), \
+            tf.Gemma3ForCausalLM, "decoder"
     if arch == "gpt_neo":
         return tf.GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
                                window_size=4, max_position_embeddings=64, bos_token_id=5, eos_token_id=6,
@@ -91,7 +97,7 @@ def _config(arch: str):
     raise ValueError(arch)
 
 
-ARCHS = ("bert", "bert-mlm", "gpt2", "llama", "mistral", "gpt_neo", "t5", "marian", "bart")
+ARCHS = ("bert", "bert-mlm", "gpt2", "llama", "mistral", "gemma3", "gpt_neo", "t5", "marian", "bart")
 
 
 def build_tiny(arch: str, folder: Path, seed: int = 0) -> Path:
@@ -99,7 +105,7 @@ def build_tiny(arch: str, folder: Path, seed: int = 0) -> Path:
     config, cls, kind = _config(arch)
     torch.manual_seed(seed)
     model = cls(config).eval()
-    if arch in ("gpt2", "llama", "mistral", "gpt_neo", "bert", "bert-mlm"):
+    if arch in ("gpt2", "llama", "mistral", "gemma3", "gpt_neo", "bert", "bert-mlm"):
         # Random init is near-uniform; sharpen so attention maps are informative.
         with torch.no_grad():
             for name, p in model.named_parameters():
