@@ -118,6 +118,19 @@ def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None =
     return MaskMode("causal").matrix(n)
 
 
+def applied_mask(loaded: LoadedModel, analysis: Analysis, layer: int = 0, stack: str | None = None) -> np.ndarray:
+    """The mask one self-attention layer was called with in ``analysis``: bool ``(n, n)``, True = allowed.
+
+    Read from ``analysis.masks`` (recorded by the capture function on the interface path); on the fallback
+    path, where no mask is recorded, :func:`native_mask` derived from the config.
+    """
+    stack = stack or main_stack(loaded)
+    recorded = analysis.masks.get(stack)
+    if recorded is not None and 0 <= layer < recorded.shape[0]:
+        return recorded[layer]
+    return native_mask(loaded, analysis.attentions[stack].shape[-1], layer, stack)
+
+
 @dataclass
 class MaskRun:
     """One mask applied to the model's main self-attention stack.
@@ -204,7 +217,7 @@ def compare_masks(loaded: LoadedModel, text: str, masks: list, *, target: str | 
     n = native.attentions[stack].shape[-1]
     layers = native.attentions[stack].shape[0]
     out = MaskComparison(stack=stack, native=native,
-                         native_matrices=[native_mask(loaded, n, layer, stack) for layer in range(layers)])
+                         native_matrices=[applied_mask(loaded, native, layer, stack) for layer in range(layers)])
     for mask in masks:
         out.runs.append(run_mask(loaded, text, mask, native, max_tokens=native.max_tokens))
     return out

@@ -236,3 +236,16 @@ def test_gqa_groups_match_repeat_kv(tiny):
         for h in group[1:]:
             np.testing.assert_array_equal(att[h], att[group[0]])
     assert not np.allclose(att[layout.groups[0][0]], att[layout.groups[1][0]])
+
+
+def test_applied_mask_reads_the_recorded_mask_and_falls_back_to_the_config(tiny):
+    """The masks page draws the mask each layer was called with; a recorded mask wins over the config."""
+    loaded = tiny("gemma3")
+    a = models.analyze(loaded, TEXT)
+    assert np.array_equal(compare.applied_mask(loaded, a, 0), a.masks["decoder"][0])
+    forged = models.analysis.Analysis(**{**a.__dict__, "masks": {"decoder": ~a.masks["decoder"]}})
+    assert np.array_equal(compare.applied_mask(loaded, forged, 1), ~a.masks["decoder"][1])
+    neo = tiny("gpt_neo")
+    b = models.analyze(neo, TEXT)
+    n = b.attentions["decoder"].shape[-1]
+    assert np.array_equal(compare.applied_mask(neo, b, 0), np.tril(np.ones((n, n), bool)))

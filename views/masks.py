@@ -204,7 +204,7 @@ def section_compare(sel: shared.Selection) -> None:
         return
 
     columns = st.columns(len(kinds) + 1)
-    native_matrix = compare.native_mask(loaded, n, layer, stack)
+    native_matrix = compare.applied_mask(loaded, native, layer, stack)
     panels = [("native", native_matrix, native.attentions[stack])] + [
         (kind, run.matrix, run.analysis.attentions[stack]) for kind, run in zip(kinds, runs)
     ]
@@ -266,7 +266,7 @@ def section_bert_gpt(sel: shared.Selection) -> None:
             layers, heads = loaded.stacks[stack]
             layer, head = _layer_head(prefix, layers, heads, allow_mean=True)
             labels = _labels(a.tokens)
-            matrix = compare.native_mask(loaded, len(labels), layer, stack)
+            matrix = compare.applied_mask(loaded, a, layer, stack)
             _chart(vm.mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"),
                                   empty_label=t("masks_no_key")), key=f"{prefix}_mask")
             _chart(vm.attention_figure(_pick(a.attentions[stack], layer, head), labels, labels, mask=matrix,
