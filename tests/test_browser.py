@@ -153,3 +153,47 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
     # Streamlit's frontend asks for an optional metrics config it ignores when unreachable; nothing the
     # page draws with (scripts, styles, fonts, images, frames) may come from outside.
     assert not [r for r in outside if r[1] in ("script", "stylesheet", "font", "image", "document", "media")], outside
+
+
+def _idle(page) -> None:
+    """Wait until the script run that the last action started has finished."""
+    page.wait_for_timeout(500)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+
+
+def test_switching_the_language_keeps_the_chosen_model(app_url, smollm2):
+    """A teacher picks smollm2-135m, switches the interface to Turkish, then changes an option: the model
+    stays smollm2-135m; the masks page's section stays where it was. (The browser keeps a chosen option's
+    label; a label that changed with the language reset the widget on the next run.)"""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(app_url + "/?model_key=smollm2-135m")
+        page.get_by_text("capture: interface · decoder 30×9").wait_for(timeout=120_000)
+        _idle(page)
+        page.get_by_text("Türkçe", exact=True).click()
+        page.get_by_text("yakalama: interface · decoder 30×9").wait_for(timeout=120_000)
+        _idle(page)
+        page.get_by_text("Sözcük düzeyi", exact=True).click()
+        _idle(page)
+        page.wait_for_function("() => location.href.includes('words=1')", timeout=60_000)
+        url = page.evaluate("location.href")
+        assert "model_key=smollm2-135m" in url and "lang=tr" in url, url
+        assert "SmolLM2" in page.locator("[data-testid=stSidebar]").inner_text()
+
+        # the same for a radio with translated labels: the masks page's section survives the switch
+        page.goto(app_url + "/masks")
+        page.get_by_text("BERT vs GPT", exact=True).wait_for(timeout=120_000)
+        _idle(page)
+        page.get_by_text("BERT vs GPT", exact=True).click()
+        _idle(page)
+        page.get_by_text("Türkçe", exact=True).click()
+        page.get_by_text("BERT ve GPT", exact=True).wait_for(timeout=120_000)
+        _idle(page)
+        box = page.locator("textarea").first
+        box.fill("Kedi fareyi kovaladı ve kaçtı")
+        box.press("Control+Enter")
+        _idle(page)
+        section = page.locator("[data-testid=stRadio]", has_text="Bölüm").locator("label:has(input:checked)")
+        assert section.inner_text() == "BERT ve GPT"
+        browser.close()

@@ -278,3 +278,17 @@ def test_error_text_falls_back_to_the_nearest_translated_class():
         assert shared.error_text(Odd("w < 1")).startswith("**Bu maske uygulanamıyor.**")
         assert shared.error_text(Odd("w < 1")).endswith("w < 1")
         assert shared.error_text(models.DikkatError("x")).startswith("**Bu işlem yapılamadı.**")
+
+
+def test_model_picker_describes_models_in_the_interface_language():
+    """Languages, title, family and licence of the chosen catalog entry follow the interface language (the
+    Gemma terms are named as not an open-source licence in both). The picker's own labels stay the same in
+    both languages (see test_browser: a label that changed would reset the model)."""
+    at = run_app({"lang": "tr", "model_key": "gemma3-270m"})
+    caption = " ".join(c.value for c in at.sidebar.caption)
+    assert "Gemma Kullanım Koşulları (açık kaynak lisansı değil)" in caption
+    assert "Gemma Terms of Use" not in caption
+    assert "kod çözücü" in caption and "Türkçe dahil çok dilli" in caption
+    at.radio(key="lang").set_value("en").run()
+    caption = " ".join(c.value for c in at.sidebar.caption)
+    assert "Gemma Terms of Use (not an open-source licence)" in caption

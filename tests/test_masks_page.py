@@ -160,6 +160,8 @@ def test_encoder_decoder_rejects_non_encdec(minilm):
     at = _app("minilm-l6", section="encdec", masks_encdec_model="minilm-l6", masks_encdec_on=True)
     assert not at.exception
     assert at.error and "encoder-decoder" in at.error[0].value
+    at = _app("minilm-l6", section="encdec", masks_encdec_model="minilm-l6", masks_encdec_on=True, lang="tr")
+    assert at.error[0].value == "'minilm-l6' bir kodlayıcı, kodlayıcı-kod çözücü değil: çapraz dikkati yok."
 
 
 def test_gqa_section(minilm, smollm2):

@@ -333,7 +333,7 @@ def section_encdec(sel: shared.Selection) -> None:
     if loaded is None:
         return
     if loaded.family != "encoder-decoder":
-        st.error(t("masks_not_encdec", model=name, family=loaded.family))
+        st.error(t("masks_not_encdec", model=name, family=t(f"teach_family_{loaded.family}")))
         return
     if getattr(loaded.model, "main_input_name", "input_ids") == "input_features":
         _speech_encdec(name, loaded)

@@ -195,7 +195,17 @@ def url_sync(key: str, default=None) -> None:
         st.query_params[key] = text
 
 
+def spec_text(spec: models.ModelSpec, field: str) -> str:
+    """A catalog entry's ``title``, ``languages`` or ``licence`` in the interface language: the
+    ``catalog_<key>_<field>`` UI string when it has one for this language, else the catalog's English."""
+    entry = _strings().get(f"catalog_{spec.key}_{field}", {})
+    return entry.get(lang()) or getattr(spec, field)
+
+
 def _model_label(key: str) -> str:
+    """The picker's label of a catalog entry. It must not depend on the interface language: the browser
+    keeps the label of the chosen option, and a label that changes with the language would no longer match
+    on the next run, resetting the model to the first entry. The caption under the picker is translated."""
     spec = models.get_spec(key)
     mark = "" if spec.installed else " ✗"
     return f"{key} · {spec.family} · {spec.params_m:.0f}M · {spec.languages}{mark}"
@@ -206,7 +216,20 @@ def _model_chosen() -> None:
 
 
 def _language_changed() -> None:
-    """Switching the interface language also switches the default model, unless the user picked one."""
+    """Switching the interface language also switches the default model, unless the user picked one.
+
+    It also writes every widget's value back into Session State. Streamlit (1.67) keeps the value of a
+    radio, selectbox or multiselect in the browser as the option's *label*; with translated labels the old
+    label no longer matches after the switch and the widget would fall back to its default (the masks
+    page's section, the chosen masks ...). A value set from a callback wins over the browser's label.
+    """
+    for key in list(st.session_state):
+        if key == "lang" or str(key).startswith("_"):
+            continue
+        try:
+            st.session_state[key] = st.session_state[key]
+        except Exception:  # buttons, uploaders, audio input: values that cannot be assigned
+            pass
     if not st.session_state.get("_model_chosen_by_user") and not st.query_params.get("model_key"):
         st.session_state["model_key"] = models.default_model_for_language(st.session_state.get("lang", "en"))
 
@@ -238,7 +261,8 @@ def sidebar() -> Selection:
         url_sync("model_key", models.default_model_for_language(lang()))
         spec = models.get_spec(st.session_state["model_key"])
         state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
-        st.caption(f"{spec.title} · {spec.layers}×{spec.heads} · {t('licence')}: {spec.licence} · {state}")
+        st.caption(f"{spec_text(spec, 'title')} · {t(f'teach_family_{spec.family}')} · {spec.layers}×{spec.heads} · "
+                   f"{spec_text(spec, 'languages')} · {t('licence')}: {spec_text(spec, 'licence')} · {state}")
         url_init("model_custom")
         custom = st.text_input(t("model_custom"), key="model_custom",
                                placeholder="owner/name · /path/to/folder").strip()
