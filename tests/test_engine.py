@@ -184,6 +184,41 @@ def test_heads_off_out_of_range_is_a_clear_error(tiny):
         models.analyze(tiny("gpt2"), TEXT, heads_off={("encoder", 0, 0)})
 
 
+@pytest.mark.parametrize("heads", [
+    ("decoder", 0, 1),             # one triple, not wrapped in a set: was TypeError 'int' object is not iterable
+    "decoder",                     # was "got ('c',)": the string's characters read as triples
+    {"decoder": [0, 1]},           # was "got ('d', 'e', 'c', ...)"
+    5, True,                       # was TypeError: not iterable
+    [None],                        # was TypeError: 'NoneType' object is not iterable
+    [(["decoder"], 0, 0)],         # was TypeError: unhashable type: 'list'
+    [("decoder", 0, 1.7)],         # was silently head 1
+    [("decoder", True, 0)],        # was silently layer 1
+])
+def test_malformed_heads_off_is_a_clear_error(tiny, heads):
+    """heads_off of the wrong shape or type raises InvalidHeadError with an example, never a bare TypeError,
+    and never switches off a head the caller did not name."""
+    with pytest.raises(models.InvalidHeadError, match=r"triples.*e\.g\. \{\('decoder', 0, 1\)\}"):
+        models.analyze(tiny("gpt2"), TEXT, heads_off=heads)
+
+
+def test_heads_off_accepts_lists_and_numpy_integers(tiny):
+    a = models.analyze(tiny("gpt2"), TEXT, heads_off=[["decoder", np.int64(0), 1]])
+    assert a.heads_off == frozenset({("decoder", 0, 1)})
+
+
+@pytest.mark.parametrize("arch,kwargs,match", [
+    ("gpt2", {"text_pair": "the cat"}, "is a decoder: text_pair"),
+    ("t5", {"text_pair": "the cat"}, "is an encoder-decoder: text_pair"),
+    ("bert", {"target": "the cat"}, "is an encoder: target"),
+    ("gpt2", {"target": "the cat"}, "is a decoder: target"),
+])
+def test_text_pair_and_target_only_where_the_family_has_them(tiny, arch, kwargs, match):
+    """A decoder used to glue text_pair's tokens onto the text with no separator, and an encoder or decoder
+    ignored target while the summary still reported it (with no target tokens)."""
+    with pytest.raises(models.UnsupportedOperationError, match=match):
+        models.analyze(tiny(arch), TEXT, **kwargs)
+
+
 @pytest.mark.parametrize("text", ["", "   \n\t"])
 def test_empty_text_raises(tiny, text):
     with pytest.raises(models.EmptyTextError):
