@@ -21,6 +21,7 @@ from .errors import (
     NoAttentionWeightsError,
     NoUsableModelError,
     UnknownModelError,
+    UnsupportedOperationError,
 )
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -119,7 +120,12 @@ class LoadedModel:
 
 def _pick_device(device: str) -> torch.device:
     if device != "auto":
-        return torch.device(device)
+        try:
+            return torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise UnsupportedOperationError(
+                f"Unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps."
+            ) from exc
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():

@@ -323,6 +323,20 @@ def test_cli_list_and_analyze(tiny_folder, tmp_path, capsys):
     assert main(["analyze", "--model", str(tiny_folder("gpt2")), "--text", "  "]) == 2
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--head-off", "decoder:1"], "--head-off takes STACK:LAYER:HEAD, e.g. decoder:3:1; got 'decoder:1'"),
+    (["--head-off", "decoder:x:1"], "--head-off takes STACK:LAYER:HEAD, e.g. decoder:3:1; got 'decoder:x:1'"),
+    (["--device", "tpu"], "Unknown device 'tpu': use auto, cpu, cuda, cuda:N or mps."),
+])
+def test_cli_bad_head_off_and_device_are_one_line_errors(tiny_folder, capsys, args, message):
+    """--head-off decoder:1 printed "not enough values to unpack (expected 3, got 2)"; --device tpu ended in a
+    torch RuntimeError traceback."""
+    from models.__main__ import main
+
+    assert main(["analyze", "--model", str(tiny_folder("gpt2")), "--text", TEXT, *args]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
 def test_C09_weights_even_where_the_default_kernel_returns_none(tiny, tiny_folder):
     """transformers' default attention (sdpa) returns no weights; the engine records real ones, on the
     interface path (GPT-2) and on the fallback path (GPT-Neo); a model without attention says so."""
