@@ -279,6 +279,19 @@ def test_corrupt_safetensors_is_a_clear_error(tiny_folder, tmp_path):
         models.load(str(folder))
 
 
+def test_folder_without_tokenizer_files_is_a_clear_error(tiny_folder, tmp_path):
+    """Weights and config but no tokenizer files: transformers builds an empty BertTokenizer (5 special tokens),
+    so "Kedi fareyi kovaladı" was analysed as [CLS] [UNK] [UNK] [UNK] [SEP] with labels that hid it."""
+    import shutil
+
+    folder = tmp_path / "no_tokenizer"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_folder("bert") / name, folder / name)
+    with pytest.raises(models.NoUsableModelError, match="no tokenizer files"):
+        models.load(str(folder))
+
+
 def test_architecture_without_attention_weights(tmp_path):
     cfg = tf.MambaConfig(vocab_size=320, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=2)
     tf.MambaForCausalLM(cfg).save_pretrained(str(tmp_path), safe_serialization=True)
