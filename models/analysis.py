@@ -20,8 +20,27 @@ from .errors import (
 from .loading import LoadedModel
 from .masks import parse_mask
 
-# Words: runs of letters/digits (with inner apostrophes), or runs of other non-space characters.
-WORD_PATTERN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]+")
+
+def _combining_marks() -> str:
+    """Regex character-class body of every combining mark (Unicode categories Mn, Mc, Me): Arabic harakat,
+    Devanagari vowel signs, the dot of a decomposed (NFD) "İ" ... ``\\w`` matches none of them."""
+    import sys
+    import unicodedata
+
+    ranges: list[list[int]] = []
+    for c in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(c)) in ("Mn", "Mc", "Me"):
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1][1] = c
+            else:
+                ranges.append([c, c])
+    return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
+_MARKS = _combining_marks()
+# Words: runs of letters/digits and the combining marks on them (with inner apostrophes), or runs of other
+# non-space characters.
+WORD_PATTERN = re.compile(rf"[\w{_MARKS}]+(?:['’][\w{_MARKS}]+)*|[^\w\s{_MARKS}]+")
 # Attention weights kept in memory at most (float32 bytes, all stacks): longer texts are cut.
 WEIGHT_BUDGET_BYTES = 1 << 30
 

@@ -250,6 +250,26 @@ def test_sentence_pair_segments(tiny):
     assert [w.segment for w in a.words] == [0, 0, 1, 1]
 
 
+@pytest.mark.parametrize("text,words", [
+    ("القِطُّ طَارَدَ الفَأْرَ", ["القِطُّ", "طَارَدَ", "الفَأْرَ"]),         # Arabic with harakat
+    ("नमस्ते दुनिया", ["नमस्ते", "दुनिया"]),                             # Devanagari vowel signs
+    ("S\u0327o\u0308yle I\u0307g\u0306ne", ["S\u0327o\u0308yle", "I\u0307g\u0306ne"]),  # NFD "Şöyle İğne"
+    ("Kedi fareyi kovaladı", ["Kedi", "fareyi", "kovaladı"]),
+])
+def test_C04_words_keep_their_combining_marks(text, words):
+    """A combining mark is not matched by \\w: "नमस्ते दुनिया" gave the words 'नमस' and 'द', Arabic with
+    vowel marks 16 words instead of 3, NFD "şöyle" the words 's', '̧', 'o', '̈', 'yle'."""
+    from models.analysis import Token, group_words
+
+    pieces, tokens, pos = text.split(" "), [], 0
+    for piece in pieces:
+        tokens.append(Token(piece, pos, pos + len(piece), False, 7, piece))
+        pos += len(piece) + 1
+    got = group_words(tokens, [text])
+    assert [w.text for w in got] == words
+    assert [text[w.start:w.end] for w in got] == words
+
+
 def test_unknown_model_and_bad_folders(tmp_path):
     with pytest.raises(models.UnknownModelError, match="Catalog keys|catalog key"):
         models.load("no-such-model")
