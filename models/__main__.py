@@ -35,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         heads = []
         for item in args.head_off:
-            stack, layer, head = item.split(":")
-            heads.append((stack, int(layer), int(head)))
+            parts = item.split(":")
+            if len(parts) != 3 or not all(x.strip().lstrip("-").isdigit() for x in parts[1:]):
+                raise ValueError(f"--head-off takes STACK:LAYER:HEAD, e.g. decoder:3:1; got '{item}'")
+            heads.append((parts[0], int(parts[1]), int(parts[2])))
         loaded = load(args.model, device=args.device)
         result = analyze(loaded, args.text, text_pair=args.text_pair, target=args.target, heads_off=heads, mask=args.mask)
     except (DikkatError, ValueError) as exc:

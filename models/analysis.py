@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -12,12 +13,34 @@ import numpy as np
 import torch
 
 from . import capture
-from .errors import BatchNotSupportedError, EmptyTextError, InvalidHeadError, ModelOutOfMemoryError, UnsupportedOperationError
+from .errors import (
+    BatchNotSupportedError, EmptyTextError, InvalidHeadError, InvalidMaskError, ModelOutOfMemoryError,
+    UnsupportedOperationError,
+)
 from .loading import LoadedModel
 from .masks import parse_mask
 
-# Words: runs of letters/digits (with inner apostrophes), or runs of other non-space characters.
-WORD_PATTERN = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]+")
+
+def _combining_marks() -> str:
+    """Regex character-class body of every combining mark (Unicode categories Mn, Mc, Me): Arabic harakat,
+    Devanagari vowel signs, the dot of a decomposed (NFD) "İ" ... ``\\w`` matches none of them."""
+    import sys
+    import unicodedata
+
+    ranges: list[list[int]] = []
+    for c in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(c)) in ("Mn", "Mc", "Me"):
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1][1] = c
+            else:
+                ranges.append([c, c])
+    return "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
+_MARKS = _combining_marks()
+# Words: runs of letters/digits and the combining marks on them (with inner apostrophes), or runs of other
+# non-space characters.
+WORD_PATTERN = re.compile(rf"[\w{_MARKS}]+(?:['’][\w{_MARKS}]+)*|[^\w\s{_MARKS}]+")
 # Attention weights kept in memory at most (float32 bytes, all stacks): longer texts are cut.
 WEIGHT_BUDGET_BYTES = 1 << 30
 
@@ -290,13 +313,35 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
         UnsupportedOperationError: a fallback-path model whose output projection is unknown.
     """
     stacks = loaded.stacks
+    example = f"{{('{next(iter(stacks), 'encoder')}', 0, 1)}}"
+    if heads is None:
+        return frozenset()
+    if isinstance(heads, (str, bytes, dict)) or (
+        isinstance(heads, (tuple, list)) and len(heads) == 3 and isinstance(heads[0], str)
+        and not isinstance(heads[1], (tuple, list, str))
+    ):
+        raise InvalidHeadError(
+            f"Heads are a collection of (stack, layer, head) triples, got {heads!r}: wrap a single head in a set, "
+            f"e.g. {example}."
+        )
+    try:
+        items = list(heads)
+    except TypeError:
+        raise InvalidHeadError(
+            f"Heads are a collection of (stack, layer, head) triples, got {heads!r}, e.g. {example}."
+        ) from None
     out = set()
-    for item in heads:
+    for item in items:
         try:
             stack, layer, head = item
-            layer, head = int(layer), int(head)
+            if isinstance(layer, bool) or isinstance(head, bool) or not isinstance(stack, str):
+                raise TypeError
+            layer, head = operator.index(layer), operator.index(head)
         except (TypeError, ValueError):
-            raise InvalidHeadError(f"Heads are (stack, layer, head) triples, got {item!r}") from None
+            raise InvalidHeadError(
+                f"Heads are (stack, layer, head) triples with a stack name and two whole numbers, got {item!r}, "
+                f"e.g. {example}."
+            ) from None
         if stack not in stacks:
             raise InvalidHeadError(f"Model '{loaded.name}' has no '{stack}' stack (it has {', '.join(stacks)}).")
         n_layers, n_heads = stacks[stack]
@@ -363,6 +408,11 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
         InvalidMaskError: bad mask; UnsupportedOperationError: a replaced mask on the fallback path.
     """
     if isinstance(mask, dict):
+        for stack in mask:
+            if stack not in loaded.stacks:
+                raise InvalidMaskError(
+                    f"Model '{loaded.name}' has no '{stack}' stack to mask (it has {', '.join(loaded.stacks)})."
+                )
         items = {stack: parse_mask(m) for stack, m in mask.items()}
     else:
         main = "encoder" if loaded.family == "encoder" else "decoder"
@@ -370,8 +420,6 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
     out: dict[str, torch.Tensor] = {}
     for stack, mode in items.items():
         if stack == "cross":
-            from .errors import InvalidMaskError
-
             raise InvalidMaskError("Cross-attention masks cannot be replaced (only self-attention stacks).")
         n = n_target if (stack == "decoder" and loaded.family == "encoder-decoder") else n_main
         matrix = mode.matrix(n or 0)
@@ -432,11 +480,25 @@ def analyze(
         )
     if text_pair is not None:
         text_pair = _check_text(text_pair, "text pair")
+        if model.family != "encoder":
+            raise UnsupportedOperationError(
+                f"Model '{model.name}' is {'a decoder' if model.family == 'decoder' else 'an encoder-decoder'}: "
+                "text_pair is the second sentence of an encoder's sentence pair ([CLS] A [SEP] B [SEP]). "
+                + ("Put both sentences in text." if model.family == "decoder" else
+                   "Pass the decoder text as target.")
+            )
     if target is not None:
         target = _check_text(target, "target text")
+        if model.family != "encoder-decoder":
+            raise UnsupportedOperationError(
+                f"Model '{model.name}' is {'an encoder' if model.family == 'encoder' else 'a decoder'}: target is "
+                "the decoder text of an encoder-decoder (translation, speech). "
+                + ("Use text_pair for a second sentence." if model.family == "encoder" else
+                   "Put the whole text in text.")
+            )
     tok = model.tokenizer
     limit = int(max_tokens or default_max_tokens(model))
-    heads_off = frozenset(tuple(h) for h in (heads_off or ()))
+    heads_off = validate_heads(model, heads_off)
     gates = _heads_to_gates(model, heads_off)
 
     texts = [text] if text_pair is None else [text, text_pair]

@@ -21,6 +21,7 @@ from .errors import (
     NoAttentionWeightsError,
     NoUsableModelError,
     UnknownModelError,
+    UnsupportedOperationError,
 )
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -119,7 +120,12 @@ class LoadedModel:
 
 def _pick_device(device: str) -> torch.device:
     if device != "auto":
-        return torch.device(device)
+        try:
+            return torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise UnsupportedOperationError(
+                f"Unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps."
+            ) from exc
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
@@ -442,6 +448,15 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
             tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
         except Exception as exc:
             raise NoUsableModelError(f"Cannot load the tokenizer of '{name}' from {folder}: {exc}") from exc
+        # Without tokenizer files, transformers builds an empty tokenizer of the config's class (only
+        # [PAD]/[UNK]/... ): every word would silently become [UNK].
+        special = set(tokenizer.all_special_ids)
+        if not any(i not in special for i in tokenizer.get_vocab().values()):
+            raise NoUsableModelError(
+                f"Folder {folder} has no tokenizer files (tokenizer.json, vocab.txt, tokenizer.model ...): its "
+                "tokenizer knows only special tokens, so every word would be read as unknown. Save the tokenizer "
+                "next to the weights (tokenizer.save_pretrained(folder))."
+            )
     if spec.source != "package":
         spec = ModelSpec(key=name, title=name, family=family, source=spec.source,
                          layers=0, heads=0, licence="see the model card")

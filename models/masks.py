@@ -16,6 +16,7 @@ Mask kinds (``MaskMode``):
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 
@@ -56,11 +57,13 @@ class MaskMode:
             return np.ones((n, n), dtype=bool)
         if self.kind == "causal":
             return j <= i
+        # a width beyond the text changes nothing (and must not overflow numpy's integers)
+        width = min(self.width, max(n, 1)) if self.width is not None else None
         if self.kind == "sliding_window":
-            return (j <= i) & (j > i - self.width)
+            return (j <= i) & (j > i - width)
         if self.kind == "strided":
             d = i - j
-            return (d >= 0) & ((d < self.width) | (d % self.width == 0))
+            return (d >= 0) & ((d < width) | (d % width == 0))
         m = np.asarray(self.custom, dtype=bool)
         if m.shape != (n, n):
             raise InvalidMaskError(f"Custom mask has shape {m.shape}, but the text has {n} tokens: need ({n}, {n}).")
@@ -83,10 +86,11 @@ def parse_mask(mask) -> MaskMode:
         if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
             raise InvalidMaskError(f"A custom mask must be a square boolean matrix, got shape {arr.shape}.")
         return MaskMode("custom", custom=arr.astype(bool))
-    if isinstance(mask, tuple) and len(mask) == 2:
+    if isinstance(mask, tuple) and len(mask) == 2 and isinstance(mask[0], str):
         kind, width = mask
+        kind = kind.strip().lower()
     elif isinstance(mask, str):
-        match = re.fullmatch(r"\s*([a-z_]+)\s*(?:[:=(]\s*(\d+)\s*\)?)?\s*", mask.lower())
+        match = re.fullmatch(r"\s*([a-z_]+)\s*(?:[:=(]\s*(.*?)\s*\)?)?\s*", mask.lower())
         if not match:
             raise InvalidMaskError(f"Unknown mask '{mask}'. Use one of: {', '.join(KINDS)}.")
         kind, width = match.group(1), match.group(2)
@@ -96,7 +100,23 @@ def parse_mask(mask) -> MaskMode:
     if kind not in KINDS or kind == "custom":
         raise InvalidMaskError(f"Unknown mask '{kind}'. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.")
     if kind in ("sliding_window", "strided"):
-        if width is None or int(width) < 1:
-            raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1, e.g. '{kind}:4'.")
-        return MaskMode(kind, width=int(width))
+        return MaskMode(kind, width=_width(kind, width))
+    if width not in (None, ""):
+        raise InvalidMaskError(f"Mask '{kind}' takes no width, got '{kind}:{width}'. Use '{kind}'.")
     return MaskMode(kind)
+
+
+def _width(kind: str, raw) -> int:
+    """The whole-number width (or stride) >= 1 of a ``sliding_window``/``strided`` mask."""
+    value = None
+    if isinstance(raw, str):
+        value = int(raw) if re.fullmatch(r"[+-]?\d+", raw.strip()) else None
+    elif raw is not None and not isinstance(raw, bool):
+        try:
+            value = operator.index(raw)
+        except TypeError:
+            value = None
+    if value is None or value < 1:
+        got = "" if raw in (None, "") else f", got {raw!r}"
+        raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1 (a whole number){got}, e.g. '{kind}:4'.")
+    return value

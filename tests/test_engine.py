@@ -184,6 +184,41 @@ def test_heads_off_out_of_range_is_a_clear_error(tiny):
         models.analyze(tiny("gpt2"), TEXT, heads_off={("encoder", 0, 0)})
 
 
+@pytest.mark.parametrize("heads", [
+    ("decoder", 0, 1),             # one triple, not wrapped in a set: was TypeError 'int' object is not iterable
+    "decoder",                     # was "got ('c',)": the string's characters read as triples
+    {"decoder": [0, 1]},           # was "got ('d', 'e', 'c', ...)"
+    5, True,                       # was TypeError: not iterable
+    [None],                        # was TypeError: 'NoneType' object is not iterable
+    [(["decoder"], 0, 0)],         # was TypeError: unhashable type: 'list'
+    [("decoder", 0, 1.7)],         # was silently head 1
+    [("decoder", True, 0)],        # was silently layer 1
+])
+def test_malformed_heads_off_is_a_clear_error(tiny, heads):
+    """heads_off of the wrong shape or type raises InvalidHeadError with an example, never a bare TypeError,
+    and never switches off a head the caller did not name."""
+    with pytest.raises(models.InvalidHeadError, match=r"triples.*e\.g\. \{\('decoder', 0, 1\)\}"):
+        models.analyze(tiny("gpt2"), TEXT, heads_off=heads)
+
+
+def test_heads_off_accepts_lists_and_numpy_integers(tiny):
+    a = models.analyze(tiny("gpt2"), TEXT, heads_off=[["decoder", np.int64(0), 1]])
+    assert a.heads_off == frozenset({("decoder", 0, 1)})
+
+
+@pytest.mark.parametrize("arch,kwargs,match", [
+    ("gpt2", {"text_pair": "the cat"}, "is a decoder: text_pair"),
+    ("t5", {"text_pair": "the cat"}, "is an encoder-decoder: text_pair"),
+    ("bert", {"target": "the cat"}, "is an encoder: target"),
+    ("gpt2", {"target": "the cat"}, "is a decoder: target"),
+])
+def test_text_pair_and_target_only_where_the_family_has_them(tiny, arch, kwargs, match):
+    """A decoder used to glue text_pair's tokens onto the text with no separator, and an encoder or decoder
+    ignored target while the summary still reported it (with no target tokens)."""
+    with pytest.raises(models.UnsupportedOperationError, match=match):
+        models.analyze(tiny(arch), TEXT, **kwargs)
+
+
 @pytest.mark.parametrize("text", ["", "   \n\t"])
 def test_empty_text_raises(tiny, text):
     with pytest.raises(models.EmptyTextError):
@@ -215,6 +250,26 @@ def test_sentence_pair_segments(tiny):
     assert [w.segment for w in a.words] == [0, 0, 1, 1]
 
 
+@pytest.mark.parametrize("text,words", [
+    ("القِطُّ طَارَدَ الفَأْرَ", ["القِطُّ", "طَارَدَ", "الفَأْرَ"]),         # Arabic with harakat
+    ("नमस्ते दुनिया", ["नमस्ते", "दुनिया"]),                             # Devanagari vowel signs
+    ("S\u0327o\u0308yle I\u0307g\u0306ne", ["S\u0327o\u0308yle", "I\u0307g\u0306ne"]),  # NFD "Şöyle İğne"
+    ("Kedi fareyi kovaladı", ["Kedi", "fareyi", "kovaladı"]),
+])
+def test_C04_words_keep_their_combining_marks(text, words):
+    """A combining mark is not matched by \\w: "नमस्ते दुनिया" gave the words 'नमस' and 'द', Arabic with
+    vowel marks 16 words instead of 3, NFD "şöyle" the words 's', '̧', 'o', '̈', 'yle'."""
+    from models.analysis import Token, group_words
+
+    pieces, tokens, pos = text.split(" "), [], 0
+    for piece in pieces:
+        tokens.append(Token(piece, pos, pos + len(piece), False, 7, piece))
+        pos += len(piece) + 1
+    got = group_words(tokens, [text])
+    assert [w.text for w in got] == words
+    assert [text[w.start:w.end] for w in got] == words
+
+
 def test_unknown_model_and_bad_folders(tmp_path):
     with pytest.raises(models.UnknownModelError, match="Catalog keys|catalog key"):
         models.load("no-such-model")
@@ -241,6 +296,19 @@ def test_corrupt_safetensors_is_a_clear_error(tiny_folder, tmp_path):
     shutil.copytree(tiny_folder("bert"), folder)
     (folder / "model.safetensors").write_bytes(b"not a safetensors file at all")
     with pytest.raises(models.NoUsableModelError, match="corrupt"):
+        models.load(str(folder))
+
+
+def test_folder_without_tokenizer_files_is_a_clear_error(tiny_folder, tmp_path):
+    """Weights and config but no tokenizer files: transformers builds an empty BertTokenizer (5 special tokens),
+    so "Kedi fareyi kovaladı" was analysed as [CLS] [UNK] [UNK] [UNK] [SEP] with labels that hid it."""
+    import shutil
+
+    folder = tmp_path / "no_tokenizer"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_folder("bert") / name, folder / name)
+    with pytest.raises(models.NoUsableModelError, match="no tokenizer files"):
         models.load(str(folder))
 
 
@@ -286,6 +354,20 @@ def test_cli_list_and_analyze(tiny_folder, tmp_path, capsys):
     assert summary["heads_off"] == [["decoder", 0, 1]]
     assert np.load(out)["attention_decoder"].shape == (2, 4, 5, 5)
     assert main(["analyze", "--model", str(tiny_folder("gpt2")), "--text", "  "]) == 2
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--head-off", "decoder:1"], "--head-off takes STACK:LAYER:HEAD, e.g. decoder:3:1; got 'decoder:1'"),
+    (["--head-off", "decoder:x:1"], "--head-off takes STACK:LAYER:HEAD, e.g. decoder:3:1; got 'decoder:x:1'"),
+    (["--device", "tpu"], "Unknown device 'tpu': use auto, cpu, cuda, cuda:N or mps."),
+])
+def test_cli_bad_head_off_and_device_are_one_line_errors(tiny_folder, capsys, args, message):
+    """--head-off decoder:1 printed "not enough values to unpack (expected 3, got 2)"; --device tpu ended in a
+    torch RuntimeError traceback."""
+    from models.__main__ import main
+
+    assert main(["analyze", "--model", str(tiny_folder("gpt2")), "--text", TEXT, *args]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
 
 
 def test_C09_weights_even_where_the_default_kernel_returns_none(tiny, tiny_folder):

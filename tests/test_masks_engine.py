@@ -249,3 +249,36 @@ def test_applied_mask_reads_the_recorded_mask_and_falls_back_to_the_config(tiny)
     b = models.analyze(neo, TEXT)
     n = b.attentions["decoder"].shape[-1]
     assert np.array_equal(compare.applied_mask(neo, b, 0), np.tril(np.ones((n, n), bool)))
+
+
+@pytest.mark.parametrize("mask", ["strided:-1", "sliding_window:-3", "sliding_window:1.5", "strided:x",
+                                  ("strided", "x"), ("sliding_window", 2.5), ("strided", -1), "sliding_window:0"])
+def test_bad_mask_width_says_what_is_wrong(mask):
+    """'strided:-1' said "Unknown mask 'strided:-1'. Use one of: ..., strided, ..." (strided is listed);
+    ('strided', 'x') raised a bare ValueError from int(); ('sliding_window', 2.5) silently became 2."""
+    kind = mask[0] if isinstance(mask, tuple) else mask.split(":")[0]
+    with pytest.raises(models.InvalidMaskError, match=f"Mask '{kind}' needs a width of at least 1"):
+        models.parse_mask(mask)
+
+
+@pytest.mark.parametrize("mask", ["causal:3", "native:2", "bidirectional:1"])
+def test_width_on_a_mask_without_one_is_an_error(mask):
+    with pytest.raises(models.InvalidMaskError, match="takes no width"):
+        models.parse_mask(mask)
+
+
+def test_width_longer_than_the_text_equals_causal(tiny):
+    """A huge width raised OverflowError from numpy; any width >= n is the causal mask."""
+    loaded = tiny("gpt2")
+    causal = models.analyze(loaded, "kedi fare", mask="causal").attentions["decoder"]
+    for mask in ("sliding_window:99999999999999999999", "strided:99999999999999999999"):
+        w = models.analyze(loaded, "kedi fare", mask=mask).attentions["decoder"]
+        np.testing.assert_array_equal(w, causal)
+    assert models.parse_mask("sliding_window:99999999999999999999").matrix(3).tolist() == np.tril(np.ones((3, 3), bool)).tolist()
+
+
+@pytest.mark.parametrize("arch,stack", [("bert", "decoder"), ("gpt2", "encoder"), ("gpt2", "bogus")])
+def test_mask_for_a_stack_the_model_lacks_is_an_error(tiny, arch, stack):
+    """{'decoder': 'causal'} on an encoder was silently ignored while Analysis.mask said 'decoder=causal'."""
+    with pytest.raises(models.InvalidMaskError, match=f"has no '{stack}' stack"):
+        models.analyze(tiny(arch), "kedi fare", mask={stack: "causal"})

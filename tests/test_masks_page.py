@@ -234,3 +234,23 @@ def test_whisper_turkish_clip_with_target_and_record_prompt(whisper):
     at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base", masks_clip="record")
     _clean(at)
     assert any("microphone" in i.value for i in at.info)
+
+
+def test_turkish_masks_page_has_no_english_hover_words_and_turkish_byte_sizes(minilm, smollm2):
+    """The mask and attention figures said "query %{y} → key %{x}: allowed/masked", the KL bars "nats" and
+    the drift lines "layer" in the Turkish interface; the KV-cache table wrote 22.5 KiB instead of 22,5 KiB."""
+    at = _app("smollm2-135m", lang="tr", masks_kinds=["causal", "sliding_window"])
+    _clean(at)
+    figs = _figures(at)
+    hovers = [tr.get("hovertemplate") or "" for fig in figs.values() for tr in fig["data"]]
+    assert hovers and not any(word in h for h in hovers for word in ("query", "key ", "nats", "layer"))
+    assert any(h.startswith("sorgu %{y} → anahtar %{x}") for h in hovers)
+    assert any(h.endswith("nat<extra>nedensel</extra>") for h in hovers)
+    assert any(h.startswith("katman %{x}") for h in hovers)
+    mask_fig = next(fig for key, fig in figs.items() if key.startswith("masks_cmp_mask_"))
+    assert set(np.asarray(mask_fig["data"][0]["customdata"]).ravel()) <= {"izinli", "maskeli"}
+    at = _app("smollm2-135m", section="gqa", lang="tr")
+    _clean(at)
+    table = at.dataframe[0].value
+    row = table[table.iloc[:, 0] == "bfloat16 / float16"].iloc[0]
+    assert row.iloc[1] == "22,5 KiB" and row.iloc[2] == "67,5 KiB"

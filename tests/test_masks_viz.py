@@ -56,7 +56,7 @@ def test_alignment_figure_draws_strongest_line_per_target_word():
     fig = va.alignment_figure(w, ["cat", "the"], ["kedi", "fare"], threshold=0.5)
     lines = [tr for tr in fig.data if tr.mode == "lines"]
     # cat->fare (0.95 >= threshold) and the->kedi (below threshold, but the strongest for "the")
-    assert sorted(tr.hovertemplate.split(":")[0] for tr in lines) == ["cat → fare", "the → kedi"]
+    assert sorted(tr.hovertext.split(":")[0] for tr in lines) == ["cat → fare", "the → kedi"]
 
 
 def test_produced_word_rows_shift_by_start_token(tiny):

@@ -167,6 +167,27 @@ def test_page_in_turkish_on_tiny_decoder(tiny_folder):
     assert any("%40'ta" in c.value for c in at.caption)
 
 
+def test_turkish_numbers_on_the_pruning_page(tiny_folder):
+    """Turkish writes 8,959 and 7.780,3: the page showed "Kayıp 8.959" (read as eight thousand nine hundred and
+    fifty-nine) and "Şaşkınlık 7780.3"; the caption's {value:.4f} came out as 0.0000."""
+    import re
+
+    at = _page("minilm-l6", "kedi fareyi kovaladı", custom=str(tiny_folder("gpt2")), lang="tr")
+    before = models.analyze(models.load(str(tiny_folder("gpt2"))), "kedi fareyi kovaladı")
+    loss, ppl = _metric(at, "Kayıp"), _metric(at, "Şaşkınlık")
+    assert loss.value == f"{before.loss:.3f}".replace(".", ",")
+    assert re.fullmatch(r"\d{1,3}(\.\d{3})*,\d", ppl.value), ppl.value
+    assert ppl.value.replace(".", "").replace(",", ".") == f"{before.perplexity:.1f}"
+    at.pills[1].unselect(2).run()
+    _ok(at)
+    assert re.fullmatch(r"[+-]\d+,\d{3}", _metric(at, "Kayıp").delta), _metric(at, "Kayıp").delta
+    change = [c.value for c in at.caption if c.value.startswith("Bir ağırlığın en büyük değişimi")]
+    assert change and re.fullmatch(r"Bir ağırlığın en büyük değişimi: \d,\d{4}", change[0]), change
+    # English keeps the point
+    at = _page("minilm-l6", "kedi fareyi kovaladı", custom=str(tiny_folder("gpt2")), lang="en")
+    assert _metric(at, "Loss").value == f"{before.loss:.3f}"
+
+
 def test_speech_model_gets_a_message_not_a_traceback():
     at = _page("whisper-base", "Kedi fareyi kovaladı")
     assert any("reads audio" in i.value for i in at.info)

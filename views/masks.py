@@ -20,6 +20,7 @@ from views import shared
 from viz import alignment as va
 from viz import audio_alignment as vaa
 from viz import masks as vm
+from viz import numbers as nb
 
 t = shared.t
 # The mask page draws n x n grids (and an n x n checkbox editor): keep texts short.
@@ -113,6 +114,18 @@ def _text_model_ok(loaded: models.LoadedModel) -> bool:
 
 def _chart(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config={"displaylogo": False})
+
+
+def _mask_figure(*args, **kwargs):
+    """:func:`viz.masks.mask_figure` with its hover words in the interface language."""
+    return vm.mask_figure(*args, **{"allowed_label": t("masks_allowed"), "forbidden_label": t("masks_forbidden"),
+                                    "query_title": t("query"), "key_title": t("key"), **kwargs})
+
+
+def _attention_figure(*args, **kwargs):
+    """:func:`viz.masks.attention_figure` with its hover words and title note in the interface language."""
+    return vm.attention_figure(*args, **{"query_title": t("query"), "key_title": t("key"),
+                                         "renormalised_label": t("masks_renormalised"), **kwargs})
 
 
 # --------------------------------------------------------------------------------------- compare masks
@@ -212,9 +225,9 @@ def section_compare(sel: shared.Selection) -> None:
         with col:
             title = _mask_title(kind) + (f" ({t('masks_reference')})" if kind == "native" else "")
             st.markdown(f"**{title}**")
-            _chart(vm.mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"), empty_label=t("masks_no_key")),
+            _chart(_mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"), empty_label=t("masks_no_key")),
                    key=f"masks_cmp_mask_{i}")
-            _chart(vm.attention_figure(_pick(att, layer, head), labels, labels, mask=matrix,
+            _chart(_attention_figure(_pick(att, layer, head), labels, labels, mask=matrix,
                                        title=t("masks_attention_of", layer=layer, head=_head_name(head)),
                                        empty_label=t("masks_no_key")), key=f"masks_cmp_att_{i}")
             st.caption(t(f"masks_explain_{kind}"))
@@ -227,7 +240,8 @@ def section_compare(sel: shared.Selection) -> None:
     e1, e2 = st.columns(2) if show_kl else (None, st.container())
     if show_kl:
         with e1:
-            _chart(vm.kl_figure(labels, {nm: r.kl for nm, r in zip(names, runs)}, title=t("masks_kl_title")),
+            _chart(vm.kl_figure(labels, {nm: r.kl for nm, r in zip(names, runs)}, title=t("masks_kl_title"),
+                                yaxis_title=t("masks_kl_axis"), unit=t("masks_nats")),
                    key="masks_kl")
             st.caption(t("masks_kl_explain"))
         summary[t("masks_summary_mean_kl")] = [round(float(r.kl.mean()), 4) for r in runs]
@@ -267,9 +281,9 @@ def section_bert_gpt(sel: shared.Selection) -> None:
             layer, head = _layer_head(prefix, layers, heads, allow_mean=True)
             labels = _labels(a.tokens)
             matrix = compare.applied_mask(loaded, a, layer, stack)
-            _chart(vm.mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"),
+            _chart(_mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"),
                                   empty_label=t("masks_no_key")), key=f"{prefix}_mask")
-            _chart(vm.attention_figure(_pick(a.attentions[stack], layer, head), labels, labels, mask=matrix,
+            _chart(_attention_figure(_pick(a.attentions[stack], layer, head), labels, labels, mask=matrix,
                                        title=t("masks_attention_of", layer=layer, head=_head_name(head)),
                                        empty_label=t("masks_no_key")), key=f"{prefix}_att")
             st.caption(t("masks_explain_bidirectional" if stack == "encoder" else "masks_explain_causal"))
@@ -292,9 +306,9 @@ def _three_panels(a: models.Analysis, panels, layer: int, head: int | None, hide
                 matrix = matrix[np.ix_(q_keep, k_keep)]
                 q_labels = [q_labels[i] for i in q_keep]
                 k_labels = [k_labels[i] for i in k_keep]
-            _chart(vm.mask_figure(matrix, q_labels, k_labels, title=t("masks_mask_matrix"),
+            _chart(_mask_figure(matrix, q_labels, k_labels, title=t("masks_mask_matrix"),
                                   empty_label=t("masks_no_key")), key=f"masks_ed_mask_{stack}")
-            _chart(vm.attention_figure(weights, q_labels, k_labels, mask=matrix, renormalised=hide,
+            _chart(_attention_figure(weights, q_labels, k_labels, mask=matrix, renormalised=hide,
                                        title=t("masks_attention_of", layer=layer, head=_head_name(head)),
                                        empty_label=t("masks_no_key")), key=f"masks_ed_att_{stack}")
     if hide:
@@ -381,7 +395,7 @@ def section_encdec(sel: shared.Selection) -> None:
         _chart(va.alignment_figure(words, t_labels, s_labels, threshold=threshold, source_title=t("masks_source"),
                                    target_title=t("masks_target")), key="masks_align_lines")
     with c2:
-        _chart(vm.attention_figure(words, t_labels, s_labels, colorscale="Purples", empty_label=t("masks_no_key")),
+        _chart(_attention_figure(words, t_labels, s_labels, colorscale="Purples", empty_label=t("masks_no_key")),
                key="masks_align_heat")
     st.caption(t("masks_alignment_explain"))
 
@@ -493,11 +507,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
 
 
 def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} GiB"
+    return nb.human_bytes(n, shared.lang())
 
 
 def section_gqa(sel: shared.Selection) -> None:
@@ -556,7 +566,7 @@ def section_gqa(sel: shared.Selection) -> None:
         cols = st.columns(len(members))
         for col, h in zip(cols, members):
             with col:
-                fig = vm.attention_figure(att[layer, h], labels, labels, title=f"KV{g} · Q{h}",
+                fig = _attention_figure(att[layer, h], labels, labels, title=f"KV{g} · Q{h}",
                                           empty_label=t("masks_no_key"))
                 _chart(fig, key=f"masks_gqa_map_{h}")
 

@@ -16,6 +16,7 @@ import streamlit as st
 import models
 from models import pruning
 from views import shared
+from viz import numbers as vnum
 from viz import pruning as vp
 
 t = shared.t
@@ -71,6 +72,11 @@ def _on_grid_click(name: str, stacks: dict, stack: str, key: str) -> None:
         if 0 <= layer < layers and 0 <= head < heads:
             _toggle(name, stacks, (stack, layer, head))
     st.session_state[VERSION_KEY] = st.session_state.get(VERSION_KEY, 0) + 1
+
+
+def _num(value: float, decimals: int, *, sign: bool = False) -> str:
+    """A number in the interface language's style (Turkish: 8,959, not 8.959, which reads as thousands)."""
+    return vnum.num(float(value), decimals, shared.lang(), sign=sign)
 
 
 def _shown(token: str) -> str:
@@ -239,10 +245,11 @@ with right:
         if loaded.head == "lm":
             m1, m2 = st.columns(2)
             if before.loss is not None:
-                m1.metric(t("prune_loss"), f"{after.loss:.3f}", delta=f"{after.loss - before.loss:+.3f}",
+                m1.metric(t("prune_loss"), _num(after.loss, 3), delta=_num(after.loss - before.loss, 3, sign=True),
                           delta_color="inverse", help=t("prune_loss_help"), border=True)
-                m2.metric(t("prune_ppl"), f"{after.perplexity:.1f}",
-                          delta=f"{after.perplexity - before.perplexity:+.1f}", delta_color="inverse", border=True)
+                m2.metric(t("prune_ppl"), _num(after.perplexity, 1),
+                          delta=_num(after.perplexity - before.perplexity, 1, sign=True), delta_color="inverse",
+                          border=True)
             st.markdown(f"**{t('prune_next_token')}**")
             nb, na = before.next_token, after.next_token
             st.dataframe(pd.DataFrame({
@@ -272,9 +279,9 @@ with right:
                 p_after = probs_after.get(top)
                 label = t("prune_top_fill_prob", token=fills.tokens[0][0].strip(), i=i)
                 if p_after is None:
-                    st.metric(label, f"< {float(fills_after.probs[0, -1]):.4f}", border=True)
+                    st.metric(label, f"< {_num(fills_after.probs[0, -1], 4)}", border=True)
                 else:
-                    st.metric(label, f"{p_after:.4f}", delta=f"{p_after - p_before:+.4f}", border=True)
+                    st.metric(label, _num(p_after, 4), delta=_num(p_after - p_before, 4, sign=True), border=True)
                 st.markdown(f"**{t('prune_mask_fill', i=i)}**")
                 st.dataframe(pd.DataFrame({
                     t("prune_rank"): np.arange(1, fills.ids.shape[1] + 1),
@@ -285,7 +292,7 @@ with right:
                 }), hide_index=True, width="stretch")
         elif loaded.head == "none":
             cos = float(pruning.cosine(before.embedding, after.embedding))
-            st.metric(t("prune_cosine"), f"{cos:.4f}", delta=f"{cos - 1:+.4f}" if off else None,
+            st.metric(t("prune_cosine"), _num(cos, 4), delta=_num(cos - 1, 4, sign=True) if off else None,
                       help=t("prune_cosine_help"), border=True)
             candidates = tuple(s["text"] for s in sentence_set() if s["text"].strip() != text.strip())
             try:
@@ -299,15 +306,15 @@ with right:
                 order = r_before.order
                 st.dataframe(pd.DataFrame({
                     t("prune_sentence"): [candidates[i] for i in order],
-                    t("prune_before"): [f"#{rank_before[i]} · {r_before.similarity[i]:.3f}" for i in order],
-                    t("prune_after"): [f"#{rank_after[i]} · {r_after.similarity[i]:.3f}" for i in order],
+                    t("prune_before"): [f"#{rank_before[i]} · {_num(r_before.similarity[i], 3)}" for i in order],
+                    t("prune_after"): [f"#{rank_after[i]} · {_num(r_after.similarity[i], 3)}" for i in order],
                 }), hide_index=True, width="stretch", height=int(38 + 35 * len(candidates)))
                 st.caption(t("prune_ranking_help"))
             except models.DikkatError as exc:
                 shared.show_error(exc)
         else:
             if before.loss is not None and after.loss is not None:
-                st.metric(t("prune_seq2seq_loss"), f"{after.loss:.3f}", delta=f"{after.loss - before.loss:+.3f}",
+                st.metric(t("prune_seq2seq_loss"), _num(after.loss, 3), delta=_num(after.loss - before.loss, 3, sign=True),
                           delta_color="inverse", border=True)
 
 # ---------------------------------------------------------------- downstream head attention

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import streamlit as st
 
 import models
+from viz import numbers as nb
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -32,13 +34,29 @@ def lang() -> str:
     return st.session_state.get("lang", "en")
 
 
+class _LocalNumber:
+    """A number whose format spec (``{x:.3f}``, ``{n:,}``) writes it the way the interface language does
+    (:mod:`viz.numbers`: Turkish ``1,749`` and ``131.072``)."""
+
+    def __init__(self, value, language: str):
+        self.value, self.language = value, language
+
+    def __format__(self, spec: str) -> str:
+        return nb.localise(format(self.value, spec), self.language)
+
+
 def t(key: str, **fmt) -> str:
-    """UI string ``key`` in the current language (English if the Turkish one is missing)."""
+    """UI string ``key`` in the current language (English if the Turkish one is missing). Numbers among
+    ``fmt`` are written in the language's style (decimal comma and thousands dot in Turkish)."""
     entry = _strings().get(key)
     if entry is None:
         return key
     text = entry.get(lang()) or entry.get("en") or key
-    return text.format(**fmt) if fmt else text
+    if not fmt:
+        return text
+    if lang() != "en":
+        fmt = {k: _LocalNumber(v, lang()) if isinstance(v, (float, np.floating)) else v for k, v in fmt.items()}
+    return text.format(**fmt)
 
 
 def error_text(exc: models.DikkatError) -> str:

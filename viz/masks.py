@@ -65,7 +65,7 @@ def _hatch_rows(fig: go.Figure, rows: Sequence[int], n_cols: int, label: str) ->
 
 def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *, title: str = "",
                 empty_label: str = "no key allowed", allowed_label: str = "allowed",
-                forbidden_label: str = "masked") -> go.Figure:
+                forbidden_label: str = "masked", query_title: str = "query", key_title: str = "key") -> go.Figure:
     """Draw a boolean mask: dark cells where query ``i`` may attend key ``j``, light where it may not.
 
     Args:
@@ -83,7 +83,7 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
     fig = go.Figure(go.Heatmap(
         z=m.astype(np.int8), colorscale=[[0, FORBIDDEN_COLOR], [1, ALLOWED_COLOR]], zmin=0, zmax=1, showscale=False,
         xgap=_gap(m.shape), ygap=_gap(m.shape), customdata=text,
-        hovertemplate="query %{y} → key %{x}: %{customdata}<extra></extra>",
+        hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{customdata}}<extra></extra>",
     ))
     _hatch_rows(fig, list(np.flatnonzero(~m.any(axis=1))), m.shape[1], empty_label)
     width, height = _size(*m.shape)
@@ -97,7 +97,8 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
 
 def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                      title: str = "", mask: np.ndarray | None = None, empty_label: str = "no key allowed",
-                     colorscale: str = "Blues", renormalised: bool = False) -> go.Figure:
+                     colorscale: str = "Blues", renormalised: bool = False, query_title: str = "query",
+                     key_title: str = "key", renormalised_label: str = "renormalised") -> go.Figure:
     """Heatmap of one head's attention weights (rows: queries, columns: keys; each row sums to 1).
 
     Args:
@@ -123,7 +124,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
         z=w, colorscale=colorscale, zmin=0, zmax=max(float(w.max()), 1e-9),
         xgap=_gap(w.shape), ygap=_gap(w.shape),
         colorbar=dict(thickness=10, len=0.8),
-        hovertemplate="query %{y} → key %{x}: %{z:.3f}<extra></extra>",
+        hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:.3f}}<extra></extra>",
     ))
     if mask is not None and (~mask).any():
         ys, xs = np.nonzero(~mask & ~empty[:, None])
@@ -131,7 +132,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
                                  line=dict(width=1, color="#bbbbbb")), hoverinfo="skip", showlegend=False))
     _hatch_rows(fig, list(np.flatnonzero(empty)), w.shape[1], empty_label)
     width, height = _size(*w.shape)
-    full_title = title + (" · renormalised" if renormalised and "renormal" not in title else "")
+    full_title = title + (f" · {renormalised_label}" if renormalised and renormalised_label not in title else "")
     top = _top_margin(key_labels, full_title)
     fig.update_layout(title=_title(full_title), width=width + 60, height=height + top - 40,
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
@@ -141,7 +142,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
 
 
 def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, title: str = "",
-              yaxis_title: str = "KL (nats)") -> go.Figure:
+              yaxis_title: str = "KL (nats)", unit: str = "nats") -> go.Figure:
     """Grouped bars: for each mask, KL(native || mask) of the next-token distribution at each position.
 
     Args:
@@ -153,7 +154,7 @@ def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, titl
     for i, (name, values) in enumerate(kl.items()):
         v = np.nan_to_num(np.asarray(values, dtype=np.float64))
         fig.add_trace(go.Bar(x=x, y=v, name=name, marker_color=PALETTE[i % len(PALETTE)],
-                             hovertemplate="%{y:.4f} nats<extra>" + name + "</extra>"))
+                             hovertemplate="%{y:.4f} " + unit + "<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group", title=dict(text=title, font=dict(size=13)), height=320,
                       margin=dict(l=10, r=10, t=40 if title else 10, b=10), legend=dict(orientation="h", y=-0.25),
                       yaxis_title=yaxis_title)
@@ -174,7 +175,7 @@ def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_t
         v = np.nan_to_num(np.asarray(values, dtype=np.float64))
         fig.add_trace(go.Scatter(x=list(range(len(v))), y=v, mode="lines+markers", name=name,
                                  line=dict(color=PALETTE[i % len(PALETTE)]),
-                                 hovertemplate="layer %{x}: %{y:.4f}<extra>" + name + "</extra>"))
+                                 hovertemplate=xaxis_title + " %{x}: %{y:.4f}<extra>" + name + "</extra>"))
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=320, xaxis_title=xaxis_title,
                       yaxis_title=yaxis_title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
                       legend=dict(orientation="h", y=-0.3))

@@ -8,7 +8,8 @@ number shown in running text or in a metric goes through :func:`num`.
 from __future__ import annotations
 
 
-def _localise(text: str, lang: str) -> str:
+def localise(text: str, lang: str) -> str:
+    """Swap an English-formatted number's separators into ``lang``'s style (``"1,234.5" -> "1.234,5"`` in tr)."""
     if lang != "tr":
         return text
     return text.replace(",", "\0").replace(".", ",").replace("\0", ".")
@@ -18,17 +19,17 @@ def num(value: float, decimals: int = 3, lang: str = "en", *, sign: bool = False
     """``value`` with ``decimals`` decimals and thousands separators in ``lang`` (``en`` or ``tr``);
     ``sign=True`` writes a leading + for positive values."""
     spec = f"{'+' if sign else ''},.{decimals}f"
-    return _localise(format(float(value), spec), lang)
+    return localise(format(float(value), spec), lang)
 
 
 def integer(value: int, lang: str = "en") -> str:
     """``131072 -> "131,072"`` (en) / ``"131.072"`` (tr)."""
-    return _localise(f"{int(value):,}", lang)
+    return localise(f"{int(value):,}", lang)
 
 
 def sci(value: float, decimals: int = 1, lang: str = "en") -> str:
     """Scientific notation, ``8.9e-08`` (en) / ``8,9e-08`` (tr)."""
-    return _localise(f"{float(value):.{decimals}e}", lang)
+    return localise(f"{float(value):.{decimals}e}", lang)
 
 
 def human_bytes(n: float, lang: str = "en") -> str:
