@@ -14,7 +14,8 @@ import torch
 
 from . import capture
 from .errors import (
-    BatchNotSupportedError, EmptyTextError, InvalidHeadError, InvalidMaskError, ModelOutOfMemoryError,
+    BatchNotSupportedError, EmptyTextError, InvalidArgumentError, InvalidHeadError, InvalidMaskError,
+    ModelOutOfMemoryError,
     UnsupportedOperationError,
 )
 from .loading import LoadedModel
@@ -470,6 +471,7 @@ def analyze(
     Raises:
         EmptyTextError: empty or whitespace-only text. BatchNotSupportedError: a list of texts.
         InvalidHeadError, InvalidMaskError, UnsupportedOperationError: bad ``heads_off``/``mask``.
+        InvalidArgumentError: ``max_tokens`` not above the number of special tokens, ``top_k`` < 1.
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     text = _check_text(text, "text")
@@ -497,7 +499,16 @@ def analyze(
                    "Put the whole text in text.")
             )
     tok = model.tokenizer
-    limit = int(max_tokens or default_max_tokens(model))
+    specials = tok.num_special_tokens_to_add(pair=text_pair is not None)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
+                                   or max_tokens <= specials):
+        raise InvalidArgumentError(
+            f"max_tokens must be a whole number above {specials} (the model's {specials} special tokens), "
+            f"got {max_tokens!r}; None uses the default ({default_max_tokens(model)})."
+        )
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise InvalidArgumentError(f"top_k must be a whole number of at least 1, got {top_k!r}.")
+    limit = int(max_tokens if max_tokens is not None else default_max_tokens(model))
     heads_off = validate_heads(model, heads_off)
     gates = _heads_to_gates(model, heads_off)
 

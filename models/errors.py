@@ -12,6 +12,10 @@ class DikkatError(Exception):
     """Base class of every error raised by ``models``."""
 
 
+class InvalidArgumentError(DikkatError, ValueError):
+    """An argument of the wrong type or out of range (``max_tokens``, ``top_k``, ``device`` ...)."""
+
+
 class UnknownModelError(DikkatError, KeyError):
     """The name is neither a catalog key, an existing folder, nor a Hugging Face model id."""
 

@@ -381,6 +381,13 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> 
     """
     import time
 
+    if isinstance(name, os.PathLike):
+        name = os.fspath(name)
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownModelError(
+            f"A model name must be a catalog key, a folder or a Hugging Face id, got {name!r}. "
+            f"Catalog keys: {', '.join(CATALOG)}."
+        )
     capture.register()
     dev = _pick_device(device)
     dt = _pick_dtype(dtype, dev)

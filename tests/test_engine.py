@@ -394,3 +394,33 @@ def test_C10_unconfigured_non_english_model_loads_from_its_folder(tiny_folder, t
     assert loaded.family == "encoder" and loaded.head == "mlm" and loaded.spec.key == str(folder)
     assert [w.text for w in a.words] == ["İstanbul'da", "ışık", "söndü"]
     assert "".join(t.text for t in a.tokens if not t.special) == text.replace(" ", "")
+
+
+@pytest.mark.parametrize("value", [-1, 0, 1, 2, 2.5, True, "64"])
+def test_max_tokens_must_leave_room_for_text(tiny, value):
+    """BERT adds 2 special tokens: max_tokens must be a whole number above 2 (1 gave 4 tokens, 0 meant the
+    default, -1 an OverflowError)."""
+    with pytest.raises(models.InvalidArgumentError, match="max_tokens"):
+        models.analyze(tiny("bert"), TEXT, max_tokens=value)
+    a = models.analyze(tiny("bert"), TEXT, max_tokens=3)
+    assert len(a.tokens) == 3 and a.truncated > 0
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, None])
+def test_top_k_must_be_positive(tiny, value):
+    with pytest.raises(models.InvalidArgumentError, match="top_k"):
+        models.analyze(tiny("gpt2"), TEXT, top_k=value)
+    assert len(models.analyze(tiny("gpt2"), TEXT, top_k=10**9).next_token.tokens[-1]) == tiny("gpt2").config.vocab_size
+
+
+@pytest.mark.parametrize("name", ["", "   ", None, 3])
+def test_load_rejects_an_empty_or_non_text_name(name):
+    with pytest.raises(models.UnknownModelError, match="catalog key"):
+        models.load(name)
+
+
+def test_every_engine_error_is_exported():
+    from models import errors
+
+    names = [n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, errors.DikkatError)]
+    assert len(names) >= 15 and all(getattr(models, n) is getattr(errors, n) for n in names)

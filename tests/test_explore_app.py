@@ -292,3 +292,11 @@ def test_model_picker_describes_models_in_the_interface_language():
     at.radio(key="lang").set_value("en").run()
     caption = " ".join(c.value for c in at.sidebar.caption)
     assert "Gemma Terms of Use (not an open-source licence)" in caption
+
+
+@pytest.mark.parametrize("lang, separators", [("en", ".,"), ("tr", ",.")])
+def test_figures_write_numbers_the_interface_languages_way(lang, separators):
+    """Plotly formats ticks, hover and cell text with layout.separators: Turkish 0,25 and 131.072."""
+    at = run_app({"lang": lang, "view": "heatmap"})
+    specs = [json.loads(e.proto.spec) for e in unknown(at, "plotly_chart")]
+    assert specs and all(s["layout"]["separators"] == separators for s in specs)

@@ -97,12 +97,15 @@ if record and record["points"]:
     ns = sorted({p.n for p in points})
     ref_ns = np.geomspace(min(ns), max(ns), 40) if len(ns) > 1 else np.array(ns, dtype=float)
     f1, f2 = st.columns(2)
-    f1.plotly_chart(vc.cost_curves(series_t, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n, anchor.seconds)),
-                                   reference_name=t("cost_ref"), x_title=t("cost_x"), y_title=t("cost_seconds"),
-                                   title=t("cost_time_fig"), log=log), key="cost_time")
-    f2.plotly_chart(vc.cost_curves(series_m, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n, anchor.peak_bytes / 2**20)),
-                                   reference_name=t("cost_ref"), x_title=t("cost_x"), y_title="MiB",
-                                   title=t("cost_memory_fig"), log=log), key="cost_memory")
+    fig_time = vc.cost_curves(series_t, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n, anchor.seconds)),
+                              reference_name=t("cost_ref"), x_title=t("cost_x"), y_title=t("cost_seconds"),
+                              title=t("cost_time_fig"), log=log)
+    fig_memory = vc.cost_curves(series_m, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n,
+                                                                                          anchor.peak_bytes / 2**20)),
+                                reference_name=t("cost_ref"), x_title=t("cost_x"), y_title="MiB",
+                                title=t("cost_memory_fig"), log=log)
+    shared.plotly_chart(fig_time, container=f1, key="cost_time")
+    shared.plotly_chart(fig_memory, container=f2, key="cost_memory")
     table = pd.DataFrame([{t("cost_col_n"): p.n, t("cost_col_impl"): t(f"cost_impl_{p.implementation}"),
                            t("cost_seconds"): round(p.seconds, 4), "MiB": round(p.peak_bytes / 2**20, 2),
                            t("cost_col_kept"): nb.human_bytes(p.recorded_bytes, L)} for p in points])

@@ -313,7 +313,7 @@ def draw_heatmap(title: str) -> None:
     big = max(nq, nk) > 128
     fig = head_heatmap(matrix, prep.q_labels, prep.k_labels, title=title, query_title=t("query"),
                        key_title=t("key"), weight_title=t("weight"))
-    st.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
+    shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
     if big:
         st.caption(t("heatmap_long", n=max(nq, nk)))
 
@@ -356,7 +356,7 @@ elif view == "model":
     st.caption(t("mv_hint"))
     if info.pooled:
         st.warning(t("mv_pooled", n=max(nq, nk), c=max(info.cell_q, info.cell_k)))
-    st.plotly_chart(fig, key="mv_select", on_select=functools.partial(_on_model_click, n_heads), selection_mode="points",
+    shared.plotly_chart(fig, key="mv_select", on_select=functools.partial(_on_model_click, n_heads), selection_mode="points",
                     config=image_config(stem.rsplit("_L", 1)[0] + "_modelview", fmt))
     st.subheader(t("mv_large", layer=layer, head=head_names[head]))
     draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))

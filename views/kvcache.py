@@ -77,7 +77,7 @@ else:
         worked += " " + t("kv_worked_mha", heads=heads)
     st.markdown(worked)
     contexts = [4_096, 32_768, 131_072]
-    st.plotly_chart(vc.kv_bars([f"{x // 1024}K" for x in contexts],
+    shared.plotly_chart(vc.kv_bars([f"{x // 1024}K" for x in contexts],
                                [teaching.kv_cache_bytes(cfg, x) / 2**30 for x in contexts],
                                [teaching.kv_cache_bytes(cfg, x, gqa=False) / 2**30 for x in contexts],
                                names=(t("kv_with_gqa"), t("kv_without_gqa")), y_title="GiB",

@@ -113,7 +113,7 @@ def _text_model_ok(loaded: models.LoadedModel) -> bool:
 
 
 def _chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, config={"displaylogo": False})
+    shared.plotly_chart(fig, key=key, config={"displaylogo": False})
 
 
 def _mask_figure(*args, **kwargs):

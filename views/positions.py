@@ -53,7 +53,7 @@ st.markdown(t("pos_s1_text", n=n, d=d_model))
 st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right),\quad "
          r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right)")
 pe = teaching.sinusoidal_encoding(n, d_model)
-st.plotly_chart(vp.sinusoidal_heatmap(pe, pos_labels, title=t("pos_s1_fig", n=n, d=d_model),
+shared.plotly_chart(vp.sinusoidal_heatmap(pe, pos_labels, title=t("pos_s1_fig", n=n, d=d_model),
                                       dim_title=t("teach_dimension"), position_title=t("teach_position")),
                 key="pos_sin")
 
@@ -72,13 +72,13 @@ n_rot = min(max(n, 8), 12)
 angles = teaching.rope_angles(source, n_rot, head_dim=head_dim, theta=theta)
 n_pairs = angles.shape[1]
 pairs = sorted({0, 1, n_pairs // 4, n_pairs - 1})
-st.plotly_chart(vp.rope_rotations(angles, pairs, title=t("pos_rot_fig", n=n_rot), pair_word=t("pos_pair"),
+shared.plotly_chart(vp.rope_rotations(angles, pairs, title=t("pos_rot_fig", n=n_rot), pair_word=t("pos_pair"),
                                   position_title=t("teach_position")), key="pos_rot")
 st.caption(t("pos_rot_caption"))
 
 grid_n = min(max(n, 16), MAX_POS)
 grid = teaching.rope_dot_grid(source, grid_n, head_dim=head_dim, theta=theta)
-st.plotly_chart(vp.distance_grid(grid, title=t("pos_grid_fig", n=grid_n), query_title=t("pos_query_pos"),
+shared.plotly_chart(vp.distance_grid(grid, title=t("pos_grid_fig", n=grid_n), query_title=t("pos_query_pos"),
                                  key_title=t("pos_key_pos")), key="pos_grid")
 st.markdown(t("pos_grid_text"))
 g1, g2, g3 = st.columns(3)
@@ -103,7 +103,7 @@ alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), 0, key="pos_alibi_
 slopes = teaching.alibi_slopes(heads)
 n_alibi = min(n, MAX_POS)
 bias = teaching.alibi_bias(n_alibi, float(slopes[alibi_head]))
-st.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
+shared.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
                                 title_bias=t("pos_alibi_bias", head=alibi_head, m=nb.num(slopes[alibi_head], 4, L)),
                                 head_word=t("teach_head"), slope_word=t("pos_slope")), key="pos_alibi")
 if heads & (heads - 1):
@@ -140,7 +140,7 @@ def _pick(x: np.ndarray) -> np.ndarray:
 
 
 a_m, b_m = _pick(wo.attn_a), _pick(wo.attn_b)
-st.plotly_chart(vp.word_order_figure(wo.words, a_m, b_m, a_m - b_m,
+shared.plotly_chart(vp.word_order_figure(wo.words, a_m, b_m, a_m - b_m,
                                      titles=(f"A: {text_a}", f"B: {text_b}", "A − B"),
                                      query_title=t("pos_query_word"), key_title=t("pos_key_word")), key="pos_wo")
 st.metric(t("pos_mean_abs_diff"), nb.num(float(np.abs(a_m - b_m).mean()), 4, L))

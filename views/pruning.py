@@ -332,7 +332,7 @@ if before is not None and after is not None:
     q_tokens, k_tokens = before.axis_tokens(att_stack)
     wb = before.attentions[att_stack][layer_sel, head_sel]
     wa = after.attentions[att_stack][layer_sel, head_sel]
-    st.plotly_chart(vp.attention_before_after(
+    shared.plotly_chart(vp.attention_before_after(
         wb, wa, [tk.label for tk in q_tokens], [tk.label for tk in k_tokens],
         titles=(t("prune_before"), t("prune_after"), t("prune_diff")), query_title=t("prune_query"),
         key_title=t("prune_key"), weight_title=t("prune_weight")), width="stretch", key="prune_attn_fig")
@@ -370,7 +370,7 @@ if st.session_state.get(imp_key):
             fig = vp.head_grid(scores.values[grid_stack], off_grid, title=title, score_title=short,
                                layer_title=t("prune_layer"), head_title=t("prune_head"), off_title=t("prune_off"),
                                diverging=diverging)
-            col.plotly_chart(fig, key=key, selection_mode="points", width="stretch",
+            shared.plotly_chart(fig, container=col, key=key, selection_mode="points", width="stretch",
                              on_select=functools.partial(_on_grid_click, name, stacks, grid_stack, key))
         rho = pruning.rank_correlation(ablation.flat(), gradient.flat())
         rho_abs = pruning.rank_correlation(np.abs(ablation.flat()), gradient.flat())
@@ -398,7 +398,7 @@ if st.button(t("prune_compute_curve"), key="prune_btn_curve"):
     bar.empty()
 curve = curves.get(curve_id)
 if curve is not None:
-    st.plotly_chart(vp.pruning_curve(
+    shared.plotly_chart(vp.pruning_curve(
         curve.shares, curve.by_importance, curve.random, metric_title=metric_label,
         importance_label=t("prune_curve_by_importance"), random_label=t("prune_curve_random"),
         share_title=t("prune_curve_share")), width="stretch", key="prune_curve_fig")

@@ -92,7 +92,7 @@ fig = vq.vector_strips(np.vstack([steps.queries[qi][None], steps.keys[shown]]),
                        [f"q{qi} · {q_labels[qi]}"] + shown_labels, highlight=[0],
                        title=t("qkv_strips_title", head=head, layer=layer),
                        dim_title=t("teach_dimension"), value_title=t("teach_value"))
-st.plotly_chart(fig, key="qkv_strips")
+shared.plotly_chart(fig, key="qkv_strips")
 if len(shown) < len(k_labels):
     st.caption(t("qkv_rows_cut", shown=len(shown), n=len(k_labels)))
 
@@ -100,7 +100,7 @@ if steps.rope:
     st.subheader(t("qkv_rope_title"))
     st.markdown(t("qkv_rope_text"))
     few = shown[-min(len(shown), 6):]
-    st.plotly_chart(vq.rope_before_after(
+    shared.plotly_chart(vq.rope_before_after(
         np.vstack([steps.queries_unrotated[qi][None], steps.keys_unrotated[few]]),
         np.vstack([steps.queries[qi][None], steps.keys[few]]),
         [f"q{qi} · {q_labels[qi]}"] + [f"k{j} · {k_labels[j]}" for j in few],
@@ -144,7 +144,7 @@ no_scale = s1.toggle(t("qkv_noscale"), key="qkv_noscale")
 temperature = s2.slider(t("qkv_temperature"), 0.1, 5.0, 1.0, 0.1, key="qkv_temperature")
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
 adjusted = teaching.softmax_row(row, allowed, temperature=temperature)
-st.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
+shared.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
                                names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight")),
                 key="qkv_bars")
 n_allowed = int(allowed.sum())
@@ -163,7 +163,7 @@ st.caption(t("qkv_entropy_note", n=n_allowed))
 # ---- 4. weighted sum of values ------------------------------------------------------------------------
 st.header(t("qkv_s4"))
 st.markdown(t("qkv_s4_text"))
-st.plotly_chart(vq.weighted_values(steps.values[shown], weights[shown], steps.output[qi],
+shared.plotly_chart(vq.weighted_values(steps.values[shown], weights[shown], steps.output[qi],
                                    [k_labels[j] for j in shown], sum_label=t("qkv_sum_label"),
                                    dim_title=t("teach_dimension"), value_title=t("teach_value"), lang=L),
                 key="qkv_values")

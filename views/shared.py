@@ -59,6 +59,17 @@ def t(key: str, **fmt) -> str:
     return text.format(**fmt)
 
 
+PLOTLY_SEPARATORS = {"en": ".,", "tr": ",."}  # decimal mark, then thousands separator
+
+
+def plotly_chart(fig, *, container=None, **kwargs):
+    """``st.plotly_chart`` (in ``container`` when given, e.g. a column) with the figure's numbers (ticks,
+    hover, cell text) written the interface language's way: plotly's ``layout.separators`` (Turkish 0,25
+    and 131.072). Returns what ``st.plotly_chart`` returns (the selection event with ``on_select``)."""
+    fig.update_layout(separators=PLOTLY_SEPARATORS.get(lang(), ".,"))
+    return (container or st).plotly_chart(fig, **kwargs)
+
+
 def error_text(exc: models.DikkatError) -> str:
     """An engine error as the interface shows it: the engine's own message in English; in Turkish, a
     translated headline chosen by the exception's class (the nearest class in its MRO with one), followed by

@@ -129,8 +129,7 @@ def word_order_figure(words: Sequence[str], a: np.ndarray, b: np.ndarray, diff: 
                                         (diff, DIVERGING, dict(zmin=-dr, zmax=dr, zmid=0))), 1):
         m = np.asarray(m, dtype=np.float64)
         fig.add_trace(go.Heatmap(z=m, x=np.arange(len(w)), y=np.arange(len(w)), colorscale=scale, showscale=c == 3,
-                                 text=np.vectorize(lambda v: f"{v:+.2f}" if c == 3 else f"{v:.2f}")(m),
-                                 texttemplate="%{text}", hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:.4f}}<extra></extra>",
+                                 texttemplate="%{z:+.2f}" if c == 3 else "%{z:.2f}", hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:.4f}}<extra></extra>",
                                  **kw), row=1, col=c)
         _ticks(fig, w, "x", row=1, col=c)
         _ticks(fig, w, "y", row=1, col=c)
