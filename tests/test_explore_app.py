@@ -300,3 +300,20 @@ def test_figures_write_numbers_the_interface_languages_way(lang, separators):
     at = run_app({"lang": lang, "view": "heatmap"})
     specs = [json.loads(e.proto.spec) for e in unknown(at, "plotly_chart")]
     assert specs and all(s["layout"]["separators"] == separators for s in specs)
+
+
+def test_summary_table_writes_decimals_the_interface_languages_way():
+    """Turkish: the head summary's numbers are shown as 1,350 (a Styler's display values), English with a
+    %.3f number format; in both the column itself stays numeric."""
+    import pyarrow as pa
+
+    at = run_app({"lang": "tr", "view": "summary"})
+    proto = at.dataframe[0].proto
+    shown = pa.ipc.open_stream(proto.arrow_data.styler.display_values).read_all().to_pandas()
+    data = at.dataframe[0].value
+    entropy = [c for c in data.columns if c.startswith("entropi")][0]
+    assert data[entropy].dtype.kind == "f"
+    assert shown[entropy][0] == f"{data[entropy][0]:.3f}".replace(".", ",")
+    at = run_app({"lang": "en", "view": "summary"})
+    config = json.loads(at.dataframe[0].proto.columns)
+    assert any(v.get("type_config", {}).get("format") == "%.3f" for v in config.values()), config

@@ -129,7 +129,7 @@ def test_page_runs_on_smollm2_and_toggle_changes_loss(smollm2):
     at = _page("smollm2-135m", "The cat chased the mouse")
     assert len(at.pills) == 30 and len(at.pills[0].options) == 9
     loss = _metric(at, "Loss")
-    assert loss.delta in ("+0.000", "")
+    assert loss.delta == ""  # nothing switched off: no change shown (not a red "+0.000")
     full = models.analyze(smollm2, "The cat chased the mouse").loss
     assert loss.value == f"{full:.3f}"
     continuation = [m.value for m in at.markdown if m.value.startswith("all heads on:")]
@@ -139,9 +139,10 @@ def test_page_runs_on_smollm2_and_toggle_changes_loss(smollm2):
     after = models.analyze(smollm2, "The cat chased the mouse", heads_off=[("decoder", 0, 0)]).loss
     assert after != pytest.approx(full, abs=5e-4)
     assert _metric(at, "Loss").value == f"{after:.3f}"
+    assert _metric(at, "Loss").delta == f"{after - full:+.3f}"
     assert _count(at).startswith("1 of 270")
     at.pills[0].select(0).run()
-    assert _metric(at, "Loss").value == f"{full:.3f}"
+    assert _metric(at, "Loss").value == f"{full:.3f}" and _metric(at, "Loss").delta == ""
 
 
 def test_page_on_tiny_mlm_shows_mask_fills(tiny_folder):

@@ -109,7 +109,7 @@ if record and record["points"]:
     table = pd.DataFrame([{t("cost_col_n"): p.n, t("cost_col_impl"): t(f"cost_impl_{p.implementation}"),
                            t("cost_seconds"): round(p.seconds, 4), "MiB": round(p.peak_bytes / 2**20, 2),
                            t("cost_col_kept"): nb.human_bytes(p.recorded_bytes, L)} for p in points])
-    st.dataframe(table, hide_index=True)
+    shared.dataframe(table, decimals={t("cost_seconds"): 4, "MiB": 2}, hide_index=True)
     st.download_button(t("teach_download_csv"), table.to_csv(index=False).encode("utf-8"), file_name="cost.csv",
                        mime="text/csv", key="cost_csv")
     method = points[0].memory_method

@@ -367,9 +367,8 @@ else:
     names = {k: t(f"stat_{k}") for k in tf.STATISTICS}
     table = head_summary_table(stats, column_names=names, layer_column=t("layer"), head_column=t("head"))
     st.caption(t("summary_intro"))
-    st.dataframe(table, key="summary_table", on_select=functools.partial(_on_table_select, n_heads_raw),
-                 selection_mode="single-row", hide_index=True,
-                 column_config={names[k]: st.column_config.NumberColumn(format="%.3f") for k in names})
+    shared.dataframe(table, decimals=3, key="summary_table", on_select=functools.partial(_on_table_select, n_heads_raw),
+                     selection_mode="single-row", hide_index=True)
     with st.expander(t("summary_definitions")):
         for k in tf.STATISTICS:
             st.markdown(f"- **{names[k]}**: {t(f'def_{k}')}")

@@ -254,7 +254,7 @@ def section_compare(sel: shared.Selection) -> None:
                                xaxis_title=t("masks_layer_axis")), key="masks_drift")
         st.caption(t("masks_drift_explain"))
     summary[t("masks_summary_last_drift")] = [round(float(r.layer_drift[-1]), 4) for r in runs]
-    st.dataframe(pd.DataFrame(summary), hide_index=True)
+    shared.dataframe(pd.DataFrame(summary), decimals=4, hide_index=True)
 
 
 # ------------------------------------------------------------------------------------------ BERT vs GPT

@@ -245,20 +245,20 @@ with right:
         if loaded.head == "lm":
             m1, m2 = st.columns(2)
             if before.loss is not None:
-                m1.metric(t("prune_loss"), _num(after.loss, 3), delta=_num(after.loss - before.loss, 3, sign=True),
+                m1.metric(t("prune_loss"), _num(after.loss, 3), delta=_num(after.loss - before.loss, 3, sign=True) if off else None,
                           delta_color="inverse", help=t("prune_loss_help"), border=True)
                 m2.metric(t("prune_ppl"), _num(after.perplexity, 1),
-                          delta=_num(after.perplexity - before.perplexity, 1, sign=True), delta_color="inverse",
+                          delta=_num(after.perplexity - before.perplexity, 1, sign=True) if off else None, delta_color="inverse",
                           border=True)
             st.markdown(f"**{t('prune_next_token')}**")
             nb, na = before.next_token, after.next_token
-            st.dataframe(pd.DataFrame({
+            shared.dataframe(pd.DataFrame({
                 t("prune_rank"): np.arange(1, nb.ids.shape[1] + 1),
                 f"{t('prune_before')}": [_shown(s) for s in nb.tokens[-1]],
                 f"{t('prune_prob')} ·": np.round(nb.probs[-1], 4),
                 f"{t('prune_after')}": [_shown(s) for s in na.tokens[-1]],
                 f"{t('prune_prob')} ": np.round(na.probs[-1], 4),
-            }), hide_index=True, width="stretch")
+            }), decimals=4, hide_index=True, width="stretch")
             st.markdown(f"**{t('prune_continuation')}**")
             try:
                 cont_before = _continuation(name, text, ())
@@ -281,15 +281,16 @@ with right:
                 if p_after is None:
                     st.metric(label, f"< {_num(fills_after.probs[0, -1], 4)}", border=True)
                 else:
-                    st.metric(label, _num(p_after, 4), delta=_num(p_after - p_before, 4, sign=True), border=True)
+                    st.metric(label, _num(p_after, 4), delta=_num(p_after - p_before, 4, sign=True) if off else None,
+                              border=True)
                 st.markdown(f"**{t('prune_mask_fill', i=i)}**")
-                st.dataframe(pd.DataFrame({
+                shared.dataframe(pd.DataFrame({
                     t("prune_rank"): np.arange(1, fills.ids.shape[1] + 1),
                     t("prune_before"): [_shown(s) for s in fills.tokens[0]],
                     f"{t('prune_prob')} ·": np.round(fills.probs[0], 4),
                     t("prune_after"): [_shown(s) for s in fills_after.tokens[0]],
                     f"{t('prune_prob')} ": np.round(fills_after.probs[0], 4),
-                }), hide_index=True, width="stretch")
+                }), decimals=4, hide_index=True, width="stretch")
         elif loaded.head == "none":
             cos = float(pruning.cosine(before.embedding, after.embedding))
             st.metric(t("prune_cosine"), _num(cos, 4), delta=_num(cos - 1, 4, sign=True) if off else None,
@@ -314,7 +315,8 @@ with right:
                 shared.show_error(exc)
         else:
             if before.loss is not None and after.loss is not None:
-                st.metric(t("prune_seq2seq_loss"), _num(after.loss, 3), delta=_num(after.loss - before.loss, 3, sign=True),
+                st.metric(t("prune_seq2seq_loss"), _num(after.loss, 3),
+                          delta=_num(after.loss - before.loss, 3, sign=True) if off else None,
                           delta_color="inverse", border=True)
 
 # ---------------------------------------------------------------- downstream head attention

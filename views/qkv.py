@@ -125,8 +125,7 @@ table = pd.DataFrame({
     t("qkv_col_weight"): weights,
     t("qkv_col_recorded"): steps.recorded[qi],
 })
-st.dataframe(table, hide_index=True, column_config={
-    c: st.column_config.NumberColumn(format="%.4f") for c in table.columns[1:] if c != t("qkv_col_mask")})
+shared.dataframe(table, decimals=4, hide_index=True)
 st.download_button(t("teach_download_csv"), table.to_csv(index=False).encode("utf-8"),
                    file_name=f"qkv_L{layer}_H{head}_q{qi}.csv", mime="text/csv", key="qkv_csv")
 if not allowed.all():

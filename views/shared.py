@@ -70,6 +70,33 @@ def plotly_chart(fig, *, container=None, **kwargs):
     return (container or st).plotly_chart(fig, **kwargs)
 
 
+def dataframe(data, *, decimals: int | dict | None = None, container=None, **kwargs):
+    """``st.dataframe`` with float columns written the interface language's way, still numeric (they sort
+    and align as numbers).
+
+    Args:
+        data: a pandas DataFrame.
+        decimals: decimals of every float column (int) or ``column -> decimals``; float columns without
+            an entry show up to 6 significant digits.
+        container: where to draw it (default: the page).
+        kwargs: passed to ``st.dataframe`` (``column_config``, ``on_select`` ...).
+
+    English uses ``column_config`` number formats; Turkish a pandas Styler whose display values use the
+    decimal comma and the thousands dot (``0,4185``, ``7.780,3``), which plain number columns cannot.
+    """
+    floats = list(data.select_dtypes("floating").columns)
+    per = decimals if isinstance(decimals, dict) else {c: decimals for c in floats if decimals is not None}
+    if lang() == "en":
+        config = {c: st.column_config.NumberColumn(format=f"%.{d}f") for c, d in per.items()}
+        kwargs["column_config"] = {**config, **(kwargs.get("column_config") or {})}
+    elif floats:
+        def formatter(d):
+            return lambda v: "" if v != v else (nb.num(v, d, lang()) if d is not None else nb.localise(f"{v:,.6g}", lang()))
+
+        data = data.style.format({c: formatter(per.get(c)) for c in floats})
+    return (container or st).dataframe(data, **kwargs)
+
+
 def error_text(exc: models.DikkatError) -> str:
     """An engine error as the interface shows it: the engine's own message in English; in Turkish, a
     translated headline chosen by the exception's class (the nearest class in its MRO with one), followed by
