@@ -169,11 +169,18 @@ class Analysis:
 
     @property
     def perplexity(self) -> float | None:
-        """exp(loss), or None."""
+        """``exp(loss)`` (loss in nats, so the per-token perplexity), or None when there is no loss.
+
+        The exponent is capped at 700 so a huge loss gives a large finite float, never an OverflowError.
+        """
         return None if self.loss is None else float(math.exp(min(self.loss, 700)))
 
     def axis_tokens(self, stack: str) -> tuple[list[Token], list[Token]]:
-        """(query tokens, key tokens) of a stack's attention matrices."""
+        """(query tokens, key tokens) of a stack's attention matrices ``(layers, heads, query, key)``.
+
+        ``cross``: (``target_tokens``, ``tokens``); ``decoder`` of an encoder-decoder: ``target_tokens``
+        on both axes; any other name (``encoder``, a decoder-only ``decoder``): ``tokens`` on both.
+        """
         if stack == "cross":
             return self.target_tokens or [], self.tokens
         if stack == "decoder" and self.family == "encoder-decoder":
@@ -189,7 +196,9 @@ class Analysis:
         return self.words, self.words
 
     def summary(self) -> dict:
-        """JSON-ready summary (used by ``python -m models analyze``)."""
+        """JSON-ready summary (used by ``python -m models analyze``): token labels, attention shapes as
+        lists, ``loss`` in nats (4 decimals) and ``perplexity`` when there is a loss, the top 5 next-token
+        predictions at the last position, ``embedding_dim``, and the top fills of each mask token."""
         out = {
             "model": self.model,
             "family": self.family,
@@ -225,6 +234,16 @@ def tokens_from_encoding(enc: dict, texts: list[str], tokenizer, index: int = 0)
 
     Offsets that overlap the previous token's (a character split over byte-level tokens) are clipped,
     so the tokens' ``text`` fields joined in order reproduce each segment exactly.
+
+    Args:
+        enc: the tokenizer's output with ``input_ids``, ``offset_mapping`` and ``special_tokens_mask``
+            (character offsets), batched (``enc[key][index]``).
+        texts: the segments' texts (``[text]`` or ``[text, text_pair]``) the offsets index into.
+        tokenizer: the fast tokenizer that produced ``enc`` (for the raw pieces).
+        index: batch row.
+
+    Returns:
+        one :class:`Token` per input id, in order.
     """
     ids = enc["input_ids"][index]
     ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
@@ -262,6 +281,12 @@ def group_words(tokens: list[Token], texts: list[str]) -> list[Word]:
 
     A token belongs to the word its first non-space character falls in. Special tokens and
     whitespace-only tokens belong to no word; a continuation byte joins the previous token's word.
+
+    Args:
+        tokens: from :func:`tokens_from_encoding`. texts: the segments' texts.
+
+    Returns:
+        the words that own at least one token, segment by segment, in text order.
     """
     words: list[Word] = []
     for segment, text in enumerate(texts):
@@ -308,6 +333,13 @@ def _check_text(text, what: str) -> str:
 
 def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
     """Check ``(stack, layer, head)`` triples against the model and return them as a frozenset.
+
+    Args:
+        loaded: the model. heads: an iterable of ``(stack, layer, head)`` triples (str, int, int; 0-based
+            layer and head), or None for none.
+
+    Returns:
+        frozenset of ``(stack, layer, head)`` with plain ``int`` layer and head.
 
     Raises:
         InvalidHeadError: a malformed triple, or one naming a stack, layer or head the model lacks.
@@ -392,8 +424,16 @@ def _topk(logits: torch.Tensor, k: int, tokenizer) -> TopK:
 
 
 def default_max_tokens(loaded: LoadedModel) -> int:
-    """Longest input analysed by default: the model's own limit, lowered so that all attention
-    weights (layers x heads x n x n float32, over all stacks) stay within ``WEIGHT_BUDGET_BYTES``."""
+    """Longest input analysed by default, in tokens (special tokens included).
+
+    The model's own limit (:attr:`LoadedModel.max_positions`), lowered so that all attention weights
+    (``layers x heads x n x n`` float32 = 4 bytes, summed over all stacks as if every stack had ``n``
+    queries and keys) stay within ``WEIGHT_BUDGET_BYTES`` (1 GiB):
+    ``n = floor(sqrt(WEIGHT_BUDGET_BYTES / (4 · Σ_stacks layers · heads)))``.
+
+    Returns:
+        int >= 1.
+    """
     total_heads = sum(layers * heads for layers, heads in loaded.stacks.values()) or 1
     by_memory = int(math.sqrt(WEIGHT_BUDGET_BYTES / (4 * total_heads)))
     return max(1, min(loaded.max_positions, by_memory))
@@ -405,8 +445,17 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
     A single mask applies to the model's main self-attention stack (``encoder`` for encoders,
     ``decoder`` for decoders and encoder-decoders); a dict maps stacks to masks.
 
+    Args:
+        loaded: the model. mask: as for :func:`analyze`.
+        n_main: tokens of the main input (``tokens``). n_target: decoder tokens of an encoder-decoder.
+
+    Returns:
+        ``(stack -> bool CPU tensor (n, n), True = allowed; description)``. ``native`` stacks are left
+        out of the dict; the description is e.g. ``"causal"`` or ``"encoder=native, decoder=causal"``.
+
     Raises:
-        InvalidMaskError: bad mask; UnsupportedOperationError: a replaced mask on the fallback path.
+        InvalidMaskError: bad mask, a dict naming a stack the model lacks, or ``cross``.
+        UnsupportedOperationError: a replaced mask on the fallback path.
     """
     if isinstance(mask, dict):
         for stack in mask:
@@ -455,23 +504,35 @@ def analyze(
         text: the input (encoder input, or the decoder's text for decoder-only models).
         text_pair: second segment of a BERT-style sentence pair (``[CLS] A [SEP] B [SEP]``).
         target: decoder text of an encoder-decoder; when None, a greedy continuation (≤ 32 tokens) is
-            generated first and analysed.
+            generated first and analysed. Cut to ``max_tokens - 1`` tokens; the decoder reads it shifted
+            right by the decoder start token.
         heads_off: ``(stack, layer, head)`` triples to switch off: the head's output (its slice of the
             input to the output projection) is zeroed (Michel et al. 2019, §2, head mask ξ_h = 0).
         mask: ``native`` | ``bidirectional`` | ``causal`` | ``sliding_window:w`` | ``strided:s`` |
             boolean ``(n, n)`` array | dict ``stack -> mask`` (see :mod:`models.masks`).
-        max_tokens: cut the input after this many tokens (default :func:`default_max_tokens`).
+        max_tokens: cut the input after this many tokens, special tokens included (default
+            :func:`default_max_tokens`); ``Analysis.truncated`` counts the tokens dropped.
         top_k: how many predictions to keep per position.
-        hidden_states: also return every layer's hidden states.
-        keep_logits: also return the full logits of the prediction head.
+        hidden_states: also return every layer's hidden states, float32 ``(layers + 1, seq_len, hidden)``.
+        keep_logits: also return the full logits of the prediction head, float32 ``(positions, vocab)``.
 
     Returns:
-        :class:`Analysis` with float32 numpy attentions ``(layers, heads, query_len, key_len)``.
+        :class:`Analysis` with float32 numpy attentions ``(layers, heads, query_len, key_len)``; for
+        decoders and encoder-decoders ``loss`` is the mean next-token cross-entropy in nats (decoders:
+        ``CE(logits[:-1], ids[1:])``); for encoders without a head ``embedding`` is the float32
+        ``(hidden,)`` mean of the last hidden states over all tokens, special tokens included, not
+        normalised (Reimers & Gurevych 2019, §3, MEAN pooling).
 
     Raises:
         EmptyTextError: empty or whitespace-only text. BatchNotSupportedError: a list of texts.
-        InvalidHeadError, InvalidMaskError, UnsupportedOperationError: bad ``heads_off``/``mask``.
-        InvalidArgumentError: ``max_tokens`` not above the number of special tokens, ``top_k`` < 1.
+        TypeError: a ``text``, ``text_pair`` or ``target`` that is not a string (a plain ``TypeError``,
+            not a :class:`DikkatError`).
+        InvalidHeadError, InvalidMaskError: bad ``heads_off``/``mask``.
+        UnsupportedOperationError: a speech model (use :func:`models.analyze_audio`); ``text_pair`` for
+            a non-encoder; ``target`` for a model that is not an encoder-decoder; heads switched off or a
+            mask replaced on the fallback path where that is not possible.
+        InvalidArgumentError: ``max_tokens`` not a whole number above the number of special tokens,
+            ``top_k`` not a whole number >= 1.
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     text = _check_text(text, "text")

@@ -55,8 +55,10 @@ class AudioAnalysis:
             inputs: the four prompt tokens (special) and the transcript's tokens. ``attentions``:
             ``encoder`` (frames x frames), ``decoder`` (target x target), ``cross`` (target x frames),
             float32 ``(layers, heads, query, key)``, each row summing to 1.
-        spectrogram: float32 ``(80, 2 * frames)``: Whisper's normalised log-mel input
-            (``(max(log10(mel), max - 8) + 4) / 4``) for the cropped span, 10 ms per column.
+        spectrogram: float32 ``(mel_bins, 2 * frames)`` (80 bins for whisper-base): Whisper's normalised
+            log-mel input (``(max(log10(mel), max - 8) + 4) / 4``, OpenAI ``whisper/audio.py``
+            ``log_mel_spectrogram``, as computed by ``WhisperFeatureExtractor``) for the cropped span,
+            10 ms per column.
         frame_seconds: seconds per encoder frame (0.02).
         transcript: the decoded text (generated, or the ``target`` given), stripped.
         duration_seconds: length of the clip analysed (after resampling, at most 30 s).
@@ -117,7 +119,8 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
 
 
 def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
-    """Write float audio in [-1, 1], ``(samples,)``, as a mono 16-bit PCM WAV file (values clipped)."""
+    """Write float audio in [-1, 1], ``(samples,)``, as a mono 16-bit PCM WAV file (values clipped,
+    scaled by 32767); ``sample_rate`` in Hz. OS errors (unwritable path) propagate."""
     pcm = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
     pcm = np.round(pcm * 32767.0).astype("<i2")
     with wave.open(str(path), "wb") as w:
@@ -198,6 +201,7 @@ def language_token(loaded: LoadedModel, language: str) -> int:
     """Token id of a language for the decoder prompt: ``"tr"``, ``"<|tr|>"`` or ``"turkish"``.
 
     Raises:
+        UnsupportedOperationError: ``loaded`` is not a Whisper model.
         UnknownLanguageError: the model has no such language (the message lists the codes).
     """
     _check_whisper(loaded)
@@ -219,7 +223,11 @@ def language_token(loaded: LoadedModel, language: str) -> int:
 
 def prompt_ids(loaded: LoadedModel, language: str) -> list[int]:
     """The decoder prompt ``[<|startoftranscript|>, <|lang|>, <|transcribe|>, <|notimestamps|>]``
-    (OpenAI ``whisper/tokenizer.py``, ``sot_sequence_including_notimestamps``)."""
+    (OpenAI ``whisper/tokenizer.py``, ``sot_sequence_including_notimestamps``) as 4 token ids.
+
+    Raises:
+        UnsupportedOperationError: not a Whisper model. UnknownLanguageError: unknown ``language``.
+    """
     gc = loaded.model.generation_config
     sot = int(gc.decoder_start_token_id)
     transcribe = int(getattr(gc, "task_to_id", {}).get("transcribe", 50359))
@@ -229,8 +237,8 @@ def prompt_ids(loaded: LoadedModel, language: str) -> list[int]:
 
 def alignment_heads(loaded: LoadedModel) -> list[tuple[int, int]]:
     """Cross-attention ``(layer, head)`` pairs that OpenAI found to track the speech in time (used by
-    Whisper's word timestamps, ``whisper/timing.py``); the decoder's second half when the generation
-    config does not list them."""
+    Whisper's word timestamps, ``whisper/timing.py``); every head of the second half of the cross-attention
+    layers when the generation config does not list them (empty for a model without cross-attention)."""
     heads = getattr(loaded.model.generation_config, "alignment_heads", None)
     if heads:
         return [(int(l), int(h)) for l, h in heads]
@@ -349,8 +357,10 @@ def analyze_audio(
         30 s that were cut.
 
     Raises:
-        UnsupportedOperationError: ``loaded`` is not a Whisper model.
-        InvalidAudioError: empty or non-finite audio, or a bad ``padding`` value.
+        UnsupportedOperationError: ``loaded`` is not a Whisper model, or heads that cannot be switched
+            off on the fallback path.
+        InvalidAudioError: empty or non-finite audio, a non-positive ``sample_rate``, or a bad ``padding``
+            value.
         UnknownLanguageError: unknown ``language``.
         InvalidHeadError: bad ``heads_off``.
         EmptyTextError: a ``target`` with no text.
@@ -507,6 +517,9 @@ def cross_attention_peaks(result: AudioAnalysis, heads: Iterable[tuple[int, int]
 
     Returns:
         int64 ``(target_len,)`` frame indices; multiply by ``result.frame_seconds`` for seconds.
+
+    Raises:
+        IndexError: a ``(layer, head)`` outside the cross-attention array.
     """
     cross = result.analysis.attentions["cross"]  # (layers, heads, T, frames [+1])
     if heads is None:
@@ -517,6 +530,11 @@ def cross_attention_peaks(result: AudioAnalysis, heads: Iterable[tuple[int, int]
 
 
 def analyze_wav(loaded: LoadedModel, path: str | Path, **kwargs) -> AudioAnalysis:
-    """:func:`analyze_audio` on a WAV file (read with :func:`read_wav`); keyword arguments pass through."""
+    """:func:`analyze_audio` on a WAV file (read with :func:`read_wav`); keyword arguments pass through.
+
+    Raises:
+        InvalidAudioError: an unreadable or unsupported WAV file; and everything :func:`analyze_audio`
+            raises.
+    """
     audio, rate = read_wav(path)
     return analyze_audio(loaded, audio, rate, **kwargs)

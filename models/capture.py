@@ -75,6 +75,7 @@ class CaptureState:
             model's own mask for that self-attention stack. Rows with no allowed key give zero weights
             and a zero per-head output (never NaN).
         probe: when not None, every attention module called is appended (used at load time).
+        stack_layers: with ``buffers``: ``stack -> number of layers`` (the first axis of each buffer).
         buffers: when not None (``record_into``), batch row 0 of each layer's weights is copied at once
             into ``buffers[stack]``, a float32 CPU tensor ``(layers, heads, query_len, key_len)`` created
             on the first call of that stack, instead of being kept in ``weights``: the weights tensor is
@@ -139,7 +140,8 @@ def allowed_of(attention_mask: torch.Tensor | None, q_len: int, k_len: int) -> t
         attention_mask: additive float ``(batch, 1 or heads, q_len, >= k_len)`` (0 allowed, the dtype's
             minimum forbidden), boolean of the same shape (True allowed), or None (every key allowed: the
             eager functions add no mask of their own).
-        q_len, k_len: lengths of the call's queries and keys.
+        q_len, k_len: lengths of the call's queries and keys, in tokens (the last ``q_len`` mask rows
+            and first ``k_len`` columns are read, as with a KV cache).
 
     Returns:
         bool CPU tensor ``(q_len, k_len)`` for batch row 0 and the first mask head.
@@ -164,9 +166,15 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
 
     Returns:
         ``(attn_output (batch, query_len, heads, head_dim), attn_weights (batch, heads, query_len,
-        key_len))`` exactly as the family's ``eager_attention_forward`` computes them
-        (softmax(Q·Kᵀ·scaling + mask)·V, Vaswani et al. 2017, eq. 1), with heads gated and the mask
-        replaced when the current :class:`CaptureState` asks for it.
+        key_len))`` in the module's compute dtype, exactly as the family's ``eager_attention_forward``
+        computes them (softmax(Q·Kᵀ·scaling + mask)·V, Vaswani et al. 2017, eq. 1, plus whatever the
+        family adds: softcapping, position bias, GQA's repeated key/value heads, Ainslie et al. 2023),
+        with heads gated and the mask replaced when the current :class:`CaptureState` asks for it. A
+        query row with no allowed key under a replaced mask gets zero weights and a zero output.
+
+    Raises:
+        InvalidMaskError: a replacement mask smaller than the call's ``key_len``.
+        RuntimeError: no ``eager_attention_forward`` in the module's ``modeling_*.py`` (nor its bases).
     """
     eager = _eager_for(module)
     state = _STATE.get()

@@ -31,7 +31,8 @@ class ModelSpec:
         languages: short description of the languages the model knows.
         licence: licence of the weights; ``open_licence`` False for non-OSI terms (e.g. Gemma terms).
         params_m: parameters in millions.
-        layers, heads, kv_heads: shape of the attention stack(s).
+        layers, heads, kv_heads: shape of the attention stack(s) (``kv_heads`` None without
+            grouped-query attention).
         locate: ``"module:function"``; the function returns a ready transformers folder inside the
             installed package (no conversion needed).
         builder: ``"module:function"``; the function ``build(folder: Path) -> None`` writes a
@@ -40,6 +41,8 @@ class ModelSpec:
         build_version: bump to invalidate cached conversions when the builder changes.
         optional: installed by an optional make target rather than by ``make run``.
         install_hint: the command that installs it.
+        notes: one-line description shown in the catalog.
+        extra: free-form extras (e.g. ``embedding_prefixes`` of e5).
     """
 
     key: str
@@ -76,7 +79,12 @@ class ModelSpec:
             )
 
     def build(self, folder: Path) -> None:
-        """Run this entry's builder into ``folder``. Raises :class:`ModelNotInstalledError`."""
+        """Run this entry's builder into ``folder``.
+
+        Raises:
+            ModelNotInstalledError: a package of the entry is missing.
+            NoUsableModelError: (from the builder) the package's files are missing or corrupt.
+        """
         self.check_installed()
         _resolve(self.builder)(folder)
 

@@ -44,7 +44,7 @@ def next_token_kl(reference_logits: np.ndarray, logits: np.ndarray) -> np.ndarra
         float64 ``(positions,)`` in nats, ≥ 0 (tiny negative rounding clipped to 0); finite for finite logits.
 
     Raises:
-        ValueError: the two arrays differ in shape.
+        ValueError: the two arrays differ in shape or are not 2-D (a plain ``ValueError``).
     """
     ref = np.asarray(reference_logits)
     other = np.asarray(logits)
@@ -58,7 +58,8 @@ def next_token_kl(reference_logits: np.ndarray, logits: np.ndarray) -> np.ndarra
 
 def cosine_drift(reference_hidden: np.ndarray, hidden: np.ndarray) -> np.ndarray:
     """``1 − cos(h_ref, h)`` for each layer and token: how far a hidden state turned away from its
-    reference (0 = same direction, 1 = orthogonal, 2 = opposite).
+    reference (0 = same direction, 1 = orthogonal, 2 = opposite); ``cos`` is the cosine similarity
+    ``a·b / (‖a‖ ‖b‖)``, clipped to [-1, 1].
 
     Args:
         reference_hidden, hidden: float ``(layers + 1, tokens, hidden)`` (embeddings + every layer),
@@ -69,7 +70,7 @@ def cosine_drift(reference_hidden: np.ndarray, hidden: np.ndarray) -> np.ndarray
         vector against a non-zero one as drift 1 (never NaN).
 
     Raises:
-        ValueError: the two arrays differ in shape.
+        ValueError: the two arrays differ in shape or are not 3-D (a plain ``ValueError``).
     """
     a = np.asarray(reference_hidden, dtype=np.float64)
     b = np.asarray(hidden, dtype=np.float64)
@@ -89,7 +90,9 @@ def empty_rows(matrix: np.ndarray) -> np.ndarray:
 
 
 def main_stack(loaded: LoadedModel) -> str:
-    """The self-attention stack a single mask replaces: ``encoder`` for encoders, else ``decoder``."""
+    """The self-attention stack a single mask replaces: ``encoder`` for encoders, else ``decoder``
+    (encoder-decoders included, as in :func:`models.analysis.resolve_masks`; unlike
+    :func:`models.teaching.main_stack`, which answers ``encoder`` for them)."""
     return "encoder" if loaded.family == "encoder" else "decoder"
 
 
@@ -98,8 +101,15 @@ def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None =
 
     Encoder stacks see every token (bidirectional); decoder stacks are causal, and a sliding-window
     layer (Mistral's ``sliding_window``, or ``layer_types[layer] == "sliding_attention"`` for Gemma 3 /
-    Qwen2) keeps only the last ``sliding_window`` keys, transformers' ``sliding_window_causal_mask_function``.
-    Padding never occurs (one text per call).
+    Qwen2) keeps only the last ``sliding_window`` keys, transformers' ``sliding_window_causal_mask_function``
+    (Jiang et al. 2023, §2; see :mod:`models.masks`). Padding never occurs (one text per call).
+
+    Args:
+        n: tokens. layer: 0-based layer (for per-layer ``layer_types``). stack: default :func:`main_stack`;
+            any stack other than ``encoder`` is treated as causal self-attention.
+
+    Returns:
+        bool numpy ``(n, n)``.
     """
     stack = stack or main_stack(loaded)
     if stack == "encoder":
@@ -123,6 +133,9 @@ def applied_mask(loaded: LoadedModel, analysis: Analysis, layer: int = 0, stack:
 
     Read from ``analysis.masks`` (recorded by the capture function on the interface path); on the fallback
     path, where no mask is recorded, :func:`native_mask` derived from the config.
+
+    Raises:
+        KeyError: ``stack`` (default :func:`main_stack`) is not in ``analysis.attentions``.
     """
     stack = stack or main_stack(loaded)
     recorded = analysis.masks.get(stack)
@@ -164,7 +177,15 @@ class MaskRun:
 
 @dataclass
 class MaskComparison:
-    """The native run plus one :class:`MaskRun` per compared mask, all on the same tokens."""
+    """The native run plus one :class:`MaskRun` per compared mask, all on the same tokens.
+
+    Attributes:
+        stack: the self-attention stack the masks replace (:func:`main_stack`).
+        native: the run with the model's own mask (``hidden_states`` kept; ``logits`` with a head).
+        native_matrices: one bool ``(n, n)`` matrix per layer of ``stack``: the mask that layer applied
+            (:func:`applied_mask`).
+        runs: one :class:`MaskRun` per mask, in the order given.
+    """
 
     stack: str
     native: Analysis
@@ -180,9 +201,14 @@ def run_mask(loaded: LoadedModel, text: str, mask, native: Analysis, *, max_toke
         text: the same text ``native`` was computed from.
         mask: anything :func:`models.masks.parse_mask` accepts (a boolean ``(n, n)`` array for custom).
         native: ``analyze(loaded, text, hidden_states=True, keep_logits=True, max_tokens=...)``.
+        max_tokens: default ``native.max_tokens``.
+
+    Returns:
+        :class:`MaskRun`; for ``native`` its ``matrix`` is :func:`native_mask` of layer 0.
 
     Raises:
         InvalidMaskError: bad mask or wrong custom shape. UnsupportedOperationError: fallback path.
+        EmptyTextError etc. as :func:`models.analyze`.
     """
     stack = main_stack(loaded)
     mode = parse_mask(mask)
@@ -207,6 +233,10 @@ def compare_masks(loaded: LoadedModel, text: str, masks: list, *, target: str | 
     Args:
         masks: list of masks (see :func:`models.masks.parse_mask`).
         target: decoder text for encoder-decoders (generated once when None, then reused by every run).
+        max_tokens: as for :func:`models.analyze`.
+
+    Returns:
+        :class:`MaskComparison`.
 
     Raises:
         EmptyTextError, InvalidMaskError, UnsupportedOperationError (as :func:`models.analyze`).
@@ -237,7 +267,7 @@ def kv_groups(heads: int, kv_heads: int) -> list[tuple[int, ...]]:
         ``kv_heads`` tuples of query-head indices, e.g. ``kv_groups(9, 3) == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]``.
 
     Raises:
-        ValueError: ``kv_heads`` does not divide ``heads`` or either is < 1.
+        ValueError: ``kv_heads`` does not divide ``heads`` or either is < 1 (a plain ``ValueError``).
     """
     if heads < 1 or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"{heads} query heads cannot be split evenly over {kv_heads} key/value heads.")
@@ -272,7 +302,8 @@ class GQALayout:
         return self.kv_heads < self.heads
 
     def bytes_per_token(self, bytes_per_element: int | float, *, sharing: bool = True) -> int:
-        """KV-cache bytes per token with (``kv_heads``) or without (one per query head) sharing."""
+        """KV-cache bytes per token with (``kv_heads``) or without (one per query head) sharing
+        (:func:`kv_cache_bytes_per_token`); ``bytes_per_element`` e.g. 2 for bf16."""
         return kv_cache_bytes_per_token(self.layers, self.kv_heads if sharing else self.heads, self.head_dim,
                                         bytes_per_element)
 
@@ -280,10 +311,12 @@ class GQALayout:
 def gqa_layout(loaded: LoadedModel) -> GQALayout:
     """:class:`GQALayout` of a model's (decoder) self-attention from its config.
 
-    ``head_dim`` is ``config.head_dim`` when set, else ``hidden_size // num_attention_heads``.
+    ``head_dim`` is ``config.head_dim`` when set, else ``hidden_size // num_attention_heads`` (0 when the
+    config names no hidden size); ``layers`` is 0 when the config names none.
 
     Raises:
-        ValueError: the config names no attention heads.
+        ValueError: the config names no attention heads, or ``num_key_value_heads`` does not divide
+            them (plain ``ValueError``s).
     """
     cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
     heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None) or getattr(cfg, "num_heads", None)
@@ -306,8 +339,8 @@ def produced_word_rows(analysis: Analysis) -> list[tuple[str, tuple[int, ...]]]:
     The decoder reads the target shifted right by one start token (``target_tokens[0]``), so the query
     at position ``i`` predicts the token at input position ``i + 1``: a word made of target tokens
     ``(a, b)`` is produced at query positions ``(a − 1, b − 1)``. Use these rows of the cross-attention
-    ``(layers, heads, target_len, source_len)`` for a word alignment (Bahdanau et al. 2015: the
-    alignment of target word ``y_i`` is the attention while generating it).
+    ``(layers, heads, target_len, source_len)`` for a word alignment (Bahdanau et al. 2015, §3.1, eq. 6:
+    the alignment of target word ``y_i`` is the attention weights ``α_ij`` while generating it).
 
     Returns:
         ``[(word text, query positions), ...]`` in target order; empty for other families.

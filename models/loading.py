@@ -59,7 +59,10 @@ class LoadedModel:
         capture_path: ``interface`` (custom attention function) or ``fallback`` (eager weights + hooks).
         sites: every attention module, ordered by stack then layer.
         folder: where the weights were read from.
-        load_seconds: wall time of :func:`load`.
+        processor: the ``AutoProcessor`` of a speech model (Whisper: feature extractor + tokenizer), else None.
+        load_seconds: wall time of :func:`load`, in seconds.
+        site_index: interface path: ``id(attention module) -> Site`` (what :func:`models.capture.capture`
+            takes); empty on the fallback path.
     """
 
     name: str
@@ -88,6 +91,7 @@ class LoadedModel:
 
     @property
     def config(self):
+        """The model's transformers ``PretrainedConfig``."""
         return self.model.config
 
     @property
@@ -100,7 +104,9 @@ class LoadedModel:
 
     @property
     def max_positions(self) -> int:
-        """Longest input the model accepts, in tokens."""
+        """Longest input the model accepts, in tokens: the smaller of the config's first position limit
+        (``max_position_embeddings``, ``n_positions``, ``max_source_positions`` or ``n_ctx``; minus 2 for
+        RoBERTa-style models) and the tokenizer's ``model_max_length``; 512 when neither is known (T5)."""
         cfg = self.model.config
         candidates = []
         for attr in ("max_position_embeddings", "n_positions", "max_source_positions", "n_ctx"):
@@ -365,7 +371,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> 
             single ``.gguf``), a ``.gguf`` file, or a Hugging Face id (``owner/name``; the only case that
             touches the network).
         device: ``"auto"`` (cuda, then mps, then cpu) or a torch device string.
-        dtype: ``"auto"`` (bfloat16/float16 on GPU, float32 on CPU) or a torch dtype (name).
+        dtype: ``"auto"`` (bfloat16 on a CUDA GPU that supports it, else float16 on GPU/mps; float32 on
+            CPU) or a torch dtype (or its name, e.g. ``"float32"``).
 
     Returns:
         :class:`LoadedModel`. Weights are never loaded from pickle files and ``trust_remote_code`` is
@@ -378,6 +385,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> 
         NoUsableModelError: folder without config/safetensors, corrupt files, unsupported architecture.
         NoAttentionWeightsError: the architecture exposes no attention weights.
         ModelOutOfMemoryError: out of memory while loading.
+        UnsupportedOperationError: a ``device`` string torch does not understand.
+        AttributeError: a ``dtype`` name that is not a torch attribute (not wrapped in a DikkatError).
     """
     import time
 

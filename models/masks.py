@@ -32,6 +32,12 @@ class MaskMode:
     """A mask kind plus its parameter (window width or stride) or matrix.
 
     Build with :func:`parse_mask`; turn into a matrix with :meth:`matrix`.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        width: ``sliding_window``: window ``w`` in tokens (the query itself included); ``strided``: the
+            stride ``s`` in tokens; None for the other kinds.
+        custom: ``custom`` only: bool ``(n, n)``, True = allowed.
     """
 
     kind: str
@@ -44,7 +50,12 @@ class MaskMode:
         return self.kind
 
     def matrix(self, n: int) -> np.ndarray | None:
-        """Boolean ``(n, n)`` matrix, True = allowed; ``None`` for ``native``.
+        """Boolean ``(n, n)`` numpy matrix for ``n`` tokens, True where query ``i`` may attend key ``j``;
+        ``None`` for ``native``.
+
+        ``causal``: ``j <= i``; ``sliding_window``: ``i - w < j <= i`` (Jiang et al. 2023, §2, "Sliding
+        Window Attention"); ``strided``: ``j <= i`` and (``i - j < s`` or ``(i - j) mod s == 0``) (Child et
+        al. 2019, §4.2). A width above ``n`` is treated as ``n`` (same matrix).
 
         Raises:
             InvalidMaskError: a custom matrix that is not ``(n, n)``.
@@ -74,8 +85,16 @@ def parse_mask(mask) -> MaskMode:
     """Accept ``"native"``, ``"bidirectional"``, ``"causal"``, ``"sliding_window:4"``, ``"strided:3"``,
     ``("sliding_window", 4)``, a :class:`MaskMode`, or a boolean ``(n, n)`` array (custom).
 
+    Strings are case-insensitive and may also be written ``sliding_window=4`` or ``sliding_window(4)``;
+    ``sliding``/``window`` mean ``sliding_window`` and ``sparse`` means ``strided``. ``None`` means
+    ``native``. A nested list of rows is read as a custom matrix (cast to bool).
+
+    Returns:
+        :class:`MaskMode` (the matrix size is only checked by :meth:`MaskMode.matrix`).
+
     Raises:
-        InvalidMaskError: unknown kind, missing or non-positive width, non-square matrix.
+        InvalidMaskError: unknown kind, missing, non-integer or non-positive width (in tokens), a width
+            given to a kind that takes none, a non-square matrix.
     """
     if isinstance(mask, MaskMode):
         return mask

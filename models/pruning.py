@@ -83,7 +83,12 @@ def metric_kind(loaded: LoadedModel) -> str:
 
 
 def check_heads(loaded: LoadedModel, heads: Iterable) -> frozenset[HeadId]:
-    """Validate ``(stack, layer, head)`` triples (see :func:`models.analysis.validate_heads`)."""
+    """Validate ``(stack, layer, head)`` triples (see :func:`models.analysis.validate_heads`).
+
+    Raises:
+        InvalidHeadError: a malformed triple or one the model lacks.
+        UnsupportedOperationError: a fallback-path model whose output projection is unknown.
+    """
     return validate_heads(loaded, heads)
 
 
@@ -112,6 +117,12 @@ def gates_from_keep(loaded: LoadedModel, keep: torch.Tensor, *, all_layers: bool
 
     Layers whose gates are all 1 are left out (they then run untouched, bit-identical) unless
     ``all_layers`` (needed when ``keep`` carries gradients or tangents).
+
+    Args:
+        keep: float tensor ``(batch, total_heads)`` in :func:`head_list` order (1 on, 0 off).
+
+    Returns:
+        ``(stack, layer) -> (batch, heads)`` slices of ``keep`` (views, same dtype and device).
     """
     gates = {}
     offset = 0
@@ -130,7 +141,8 @@ class Prepared:
     Attributes:
         text: the input. kind: metric kind. inputs: model inputs, batch 1 (``input_ids`` ...).
         labels: int64 ``(1, positions)`` targets with -100 where ignored (loss kinds), else None.
-        reference: float ``(hidden,)`` unit embedding of the full model (``embedding_distance``), else None.
+        reference: ``(hidden,)`` unit embedding of the full model in the model's dtype
+            (``embedding_distance``), else None.
         n_tokens: length of the (possibly truncated) input in tokens.
     """
 
@@ -145,6 +157,12 @@ class Prepared:
 def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) -> Prepared:
     """Tokenise ``text`` as :func:`models.analyze` does and work out the metric's labels/reference with
     the full model (one forward pass without gates).
+
+    Args:
+        max_tokens: cut the text to this many tokens (default :func:`models.default_max_tokens`).
+
+    Returns:
+        :class:`Prepared` (batch 1).
 
     Raises:
         EmptyTextError: empty text. UnsupportedOperationError: a speech model (no text input), or a
@@ -319,7 +337,12 @@ def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_siz
             sorted by their first gated layer profit most (as in :func:`ablation_scores`).
 
     Returns:
-        float64 ``(rows,)``.
+        float64 ``(rows,)``: the metric of each row (nats for the loss kinds; ``1 - cos`` for
+        ``embedding_distance``).
+
+    Raises:
+        ModelOutOfMemoryError: a batch ran out of memory (lower ``batch_size``).
+        RuntimeError: the model returned another number of rows than it was given.
     """
     keep = np.asarray(keep, dtype=np.float64)
     out = np.empty(len(keep))
@@ -353,10 +376,13 @@ class HeadScores:
     Attributes:
         values: ``stack -> float64 (layers, heads)``.
         kind: ``ablation`` | ``gradient``. metric: the metric kind (:func:`metric_kind`).
-        base: mean metric of the full model over ``texts`` (0 for ``embedding_distance``).
+        base: mean metric of the full model over ``texts`` (nats for the loss kinds; 0 for
+            ``embedding_distance``, up to rounding).
         texts: the texts the scores are averaged over.
-        seconds: wall time of the computation.
-        forward_passes: how many batched forward passes were run (ablation) or backward passes (gradient).
+        seconds: wall time of the computation, in seconds.
+        forward_passes: how many batched forward passes were run (ablation), or for ``gradient`` one per
+            text (each with one backward pass), or ``ceil(heads / batch_size)`` forward-mode passes per
+            text for ``embedding_distance``.
     """
 
     values: dict[str, np.ndarray]
@@ -436,7 +462,14 @@ def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_si
 
 def ablation_scores_one_at_a_time(loaded: LoadedModel, texts: str | Sequence[str], *,
                                   max_tokens: int | None = None) -> HeadScores:
-    """Reference for :func:`ablation_scores`: one forward pass (batch 1) per head. Same result, slower."""
+    """Reference for :func:`ablation_scores`: one forward pass (batch 1) per head. Same result, slower.
+
+    Returns:
+        :class:`HeadScores` of kind ``ablation``; ``values[stack]`` float64 ``(layers, heads)``.
+
+    Raises:
+        EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError (as :func:`prepare`).
+    """
     import time
 
     texts = _texts(texts)
@@ -471,12 +504,17 @@ def gradient_importance(loaded: LoadedModel, texts: str | Sequence[str], *, norm
     Args:
         normalize_layers: divide each layer's scores by their ℓ2 norm (Michel et al. 2019, §4.2,
             following Molchanov et al. 2017).
+        batch_size: ``embedding_distance`` only: tangents (heads) per forward-mode pass.
+        progress: called with the fraction done, in [0, 1], after each text.
 
     Returns:
-        :class:`HeadScores` of kind ``gradient``; ``values[stack]`` float64 ``(layers, heads)``, ≥ 0.
+        :class:`HeadScores` of kind ``gradient``; ``values[stack]`` float64 ``(layers, heads)``, ≥ 0
+        (units of the metric per unit gate: nats for the loss kinds).
 
     Raises:
-        EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError.
+        EmptyTextError: no texts or an empty one. ModelOutOfMemoryError.
+        UnsupportedOperationError: as :func:`prepare`, or forward-mode derivatives that do not reach the
+            embedding.
     """
     import time
 
@@ -536,7 +574,14 @@ def _embedding_sensitivity(loaded: LoadedModel, prep: Prepared, batch_size: int)
 
 def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rank correlation ρ of two score arrays of equal size (flattened): the Pearson
-    correlation of their ranks, ties given their average rank (Spearman 1904). NaN if either is constant."""
+    correlation of their ranks, ties given their average rank (Spearman 1904). NaN if either is constant.
+
+    Returns:
+        float in [-1, 1], or NaN.
+
+    Raises:
+        ValueError: arrays of different sizes (a plain ``ValueError``).
+    """
     a = np.asarray(a, dtype=np.float64).reshape(-1)
     b = np.asarray(b, dtype=np.float64).reshape(-1)
     if a.shape != b.shape:
@@ -570,11 +615,13 @@ class PruningCurve:
 
     Attributes:
         shares: float64 ``(steps,)`` share of heads switched off (0 .. 0.9).
-        n_pruned: int ``(steps,)`` heads switched off at each step (``round(share * total)``).
+        n_pruned: int ``(steps,)`` heads switched off at each step (``round(share * total)``, numpy
+            ``rint``: halves round to even).
         by_importance: float64 ``(steps,)`` mean metric over ``texts``, least important heads off first.
         random: float64 ``(orders, steps)`` the same for random orders (one row per order).
         metric: the metric kind. order: the heads in pruning order (least important first).
         texts: the sentences evaluated. total_heads: heads in the model.
+        seconds: wall time of the computation, in seconds.
     """
 
     shares: np.ndarray
@@ -609,14 +656,17 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
         importance: :class:`HeadScores` or a float array in :func:`head_list` order (any shape that
             flattens to ``total_heads``); higher = more important.
         shares: shares to evaluate, each in [0, 1].
+        random_orders: how many random permutations to evaluate. seed: their numpy seed.
+        batch_size: rows per forward pass (see :func:`evaluate`).
+        max_tokens: cut each text to this many tokens.
         progress: called with the fraction done, in [0, 1], after each text.
 
     Returns:
-        :class:`PruningCurve`.
+        :class:`PruningCurve` (metric in nats for the loss kinds, ``1 - cos`` for ``embedding_distance``).
 
     Raises:
-        ValueError: importance of the wrong size or a share outside [0, 1]. EmptyTextError,
-        ModelOutOfMemoryError.
+        ValueError: importance of the wrong size or a share outside [0, 1] (plain ``ValueError``s).
+        EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError (as :func:`prepare`).
     """
     import time
 
@@ -684,8 +734,16 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
     """Greedy (argmax) continuation of ``text`` by a decoder with ``heads_off`` switched off at every
     step (the gates are per layer, so they apply to every generated position).
 
+    Args:
+        max_new_tokens: tokens to generate (generation may stop earlier at EOS).
+        max_tokens: the prompt is cut to ``max_tokens - max_new_tokens`` tokens (at least 1).
+
+    Returns:
+        :class:`Continuation`.
+
     Raises:
-        UnsupportedOperationError: not a decoder with an LM head. InvalidHeadError, EmptyTextError.
+        UnsupportedOperationError: not a decoder with an LM head, or heads that cannot be switched off
+            on the fallback path. InvalidHeadError, EmptyTextError.
     """
     if loaded.head != "lm":
         raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot continue text.")
@@ -713,10 +771,13 @@ def embed(loaded: LoadedModel, texts: str | Sequence[str], heads_off: Iterable =
     heads_off=heads_off).embedding``.
 
     Returns:
-        float32 ``(len(texts), hidden)``.
+        float32 ``(len(texts), hidden)``, mean of the last hidden states over all tokens (special tokens
+        included), not normalised (Reimers & Gurevych 2019, §3, MEAN pooling).
 
     Raises:
-        UnsupportedOperationError: a model without token-level hidden states (speech models).
+        UnsupportedOperationError: an encoder-decoder (this includes the Whisper speech model), or heads
+            that cannot be switched off on the fallback path.
+        EmptyTextError: no texts, or an empty one. InvalidHeadError: bad ``heads_off``.
     """
     texts = _texts(texts)
     gates = _gates_for(loaded, heads_off)
@@ -743,7 +804,16 @@ def _plain_inputs(loaded: LoadedModel, text: str, max_tokens: int | None) -> dic
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine similarity ``a·b / (‖a‖ ‖b‖)`` along the last axis (float64; 0 where a norm is 0)."""
+    """Cosine similarity ``a·b / (‖a‖ ‖b‖)`` along the last axis (float64; 0 where a norm is 0).
+
+    The similarity Sentence-BERT compares mean-pooled embeddings with (Reimers & Gurevych 2019).
+
+    Args:
+        a, b: float ``(..., d)``, broadcastable against each other.
+
+    Returns:
+        float64 ``(...)`` in [-1, 1].
+    """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     denom = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
@@ -776,7 +846,14 @@ class Ranking:
 def rank_sentences(loaded: LoadedModel, query: str, texts: Sequence[str], heads_off: Iterable = (), *,
                    max_tokens: int | None = None) -> Ranking:
     """Rank ``texts`` by cosine similarity of their embeddings to ``query``'s, all embedded by the model
-    with ``heads_off`` switched off (semantic search as in Reimers & Gurevych 2019)."""
+    with ``heads_off`` switched off (semantic search as in Reimers & Gurevych 2019).
+
+    Returns:
+        :class:`Ranking` (ties keep the order of ``texts``).
+
+    Raises:
+        EmptyTextError, InvalidHeadError, UnsupportedOperationError: as :func:`embed`.
+    """
     texts = list(texts)
     embs = embed(loaded, [query] + texts, heads_off, max_tokens=max_tokens)
     sims = cosine(embs[1:], embs[0][None, :])

@@ -131,7 +131,12 @@ def _check_head(loaded: LoadedModel, stack: str, layer: int, head: int | None = 
 
 
 def main_stack(loaded: LoadedModel) -> str:
-    """The model's main self-attention stack: ``encoder`` for encoders, ``decoder`` otherwise."""
+    """The stack the teaching pages walk through: ``decoder`` for decoders, ``encoder`` for encoders and
+    for encoder-decoders (their encoder self-attention).
+
+    Note: :func:`models.compare.main_stack` (the stack a single mask replaces) answers ``decoder`` for
+    encoder-decoders.
+    """
     return "encoder" if loaded.family == "encoder" else ("decoder" if loaded.family == "decoder" else "encoder")
 
 
@@ -163,6 +168,11 @@ def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, 
 
     Returns:
         ``layer -> LayerCapture``, all sharing one :class:`Analysis`.
+
+    Raises:
+        UnsupportedOperationError: cross-attention, the fallback capture path, or a layer that was not
+            called / has no ``hidden_states`` argument.
+        InvalidHeadError: no such stack or layer. EmptyTextError etc. as :func:`models.analyze`.
     """
     stack = stack or main_stack(loaded)
     if stack == "cross":
@@ -224,6 +234,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     ``x·cos + rotate_half(x)·sin`` (Su et al. 2021, eq. 34, in the half-split pairing used by
     transformers: dimension ``i`` is paired with ``i + rotary_dim/2``). When ``rotary_dim < head_dim``
     (partial rotary) the remaining dimensions pass unchanged.
+
+    Returns:
+        tensor of ``x``'s shape (dtype by torch promotion of ``x`` and the tables).
     """
     r = cos.shape[-1]
     if r == x.shape[-1]:
@@ -302,6 +315,8 @@ class QKVSteps:
         queries: ``(n_q, head_dim)`` q = W_q h + b (rotated for RoPE models).
         keys, values: ``(n_k, head_dim)``.
         queries_unrotated, keys_unrotated: before the RoPE rotation (None without RoPE).
+        softcap: the attention-logit softcap ``c`` when the model has one (Gemma 2: scores become
+            ``c·tanh(scores / c)`` before the mask), else None.
         dots: ``(n_q, n_k)`` q·k. scores: dots × scaling (plus softcapping where the model has it).
         allowed: bool ``(n_q, n_k)``, True where the mask lets query i see key j.
         mask: ``(n_q, n_k)`` additive mask (0 or a very negative number).
@@ -344,6 +359,11 @@ def head_steps(loaded: LoadedModel, lc: LayerCapture, head: int) -> QKVSteps:
     ``q_i = W_q h_i + b_q`` (then RoPE for rotary models), ``k_j``, ``v_j`` likewise with the key/value
     head this query head shares; ``s_ij = (q_i·k_j)·scaling + mask_ij``; ``a_i = softmax(s_i)``;
     ``o_i = Σ_j a_ij v_j``. The weights are compared with the model's recorded attention.
+    Grouped-query attention: query head ``h`` reads key/value head ``h // (heads / kv_heads)``
+    (Ainslie et al. 2023, §2.2). A query with no allowed key gets all-zero weights.
+
+    Returns:
+        :class:`QKVSteps` (float32 numpy arrays).
 
     Raises:
         InvalidHeadError: no such head. UnsupportedOperationError: an attention layout not covered.
@@ -421,7 +441,15 @@ def softmax_row(scores: np.ndarray, allowed: np.ndarray | None = None, *, temper
 
 
 def entropy(weights: np.ndarray, base: float = math.e) -> float:
-    """Shannon entropy ``-Σ p log p`` of a probability row (0·log 0 = 0); nats for base e, bits for 2."""
+    """Shannon entropy ``H = -Σ p log p`` of a probability row (0·log 0 = 0; Shannon 1948, §6).
+
+    Args:
+        weights: float ``(k,)`` probabilities (any shape is flattened; not renormalised).
+        base: logarithm base: e gives nats, 2 gives bits.
+
+    Returns:
+        float, in nats for ``base=e`` (bits for 2); 0 for a one-hot row, ``log k`` for a uniform one.
+    """
     p = np.asarray(weights, dtype=np.float64)
     p = p[p > 0]
     return float(-(p * np.log(p)).sum() / math.log(base))
@@ -437,8 +465,14 @@ def sinusoidal_encoding(n: int, d: int, base: float = 10000.0) -> np.ndarray:
 
     ``PE[pos, 2i] = sin(pos / base^(2i/d))``, ``PE[pos, 2i+1] = cos(pos / base^(2i/d))``.
 
+    Args:
+        n: positions. d: dimensions (an odd ``d`` ends with a sine column). base: 10000 in the paper.
+
     Returns:
-        float32 ``(n, d)``. Raises ValueError for n < 1 or d < 2.
+        float32 ``(n, d)`` in [-1, 1].
+
+    Raises:
+        ValueError: n < 1 or d < 2 (a plain ``ValueError``).
     """
     if n < 1 or d < 2:
         raise ValueError("need n >= 1 positions and d >= 2 dimensions")
@@ -452,8 +486,9 @@ def sinusoidal_encoding(n: int, d: int, base: float = 10000.0) -> np.ndarray:
 
 
 def position_kind(loaded: LoadedModel) -> str:
-    """How the model encodes positions: ``rope``, ``alibi``, ``relative`` (T5 bias), ``sinusoidal`` or
-    ``learned`` (absolute position embeddings, as BERT and GPT-2)."""
+    """How the model encodes positions: ``rope`` (Su et al. 2021), ``alibi`` (Press et al. 2021),
+    ``relative`` (T5 bias, Raffel et al. 2020), ``sinusoidal`` (Vaswani et al. 2017, §3.5) or ``learned``
+    (absolute position embeddings, as BERT and GPT-2; also the default for any other model type)."""
     cfg = loaded.config
     if rotary_module(loaded) is not None:
         return "rope"
@@ -475,8 +510,9 @@ def rotary_module(loaded: LoadedModel):
 
 
 def rope_tables(loaded: LoadedModel, positions: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin float32 ``(len(positions), rotary_dim)`` at the given positions, from the loaded
-    model's own rotary embedding (its ``inv_freq`` = ``1/θ^(2i/d)``, θ = ``rope_theta``).
+    """cos and sin float32 CPU tensors ``(len(positions), rotary_dim)`` at the given positions, from the
+    loaded model's own rotary embedding (its ``inv_freq`` = ``1/θ^(2i/d)``, θ = ``rope_theta``; Su et al.
+    2021, eq. 15; scaled RoPE variants use whatever the module computes).
 
     Raises:
         UnsupportedOperationError: the model has no rotary embedding.
@@ -500,6 +536,12 @@ class RopeShiftCheck:
 
     Su et al. 2021, eq. 16: ``(R_m q)·(R_n k) = q·R_{n-m} k`` depends on n − m only.
     ``dot_unrotated`` is q·k with no rotation, for comparison.
+
+    Attributes:
+        m, n: query and key positions (tokens). t: the shift added to both.
+        dot: ``(R_m q)·(R_n k)``. dot_shifted: ``(R_{m+t} q)·(R_{n+t} k)``. abs_diff: ``|dot - dot_shifted|``.
+        theta: RoPE base θ used (the model's, or the textbook one; None if the model's config names none).
+        head_dim: rotary dimensions used.
     """
 
     m: int
@@ -556,6 +598,9 @@ def rope_shift_check(loaded: LoadedModel | None, m: int = 2, n: int = 5, t: int 
     products are returned with their absolute difference (float32 rounding only: the angles pos·θ_i
     are computed in float32, so the difference grows slowly with the positions).
 
+    Returns:
+        :class:`RopeShiftCheck`.
+
     Raises:
         ValueError: negative positions.
     """
@@ -582,7 +627,7 @@ def rope_dot_grid(loaded: LoadedModel | None, positions: int, seed: int = 0, *, 
     each diagonal (a Toeplitz matrix).
 
     Returns:
-        float32 ``(positions, positions)``.
+        float32 ``(positions, positions)``; rows are query positions m, columns key positions n.
     """
     cos, sin = _rope_tables_for(loaded, range(positions), head_dim, theta)
     q, k = _fixed_vectors(cos.shape[-1], seed)
@@ -592,8 +637,8 @@ def rope_dot_grid(loaded: LoadedModel | None, positions: int, seed: int = 0, *, 
 
 
 def textbook_rope_tables(positions: int, head_dim: int = 64, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin ``(positions, head_dim)`` of RoPE with ``inv_freq_i = θ^(-2i/d)`` (Su et al. 2021, eq. 15),
-    duplicated over the two halves as transformers does."""
+    """cos, sin float32 tensors ``(positions, head_dim)`` of RoPE with ``inv_freq_i = θ^(-2i/d)`` (Su et
+    al. 2021, eq. 15), duplicated over the two halves as transformers does (``head_dim`` even)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     freqs = torch.arange(positions, dtype=torch.float32)[:, None] * inv_freq[None]
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -603,7 +648,11 @@ def textbook_rope_tables(positions: int, head_dim: int = 64, theta: float = 1000
 def rope_angles(loaded: LoadedModel | None, positions: int, *, head_dim: int = 64, theta: float = 10000.0) -> np.ndarray:
     """Rotation angle in radians of each 2-D pair at each position: ``pos · inv_freq_i``.
 
-    Returns float64 ``(positions, rotary_dim/2)``; pair ``i`` turns fastest for i = 0.
+    ``inv_freq_i = θ^(-2i/d)`` (Su et al. 2021, eq. 15): the loaded model's own ``inv_freq`` when it has a
+    rotary embedding, else the textbook one from ``head_dim`` and ``theta``.
+
+    Returns:
+        float64 ``(positions, rotary_dim/2)`` radians (not wrapped to 2π); pair ``i`` turns fastest for i = 0.
     """
     rot = rotary_module(loaded) if loaded is not None else None
     if rot is not None:
@@ -618,7 +667,11 @@ def alibi_slopes(heads: int) -> np.ndarray:
     ``m_i = 2^(-8i/n)``, i = 1..n; otherwise the slopes of the nearest lower power of two followed by
     every other slope of the next power of two (the authors' reference implementation).
 
-    Returns float64 ``(heads,)``. Raises ValueError for heads < 1.
+    Returns:
+        float64 ``(heads,)``, each in (0, 1).
+
+    Raises:
+        ValueError: heads < 1 (a plain ``ValueError``).
     """
     if heads < 1:
         raise ValueError("heads must be >= 1")
@@ -637,10 +690,11 @@ def alibi_bias(n: int, slope: float, *, causal: bool = True) -> np.ndarray:
 
     Args:
         n: positions. slope: the head's m. causal: blocked cells (j > i) are NaN; with
-            ``causal=False`` the symmetric ``-slope·|i - j|`` used by encoder variants.
+            ``causal=False`` the symmetric ``-slope·|i - j|`` (not in Press et al. 2021, which define
+            the causal case only; a common bidirectional adaptation).
 
     Returns:
-        float64 ``(n, n)``.
+        float64 ``(n, n)``, rows = queries i, columns = keys j; values ≤ 0 (or NaN).
     """
     i = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
@@ -739,7 +793,11 @@ IMPLEMENTATIONS = ("sdpa", "captured")
 
 def attention_matrix_size(n: int, *, bytes_per_value: int = 4, layers: int = 1, heads: int = 1) -> tuple[int, int]:
     """Entries and bytes of the attention weights for ``n`` tokens: ``n² · layers · heads`` entries,
-    times ``bytes_per_value`` (4 for float32, 2 for bf16). Python ints (no overflow)."""
+    times ``bytes_per_value`` (4 for float32, 2 for bf16).
+
+    Returns:
+        ``(entries, bytes)`` as Python ints (no overflow).
+    """
     entries = int(n) * int(n) * int(layers) * int(heads)
     return entries, entries * int(bytes_per_value)
 
@@ -843,7 +901,8 @@ class CostPoint:
         peak_bytes: peak memory during one more pass: on CUDA ``torch.cuda.max_memory_allocated`` above
             the level before; on CPU the peak bytes of tensors created by the pass, counted op by op
             (:class:`_PeakTensorMemory`; weights excluded).
-        memory_method: ``cuda-allocator`` or ``tensor-tracking``.
+        memory_method: ``cuda-allocator``, ``tensor-tracking``, or ``none`` (``measure_memory=False``;
+            ``peak_bytes`` is then 0).
         recorded_bytes: bytes of the attention weights kept (captured only, else 0).
     """
 
@@ -856,7 +915,8 @@ class CostPoint:
 
 
 def default_lengths(loaded: LoadedModel, top: int = 1024) -> list[int]:
-    """Powers of two from 16 to ``min(top, the model's limit)``."""
+    """Powers of two from 16 to ``min(top, the model's limit)`` tokens; ``[max(1, limit)]`` when that
+    limit is below 16."""
     limit = min(top, loaded.max_positions)
     out, n = [], 16
     while n <= limit:
@@ -916,8 +976,9 @@ def measure_cost(
     """Time (and memory) of one forward pass of the transformer body against sequence length.
 
     For each length the implementations are measured one right after the other (side by side, so a
-    change in machine load hits both). Lengths are cut to the model's limit; ``captured`` lengths also
-    to :func:`models.default_max_tokens` (the weights of every layer must fit the memory budget).
+    change in machine load hits both). Lengths above the model's limit are skipped (not shortened), and
+    ``captured`` lengths above :func:`models.default_max_tokens` too (the weights of every layer must fit
+    the memory budget); lengths < 1 are ignored and duplicates measured once, in increasing order.
     ``should_stop`` is called before each measurement: when it returns True the points measured so far
     are returned.
 
@@ -930,7 +991,7 @@ def measure_cost(
         on_point: called as ``on_point(point, done, total)`` after each point.
 
     Returns:
-        list of :class:`CostPoint` in measuring order.
+        list of :class:`CostPoint` in measuring order (``seconds`` in seconds, ``peak_bytes`` in bytes).
 
     Raises:
         UnsupportedOperationError: no sdpa twin for this architecture, or a speech model.
@@ -987,7 +1048,7 @@ def measure_cost(
 
 def quadratic_reference(ns: Sequence[int], anchor_n: int, anchor_value: float) -> np.ndarray:
     """``c·n²`` through one measured point (``c = anchor_value / anchor_n²``): the curve a cost that
-    grows with the attention matrix would follow. float64 ``(len(ns),)``."""
+    grows with the attention matrix would follow, in ``anchor_value``'s unit. float64 ``(len(ns),)``."""
     ns = np.asarray(ns, dtype=np.float64)
     return anchor_value * (ns / float(anchor_n)) ** 2
 
@@ -1004,7 +1065,8 @@ class KVConfig:
     Attributes:
         name: label. layers: decoder layers. heads: query heads. kv_heads: key/value heads (== heads
             without grouped-query attention). head_dim: d_k. bytes_per_value: 2 (bf16/fp16), 4 (fp32), 1 (8-bit).
-        sliding_window: tokens kept per layer by sliding-window models (None: all).
+        sliding_window: tokens kept per layer by sliding-window models (None: all). Informational:
+            :func:`kv_cache_bytes` does not apply it.
     """
 
     name: str
@@ -1028,17 +1090,26 @@ KV_PRESETS: dict[str, KVConfig] = {
 def kv_cache_bytes(cfg: KVConfig, tokens: int = 1, *, gqa: bool = True) -> int:
     """Bytes of a KV cache: ``2 (key and value) × layers × kv_heads × head_dim × bytes × tokens``.
 
-    With ``gqa=False`` every query head keeps its own key and value (``heads`` instead of ``kv_heads``),
-    as in multi-head attention before grouped-query attention (Ainslie et al. 2023). Batch 1, no
-    sliding-window cap. Python int.
+    One key and one value vector (the K, V of Vaswani et al. 2017, eq. 1) per key/value head, per layer,
+    per cached token; the same formula as :func:`models.compare.kv_cache_bytes_per_token`. With
+    ``gqa=False`` every query head keeps its own key and value (``heads`` instead of ``kv_heads``), as in
+    multi-head attention before grouped-query attention (Ainslie et al. 2023, §2.2). Batch 1, no
+    sliding-window cap (``cfg.sliding_window`` is ignored).
+
+    Args:
+        cfg: the layout. tokens: cached tokens.
+
+    Returns:
+        bytes, as a Python int.
     """
     per_head = cfg.kv_heads if gqa else cfg.heads
     return 2 * int(cfg.layers) * int(per_head) * int(cfg.head_dim) * int(cfg.bytes_per_value) * int(tokens)
 
 
 def kv_config_from_model(loaded: LoadedModel, bytes_per_value: int | None = None) -> KVConfig:
-    """:class:`KVConfig` read from the loaded model's config (decoder layers for encoder-decoders);
-    ``bytes_per_value`` defaults to the dtype the model runs in."""
+    """:class:`KVConfig` read from the loaded model's config (``decoder_layers`` when the config has it,
+    else ``num_hidden_layers``); ``bytes_per_value`` defaults to the element size of the dtype the model
+    runs in (4 for float32, 2 for bfloat16/float16). ``name`` is the model's name."""
     cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
     heads = int(getattr(cfg, "num_attention_heads", None) or getattr(cfg, "decoder_attention_heads", None)
                 or loaded.stacks[next(iter(loaded.stacks))][1])
@@ -1055,8 +1126,12 @@ def kv_config_from_model(loaded: LoadedModel, bytes_per_value: int | None = None
 
 @dataclass
 class GenerationRun:
-    """One greedy generation. ``tokens``: new token ids; ``seconds``: wall time of ``generate``;
-    ``tokens_per_second``: len(tokens) / seconds."""
+    """One greedy generation.
+
+    Attributes:
+        use_cache: whether the KV cache was on. tokens: the new token ids (prompt excluded).
+        text: their decoded text (special tokens skipped). seconds: wall time of ``generate``, in seconds.
+    """
 
     use_cache: bool
     tokens: list[int]
@@ -1065,6 +1140,7 @@ class GenerationRun:
 
     @property
     def tokens_per_second(self) -> float:
+        """``len(tokens) / seconds`` in tokens per second (``inf`` when ``seconds`` is 0)."""
         return len(self.tokens) / self.seconds if self.seconds > 0 else float("inf")
 
 
@@ -1083,7 +1159,8 @@ def compare_generation(loaded: LoadedModel, prompt: str, max_new_tokens: int = 3
         ``(with_cache, without_cache)``.
 
     Raises:
-        UnsupportedOperationError: not a decoder. EmptyTextError: empty prompt.
+        UnsupportedOperationError: not a decoder, or (``sdpa``) no such implementation for the
+            architecture (see :func:`default_twin`). EmptyTextError: empty prompt.
     """
     from .errors import EmptyTextError
 

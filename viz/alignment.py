@@ -72,7 +72,10 @@ def word_attention(weights: np.ndarray, query_words: Sequence[Sequence[int]],
         query_words, key_words: for each word, the token indices it is made of (``Word.tokens``).
 
     Returns:
-        float64 ``(..., len(query_words), len(key_words))``.
+        float64 ``(..., len(query_words), len(key_words))`` (zeros when either word list is empty).
+
+    Raises:
+        ValueError: an empty word or a token index out of range (see :func:`viz.transforms.merge_words`).
     """
     w = np.asarray(weights)
     if not query_words or not key_words:
@@ -88,7 +91,10 @@ def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_l
     word is always drawn.
 
     Args:
-        weights: float ``(target_words, source_words)``, rows sum to ≤ 1.
+        weights: float ``(target_words, source_words)``, rows sum to ≤ 1 (NaN drawn as 0).
+
+    Returns:
+        plotly Figure.
 
     Raises:
         ValueError: labels that do not match ``weights``.

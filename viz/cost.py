@@ -44,7 +44,16 @@ def cost_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *
 
 def kv_bars(labels: Sequence[str], with_gqa: Sequence[float], without_gqa: Sequence[float], *,
             names: tuple[str, str] = ("with GQA", "without GQA"), y_title: str = "GiB", title: str = "") -> go.Figure:
-    """KV-cache size per model (or context), with grouped-query attention and without it."""
+    """KV-cache size per model (or context), with grouped-query attention and without it (Ainslie et al.
+    2023).
+
+    Args:
+        labels: one per bar group. with_gqa, without_gqa: sizes in the unit named by ``y_title`` (the
+            caller converts, e.g. ``models.teaching.kv_cache_bytes`` / 2**30 for GiB).
+
+    Returns:
+        plotly Figure (grouped bars).
+    """
     fig = go.Figure([
         go.Bar(x=list(labels), y=list(with_gqa), name=names[0], marker_color=COLOURS[0],
                hovertemplate=f"%{{x}}<br>%{{y:.3f}} {y_title}<extra>{names[0]}</extra>"),

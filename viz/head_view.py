@@ -69,6 +69,14 @@ def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels:
     """The JSON-ready data the browser drawing reads.
 
     Weights are sent as integers in thousandths (``round(1000 w)``), ``heads x query x key``.
+    Arguments as for :func:`head_view_html`.
+
+    Returns:
+        dict of JSON-serialisable values (labels, segments, heads with colours, ``w``, layout).
+
+    Raises:
+        ValueError: ``weights`` not 3-D ``(heads, query, key)``, or label / head-name counts that do not
+            match it.
     """
     w = _check(weights, query_labels, key_labels, head_names)
     h, nq, nk = w.shape
@@ -105,6 +113,9 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
 
     Returns:
         an HTML document (str) with no external reference.
+
+    Raises:
+        ValueError: as :func:`head_view_data`. OSError: ``assets/headview.js`` cannot be read.
     """
     data = head_view_data(weights, query_labels, key_labels, head_names=head_names, query_segments=query_segments,
                           key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
@@ -143,7 +154,10 @@ def head_view_svg(weights: np.ndarray, query_labels: Sequence[str], key_labels: 
         Other arguments as for :func:`head_view_html`.
 
     Returns:
-        SVG text (UTF-8 labels, the input's own characters).
+        SVG text (UTF-8 labels, the input's own characters); lines below ``MIN_WEIGHT`` are not drawn.
+
+    Raises:
+        ValueError: as :func:`head_view_data`. IndexError: a head index in ``heads`` out of range.
     """
     w = _check(weights, query_labels, key_labels, head_names)
     h, nq, nk = w.shape

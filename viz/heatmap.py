@@ -77,7 +77,11 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
 
 def image_config(filename: str, fmt: str = "png") -> dict:
     """plotly ``config`` for ``st.plotly_chart``: the camera button of the figure's mode bar downloads it
-    as ``fmt`` (``png`` at twice the shown resolution, or ``svg``) under ``filename``."""
+    as ``fmt`` (``png`` at twice the shown resolution, or ``svg``) under ``filename``.
+
+    Raises:
+        ValueError: ``fmt`` other than ``png`` or ``svg``.
+    """
     if fmt not in ("png", "svg"):
         raise ValueError(f"image format must be png or svg, got {fmt!r}")
     return {

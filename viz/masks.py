@@ -73,6 +73,9 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
         query_labels, key_labels: ``q`` and ``k`` display labels.
         empty_label: text over a row with no allowed key (such a row is also hatched).
 
+    Returns:
+        plotly Figure.
+
     Raises:
         ValueError: label counts that do not match the matrix.
     """
@@ -106,6 +109,9 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
         mask: optional bool ``(q, k)``; masked cells get a thin grey ``×`` marker, rows with no allowed key
             are hatched and labelled. Without a mask, all-zero rows are treated as empty rows.
         renormalised: say in the title that rows were renormalised after hiding tokens.
+
+    Returns:
+        plotly Figure.
 
     Raises:
         ValueError: shapes that do not match.
@@ -147,7 +153,11 @@ def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, titl
 
     Args:
         position_labels: ``n`` labels (the token after which the next token is predicted).
-        kl: mask name -> float ``(n,)`` in nats (see :func:`models.compare.next_token_kl`).
+        kl: mask name -> float ``(n,)`` in nats (see :func:`models.compare.next_token_kl`; Kullback &
+            Leibler 1951). NaN is drawn as 0.
+
+    Returns:
+        plotly Figure.
     """
     fig = go.Figure()
     x = list(range(len(position_labels)))
@@ -168,7 +178,11 @@ def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_t
     each layer (x = 0 is the embedding layer, before any attention).
 
     Args:
-        layer_drift: mask name -> float ``(layers + 1,)``.
+        layer_drift: mask name -> float ``(layers + 1,)`` (``models.compare.MaskRun.layer_drift``), in
+            [0, 2]. NaN is drawn as 0.
+
+    Returns:
+        plotly Figure.
     """
     fig = go.Figure()
     for i, (name, values) in enumerate(layer_drift.items()):
@@ -190,7 +204,11 @@ def gqa_figure(groups: Sequence[Sequence[int]], *, query_label: str = "query hea
     head to the key/value head it reads (Ainslie et al. 2023). One colour per group.
 
     Args:
-        groups: one sequence of query-head indices per key/value head (:func:`models.compare.kv_groups`).
+        groups: one sequence of query-head indices per key/value head (:func:`models.compare.kv_groups`;
+            Ainslie et al. 2023, §2.2).
+
+    Returns:
+        plotly Figure.
     """
     heads = sum(len(g) for g in groups)
     fig = go.Figure()

@@ -41,6 +41,7 @@ class ModelViewInfo:
 
     @property
     def pooled(self) -> bool:
+        """True when a map has fewer cells than tokens on either axis (:func:`viz.transforms.pool`)."""
         return self.cell_q < self.n_q or self.cell_k < self.n_k
 
 

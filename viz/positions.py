@@ -26,7 +26,11 @@ def sinusoidal_heatmap(pe: np.ndarray, labels: Sequence[str], *, title: str = ""
     """The sinusoidal encoding matrix ``(n, d)`` (Vaswani et al. 2017, §3.5): one row per position.
 
     Args:
-        pe: float ``(n, d)`` in [-1, 1]. labels: one per position (e.g. "0 · Kedi").
+        pe: float ``(n, d)`` in [-1, 1] (``models.teaching.sinusoidal_encoding``). labels: one per position
+            (e.g. "0 · Kedi").
+
+    Returns:
+        plotly Figure (diverging colours fixed to [-1, 1]).
     """
     m = np.asarray(pe, dtype=np.float32)
     n, d = m.shape
@@ -49,6 +53,12 @@ def rope_rotations(angles: np.ndarray, pairs: Sequence[int], *, title: str = "",
     Args:
         angles: float ``(positions, pairs_total)`` in radians (from ``models.teaching.rope_angles``).
         pairs: which pair indices to draw (one small panel each).
+
+    Returns:
+        plotly Figure with one panel per pair.
+
+    Raises:
+        IndexError: a pair index beyond ``angles``' second axis.
     """
     a = np.asarray(angles, dtype=np.float64)
     n = a.shape[0]
@@ -75,7 +85,14 @@ def rope_rotations(angles: np.ndarray, pairs: Sequence[int], *, title: str = "",
 def distance_grid(grid: np.ndarray, *, title: str = "", query_title: str = "query position m",
                   key_title: str = "key position n", value_title: str = "q·k") -> go.Figure:
     """``G[m, n] = (R_m q)·(R_n k)`` over positions: constant along each diagonal when the dot
-    product depends only on n − m (Su et al. 2021, eq. 16)."""
+    product depends only on n − m (Su et al. 2021, eq. 16).
+
+    Args:
+        grid: float ``(positions, positions)`` (``models.teaching.rope_dot_grid``).
+
+    Returns:
+        plotly Figure, rows m, columns n, colours symmetric around 0.
+    """
     g = np.asarray(grid, dtype=np.float32)
     zr = float(max(np.abs(g).max(initial=0.0), 1e-6))
     fig = go.Figure(go.Heatmap(z=g, colorscale=DIVERGING, zmid=0, zmin=-zr, zmax=zr,
@@ -93,7 +110,11 @@ def alibi_figure(slopes: np.ndarray, bias: np.ndarray, labels: Sequence[str], he
     chosen head's bias matrix ``-m·(i − j)`` (blocked cells NaN, drawn empty).
 
     Args:
-        slopes: float ``(heads,)``. bias: float ``(n, n)``. labels: n token labels. head: chosen head.
+        slopes: float ``(heads,)`` (``models.teaching.alibi_slopes``). bias: float ``(n, n)``
+            (``models.teaching.alibi_bias``). labels: n token labels. head: chosen head (0-based).
+
+    Returns:
+        plotly Figure with two panels.
     """
     s = np.asarray(slopes, dtype=np.float64)
     b = np.asarray(bias, dtype=np.float64)
@@ -120,7 +141,11 @@ def word_order_figure(words: Sequence[str], a: np.ndarray, b: np.ndarray, diff: 
     in A's word order), and their difference (diverging colours, centred on 0). Each cell is annotated.
 
     Args:
-        words: W labels (A's order). a, b, diff: float ``(W, W)``.
+        words: W labels (A's order). a, b, diff: float ``(W, W)`` (``models.teaching.WordOrder``
+            ``attn_a``/``attn_b``/``diff`` of one layer and head).
+
+    Returns:
+        plotly Figure with three panels.
     """
     w = list(words)
     fig = make_subplots(rows=1, cols=3, subplot_titles=list(titles), horizontal_spacing=0.08)

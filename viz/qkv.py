@@ -80,6 +80,9 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
 
     Returns:
         plotly Figure (x: key positions with the labels as tick text, y: weight in [0, 1]).
+
+    Raises:
+        ValueError: a label count that does not match ``weights``.
     """
     w = np.asarray(weights, dtype=np.float64)
     k = len(w)
@@ -115,6 +118,9 @@ def weighted_values(values: np.ndarray, weights: np.ndarray, output: np.ndarray,
 
     Returns:
         plotly Figure (rows: the k scaled value vectors, then the sum).
+
+    Raises:
+        ValueError: rows that do not match the labels (see :func:`vector_strips`).
     """
     v = np.asarray(values, dtype=np.float64)
     a = np.asarray(weights, dtype=np.float64)
@@ -134,6 +140,12 @@ def rope_before_after(before: np.ndarray, after: np.ndarray, labels: Sequence[st
 
     Args:
         before, after: float ``(r, d)``. labels: one per vector.
+
+    Returns:
+        plotly Figure with ``2 r`` rows.
+
+    Raises:
+        ValueError: label count not ``r`` (see :func:`vector_strips`).
     """
     b = np.asarray(before, dtype=np.float64)
     a = np.asarray(after, dtype=np.float64)

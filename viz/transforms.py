@@ -40,7 +40,15 @@ def renormalise_rows(weights: np.ndarray) -> np.ndarray:
 
 
 def keep_mask(n: int, *, drop: Sequence[int] = (), drop_flags: Sequence[bool] | None = None) -> np.ndarray:
-    """Boolean ``(n,)`` mask that is False at the indices in ``drop`` and where ``drop_flags`` is True."""
+    """Boolean ``(n,)`` mask that is False at the indices in ``drop`` and where ``drop_flags`` is True.
+
+    Args:
+        n: tokens. drop: indices to drop (negative indices count from the end).
+        drop_flags: bool ``(n,)``, True for tokens to drop.
+
+    Raises:
+        ValueError: ``drop_flags`` not of shape ``(n,)``. IndexError: an index in ``drop`` outside [-n, n).
+    """
     keep = np.ones(n, dtype=bool)
     if drop_flags is not None:
         flags = np.asarray(drop_flags, dtype=bool)
@@ -159,7 +167,11 @@ def merge_words(weights: np.ndarray, query_units: Sequence[Sequence[int]],
 
 
 def average_heads(weights: np.ndarray) -> np.ndarray:
-    """Mean over heads: ``(layers, heads, q, k)`` -> float32 ``(layers, 1, q, k)`` (rows still sum to 1)."""
+    """Mean over heads: ``(layers, heads, q, k)`` -> float32 ``(layers, 1, q, k)`` (rows still sum to 1).
+
+    Raises:
+        ValueError: ``weights`` not 4-D.
+    """
     w = np.asarray(weights, dtype=np.float32)
     if w.ndim != 4:
         raise ValueError(f"expected (layers, heads, query, key), got shape {w.shape}")
@@ -178,7 +190,8 @@ def rollout(weights: np.ndarray, residual: float = 0.5) -> np.ndarray:
     Args:
         weights: ``(layers, heads, n, n)`` self-attention (square: rollout needs the same tokens on
             both axes, so cross-attention cannot be rolled out).
-        residual: the identity's share ``r`` in [0, 1).
+        residual: the identity's share ``r`` in [0, 1) (not checked; with ``r = 0`` a row with no allowed
+            key stays all zero).
 
     Returns:
         float32 ``(layers, 1, n, n)``: the rollout up to and including each layer; rows sum to 1.
@@ -219,6 +232,9 @@ def pool(weights: np.ndarray, size: int) -> np.ndarray:
 
     Returns:
         float32 ``(..., min(query, size), min(key, size))``.
+
+    Raises:
+        ValueError: ``size`` < 1.
     """
     if size < 1:
         raise ValueError("size must be >= 1")
@@ -259,7 +275,7 @@ def head_statistics(weights: np.ndarray, *, special: Sequence[bool], punctuation
 
     For each layer and head, averaged over the queries whose row is not all zero:
 
-    - ``entropy``: ``-sum_k w_qk ln w_qk`` (nats; Clark et al. §3.3);
+    - ``entropy``: ``-sum_k w_qk ln w_qk`` (nats; Shannon 1948, §6; Clark et al. §3.3);
     - ``distance``: ``sum_k w_qk |q - k|`` (tokens);
     - ``previous``: ``w_{q,q-1}`` over queries ``q >= 1`` (Clark et al. §3.1, "attend to the previous token");
     - ``first``: ``w_{q,0}``;
@@ -276,7 +292,12 @@ def head_statistics(weights: np.ndarray, *, special: Sequence[bool], punctuation
             (queries and keys are different sequences).
 
     Returns:
-        dict name -> float32 ``(layers, heads)`` (names as in :data:`STATISTICS`).
+        dict name -> float32 ``(layers, heads)`` (names as in :data:`STATISTICS`): entropy in nats,
+        distance in tokens, the others shares of weight in [0, 1]; NaN where a statistic has no query.
+        ``special``/``punctuation`` are 0 when no key carries the flag.
+
+    Raises:
+        ValueError: ``weights`` not 4-D.
     """
     w = np.asarray(weights, dtype=np.float32)
     if w.ndim != 4:
