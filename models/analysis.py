@@ -325,7 +325,7 @@ def _check_text(text, what: str) -> str:
             "[analyze(model, t) for t in texts], so each Analysis has its own tokens without padding."
         )
     if not isinstance(text, str):
-        raise TypeError(f"{what} must be a string, got {type(text).__name__}")
+        raise InvalidArgumentError(f"The {what} must be a string, got {type(text).__name__}.")
     if not text.strip():
         raise EmptyTextError(f"The {what} is empty: type a sentence to analyse.")
     return text

@@ -18,6 +18,7 @@ import numpy as np
 
 from .analysis import Analysis, analyze
 from .loading import LoadedModel
+from .errors import InvalidArgumentError
 from .masks import MaskMode, parse_mask
 
 _EPS = 1e-12
@@ -44,12 +45,12 @@ def next_token_kl(reference_logits: np.ndarray, logits: np.ndarray) -> np.ndarra
         float64 ``(positions,)`` in nats, ≥ 0 (tiny negative rounding clipped to 0); finite for finite logits.
 
     Raises:
-        ValueError: the two arrays differ in shape or are not 2-D (a plain ``ValueError``).
+        InvalidArgumentError: the two arrays differ in shape or are not 2-D.
     """
     ref = np.asarray(reference_logits)
     other = np.asarray(logits)
     if ref.shape != other.shape or ref.ndim != 2:
-        raise ValueError(f"Logits must both be (positions, vocab) of the same shape, got {ref.shape} and {other.shape}.")
+        raise InvalidArgumentError(f"Logits must both be (positions, vocab) of the same shape, got {ref.shape} and {other.shape}.")
     log_p = _log_softmax(ref)
     log_q = _log_softmax(other)
     kl = (np.exp(log_p) * (log_p - log_q)).sum(axis=-1)
@@ -70,12 +71,12 @@ def cosine_drift(reference_hidden: np.ndarray, hidden: np.ndarray) -> np.ndarray
         vector against a non-zero one as drift 1 (never NaN).
 
     Raises:
-        ValueError: the two arrays differ in shape or are not 3-D (a plain ``ValueError``).
+        InvalidArgumentError: the two arrays differ in shape or are not 3-D.
     """
     a = np.asarray(reference_hidden, dtype=np.float64)
     b = np.asarray(hidden, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 3:
-        raise ValueError(f"Hidden states must both be (layers+1, tokens, hidden) of the same shape, got {a.shape} and {b.shape}.")
+        raise InvalidArgumentError(f"Hidden states must both be (layers+1, tokens, hidden) of the same shape, got {a.shape} and {b.shape}.")
     na = np.linalg.norm(a, axis=-1)
     nb = np.linalg.norm(b, axis=-1)
     dot = (a * b).sum(axis=-1)
@@ -267,10 +268,10 @@ def kv_groups(heads: int, kv_heads: int) -> list[tuple[int, ...]]:
         ``kv_heads`` tuples of query-head indices, e.g. ``kv_groups(9, 3) == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]``.
 
     Raises:
-        ValueError: ``kv_heads`` does not divide ``heads`` or either is < 1 (a plain ``ValueError``).
+        InvalidArgumentError: ``kv_heads`` does not divide ``heads`` or either is < 1.
     """
     if heads < 1 or kv_heads < 1 or heads % kv_heads:
-        raise ValueError(f"{heads} query heads cannot be split evenly over {kv_heads} key/value heads.")
+        raise InvalidArgumentError(f"{heads} query heads cannot be split evenly over {kv_heads} key/value heads.")
     per = heads // kv_heads
     return [tuple(range(g * per, (g + 1) * per)) for g in range(kv_heads)]
 
@@ -315,13 +316,13 @@ def gqa_layout(loaded: LoadedModel) -> GQALayout:
     config names no hidden size); ``layers`` is 0 when the config names none.
 
     Raises:
-        ValueError: the config names no attention heads, or ``num_key_value_heads`` does not divide
-            them (plain ``ValueError``s).
+        InvalidArgumentError: the config names no attention heads, or ``num_key_value_heads`` does not divide
+            them.
     """
     cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
     heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", None) or getattr(cfg, "num_heads", None)
     if not heads:
-        raise ValueError(f"Model '{loaded.name}' has no num_attention_heads in its config.")
+        raise InvalidArgumentError(f"Model '{loaded.name}' has no num_attention_heads in its config.")
     kv = getattr(cfg, "num_key_value_heads", None) or heads
     layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", None) or getattr(cfg, "num_layers", None)
     hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or getattr(cfg, "d_model", None)

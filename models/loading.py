@@ -17,6 +17,7 @@ from .catalog import CATALOG, ModelSpec, get_spec
 from .errors import (
     DikkatError,
     HubUnreachableError,
+    InvalidArgumentError,
     ModelOutOfMemoryError,
     NoAttentionWeightsError,
     NoUsableModelError,
@@ -129,7 +130,7 @@ def _pick_device(device: str) -> torch.device:
         try:
             return torch.device(device)
         except (RuntimeError, TypeError) as exc:
-            raise UnsupportedOperationError(
+            raise InvalidArgumentError(
                 f"Unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps."
             ) from exc
     if torch.cuda.is_available():
@@ -143,7 +144,12 @@ def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype != "auto":
-        return getattr(torch, dtype)
+        found = getattr(torch, str(dtype), None)
+        if not isinstance(found, torch.dtype):
+            raise InvalidArgumentError(
+                f"Unknown dtype {dtype!r}: use auto, float32, float16, bfloat16 or a torch.dtype."
+            )
+        return found
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps":
@@ -385,8 +391,7 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> 
         NoUsableModelError: folder without config/safetensors, corrupt files, unsupported architecture.
         NoAttentionWeightsError: the architecture exposes no attention weights.
         ModelOutOfMemoryError: out of memory while loading.
-        UnsupportedOperationError: a ``device`` string torch does not understand.
-        AttributeError: a ``dtype`` name that is not a torch attribute (not wrapped in a DikkatError).
+        InvalidArgumentError: a ``device`` string torch does not understand, or an unknown ``dtype`` name.
     """
     import time
 

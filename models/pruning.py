@@ -46,7 +46,7 @@ import torch
 
 from . import capture
 from .analysis import default_max_tokens, validate_heads
-from .errors import EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError
+from .errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from .loading import LoadedModel
 
 HeadId = tuple[str, int, int]
@@ -580,12 +580,12 @@ def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
         float in [-1, 1], or NaN.
 
     Raises:
-        ValueError: arrays of different sizes (a plain ``ValueError``).
+        InvalidArgumentError: arrays of different sizes.
     """
     a = np.asarray(a, dtype=np.float64).reshape(-1)
     b = np.asarray(b, dtype=np.float64).reshape(-1)
     if a.shape != b.shape:
-        raise ValueError(f"Score arrays differ in size: {a.size} vs {b.size}")
+        raise InvalidArgumentError(f"Score arrays differ in size: {a.size} vs {b.size}")
     ra, rb = _ranks(a), _ranks(b)
     ra -= ra.mean()
     rb -= rb.mean()
@@ -665,7 +665,7 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
         :class:`PruningCurve` (metric in nats for the loss kinds, ``1 - cos`` for ``embedding_distance``).
 
     Raises:
-        ValueError: importance of the wrong size or a share outside [0, 1] (plain ``ValueError``s).
+        InvalidArgumentError: importance of the wrong size or a share outside [0, 1].
         EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError (as :func:`prepare`).
     """
     import time
@@ -676,10 +676,10 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
     n = len(heads)
     flat = importance.flat() if isinstance(importance, HeadScores) else np.asarray(importance, dtype=np.float64).reshape(-1)
     if flat.size != n:
-        raise ValueError(f"importance has {flat.size} values; model '{loaded.name}' has {n} heads.")
+        raise InvalidArgumentError(f"importance has {flat.size} values; model '{loaded.name}' has {n} heads.")
     shares_arr = np.asarray(shares, dtype=np.float64)
     if ((shares_arr < 0) | (shares_arr > 1)).any():
-        raise ValueError("shares must lie in [0, 1].")
+        raise InvalidArgumentError("shares must lie in [0, 1].")
     n_pruned = np.rint(shares_arr * n).astype(int)
     rng = np.random.default_rng(seed)
     orders = [np.argsort(flat, kind="stable")] + [rng.permutation(n) for _ in range(random_orders)]

@@ -39,7 +39,9 @@ import torch
 
 from . import capture
 from .analysis import Analysis, Word, analyze, default_max_tokens
-from .errors import DikkatError, InvalidHeadError, ModelOutOfMemoryError, UnsupportedOperationError
+from .errors import (
+    DikkatError, InvalidArgumentError, InvalidHeadError, ModelOutOfMemoryError, UnsupportedOperationError,
+)
 from .loading import LoadedModel
 
 # --------------------------------------------------------------------------------------------------
@@ -427,10 +429,10 @@ def softmax_row(scores: np.ndarray, allowed: np.ndarray | None = None, *, temper
         float64 ``(k,)`` summing to 1 (all zeros when no key is allowed).
 
     Raises:
-        ValueError: temperature ≤ 0.
+        InvalidArgumentError: temperature ≤ 0.
     """
     if temperature <= 0:
-        raise ValueError("temperature must be > 0")
+        raise InvalidArgumentError("temperature must be > 0")
     s = np.asarray(scores, dtype=np.float64) / temperature
     ok = np.ones(s.shape, dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
     if not ok.any():
@@ -472,10 +474,10 @@ def sinusoidal_encoding(n: int, d: int, base: float = 10000.0) -> np.ndarray:
         float32 ``(n, d)`` in [-1, 1].
 
     Raises:
-        ValueError: n < 1 or d < 2 (a plain ``ValueError``).
+        InvalidArgumentError: n < 1 or d < 2.
     """
     if n < 1 or d < 2:
-        raise ValueError("need n >= 1 positions and d >= 2 dimensions")
+        raise InvalidArgumentError("need n >= 1 positions and d >= 2 dimensions")
     pos = np.arange(n, dtype=np.float64)[:, None]
     i = np.arange(0, d, 2, dtype=np.float64)[None, :]
     angle = pos / base ** (i / d)
@@ -602,10 +604,10 @@ def rope_shift_check(loaded: LoadedModel | None, m: int = 2, n: int = 5, t: int 
         :class:`RopeShiftCheck`.
 
     Raises:
-        ValueError: negative positions.
+        InvalidArgumentError: negative positions.
     """
     if min(m, n, m + t, n + t) < 0:
-        raise ValueError("positions must be >= 0")
+        raise InvalidArgumentError("positions must be >= 0")
     cos, sin = _rope_tables_for(loaded, [m, n, m + t, n + t], head_dim, theta)
     q, k = _fixed_vectors(cos.shape[-1], seed)
     rq = apply_rope(q[None], cos, sin)
@@ -671,10 +673,10 @@ def alibi_slopes(heads: int) -> np.ndarray:
         float64 ``(heads,)``, each in (0, 1).
 
     Raises:
-        ValueError: heads < 1 (a plain ``ValueError``).
+        InvalidArgumentError: heads < 1.
     """
     if heads < 1:
-        raise ValueError("heads must be >= 1")
+        raise InvalidArgumentError("heads must be >= 1")
 
     def power_of_2(n: int) -> list[float]:
         return [2.0 ** (-8.0 * i / n) for i in range(1, n + 1)]

@@ -424,3 +424,20 @@ def test_every_engine_error_is_exported():
 
     names = [n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, errors.DikkatError)]
     assert len(names) >= 15 and all(getattr(models, n) is getattr(errors, n) for n in names)
+
+
+def test_bad_device_dtype_and_text_type_are_invalid_argument_errors(tiny, tiny_folder):
+    """All engine errors derive from DikkatError (one except in a notebook or page catches them all)."""
+    folder = str(tiny_folder("gpt2"))
+    with pytest.raises(models.InvalidArgumentError, match="Unknown device 'tpu'"):
+        models.load(folder, device="tpu")
+    with pytest.raises(models.InvalidArgumentError, match="Unknown dtype 'float99'"):
+        models.load(folder, device="cpu", dtype="float99")
+    with pytest.raises(models.InvalidArgumentError, match="must be a string, got int"):
+        models.analyze(tiny("gpt2"), 5)
+    from models import compare, teaching
+
+    with pytest.raises(models.InvalidArgumentError):
+        compare.next_token_kl(np.zeros((2, 3)), np.zeros((2, 4)))
+    with pytest.raises(ValueError):  # still a ValueError for callers that catch that
+        teaching.alibi_slopes(0)
