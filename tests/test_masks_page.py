@@ -254,3 +254,20 @@ def test_turkish_masks_page_has_no_english_hover_words_and_turkish_byte_sizes(mi
     table = at.dataframe[0].value
     row = table[table.iloc[:, 0] == "bfloat16 / float16"].iloc[0]
     assert row.iloc[1] == "22,5 KiB" and row.iloc[2] == "67,5 KiB"
+
+
+def test_turkish_whisper_section_writes_its_note_and_frame_times_in_turkish(whisper):
+    """The Turkish interface showed the engine's English note ("Whisper always encodes 30 s ... (1.72 s)")
+    and frame labels with a decimal point ("0.20s") on the encoder's axes."""
+    at = _app("minilm-l6", section="encdec", lang="tr", masks_encdec_choice="whisper-base",
+              masks_clip="the_cat_chased_the_mouse_en.wav")
+    _clean(at)
+    captions = " ".join(c.value for c in at.caption)
+    assert "Whisper always encodes" not in captions
+    assert "Whisper her zaman 30 sn kodlar" in captions and "(1,72 sn)" in captions, captions
+    ticks = [x for x in shown(_figures(at)["masks_ed_att_encoder"]["layout"]["yaxis"]["ticktext"]) if x]
+    assert "0,20s" in ticks and not any("." in x for x in ticks), ticks
+    at = _app("minilm-l6", section="encdec", masks_encdec_choice="whisper-base",
+              masks_clip="the_cat_chased_the_mouse_en.wav")
+    captions = " ".join(c.value for c in at.caption)
+    assert "Whisper always encodes 30 s; the encoder is cropped to the first 86 of 1,500 frames (1.72 s)" in captions

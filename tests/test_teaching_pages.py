@@ -205,3 +205,20 @@ def test_switching_model_keeps_selectors_valid(minilm, smollm2):
     assert len(at.selectbox(key="qkv_layer").options) == 6
     assert at.selectbox(key="qkv_layer").value == 0
     assert at.success
+
+
+def test_kvcache_calculator_keeps_edited_values_when_the_language_changes(smollm2):
+    """A teacher edits the calculator (48 layers, 2 bytes) on the loaded model's configuration and switches
+    the interface language: the edits stay. (The loaded model's option used its translated label as its
+    value; after the switch it was no longer an option, and the calculator was refilled from the model.)"""
+    at = open_page("views/kvcache.py", "smollm2-135m", "en")
+    at.number_input(key="kv_layers").set_value(48).run()
+    at.selectbox(key="kv_bytes").set_value(2).run()
+    at.radio(key="lang").set_value("tr").run()
+    assert_clean(at)
+    assert at.number_input(key="kv_layers").value == 48
+    assert at.selectbox(key="kv_bytes").value == 2
+    assert at.selectbox(key="kv_preset").value == "loaded:smollm2-135m"
+    # another model still starts from its own configuration
+    at.selectbox(key="model_key").set_value("minilm-l6").run()
+    assert at.number_input(key="kv_layers").value == 6

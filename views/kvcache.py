@@ -35,7 +35,10 @@ st.header(t("kv_s1"))
 st.markdown(t("kv_s1_text"))
 st.latex(t("kv_formula"))
 own = teaching.kv_config_from_model(loaded)
-presets = {t("kv_loaded", model=sel.model): own, **teaching.KV_PRESETS}
+# The loaded model's option is named by the model, not by its translated label: a label as the value would
+# not be among the options after a language switch, and the calculator would be refilled (losing edits).
+own_key = f"loaded:{sel.model}"
+presets = {own_key: own, **teaching.KV_PRESETS}
 names = list(presets)
 
 
@@ -46,7 +49,9 @@ def _on_preset() -> None:
 if st.session_state.get("kv_preset") not in presets:
     st.session_state["kv_preset"] = names[0]
     _fill(own)
-st.selectbox(t("kv_preset"), names, key="kv_preset", on_change=_on_preset)
+own_label = t("kv_loaded", model=sel.model)  # bound now, not at format time
+st.selectbox(t("kv_preset"), names, key="kv_preset", on_change=_on_preset,
+             format_func=lambda k: own_label if k == own_key else k)
 if loaded.family != "decoder" and st.session_state["kv_preset"] == names[0]:
     st.caption(t("kv_encoder_note", model=sel.model, family=t(f"teach_family_{loaded.family}")))
 c = st.columns(6)

@@ -426,6 +426,25 @@ def _thin(labels: list[str], every: int) -> list[str]:
     return [lab if (i % every == 0 or lab.startswith("<|")) else "" for i, lab in enumerate(labels)]
 
 
+def _audio_note(r) -> str:
+    """How the encoder was cropped (the engine's ``r.note``), in the interface language."""
+    from models import audio
+
+    a, lang = r.analysis, shared.lang()
+    total = r.frames + r.padding_frames
+    seconds = nb.num(r.frames * r.frame_seconds, 2, lang)
+    if not r.padding_frames:
+        note = t("masks_audio_note_full", total=nb.integer(total, lang))
+    else:
+        kept = any(tok.special and tok.label == audio.PADDING_PIECE for tok in a.tokens)
+        note = t("masks_audio_note_column" if kept else "masks_audio_note_renormalised", n=nb.integer(r.frames, lang),
+                 total=nb.integer(total, lang), seconds=seconds, pad=nb.integer(r.padding_frames, lang),
+                 column=audio.PADDING_PIECE)
+    if a.truncated:
+        note += " " + t("masks_audio_note_cut", seconds=nb.num(a.truncated * r.frame_seconds, 2, lang))
+    return note
+
+
 def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     """Whisper: a shipped clip or one recorded in the browser; encoder self-attention over audio frames,
     causal decoder self-attention, cross-attention from the transcript's tokens to the frames."""
@@ -461,14 +480,15 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
         return
     a = r.analysis
     st.markdown(f"**{t('masks_transcript')}:** {r.transcript}")
-    st.caption(r.note)
+    st.caption(_audio_note(r))
     hide = st.toggle(t("masks_hide_special"), value=True, key="masks_encdec_hide")
     layers, heads = loaded.stacks["cross"]
     layer, head = _layer_head("masks_ed", layers, heads, allow_mean=True)
 
     frame_special = np.array([tok.special for tok in a.tokens])
     tgt_special = np.array([tok.special for tok in a.target_tokens])
-    frame_labels = _thin(_labels(a.tokens), 10)
+    # frame labels are the engine's "0.20s": written with the interface language's decimal mark
+    frame_labels = _thin([tok.label if tok.special else nb.localise(tok.label, shared.lang()) for tok in a.tokens], 10)
     tgt_labels = _labels(a.target_tokens)
     n_f, n_t = len(frame_labels), len(tgt_labels)
     panels = (

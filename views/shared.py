@@ -271,21 +271,35 @@ def _model_chosen() -> None:
     st.session_state["_model_chosen_by_user"] = True
 
 
+def _settable(value) -> bool:
+    """Whether a widget value may be written back through Session State: the values of option widgets
+    (radio, selectbox, multiselect, segmented control, pills), sliders and number or text inputs.
+
+    Buttons and download buttons (a bool), an empty upload or recording (None), an uploaded file, the data
+    editor and selectable charts and tables (dict-like states) refuse a value set through Session State:
+    the assignment itself succeeds in a callback, but drawing the widget then raises
+    ``StreamlitValueAssignmentNotAllowedError``. Checkboxes and toggles (a bool, not a label) need no
+    write-back."""
+    if isinstance(value, (list, tuple)):
+        return all(_settable(v) for v in value)
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
 def _language_changed() -> None:
     """Switching the interface language also switches the default model, unless the user picked one.
 
-    It also writes every widget's value back into Session State. Streamlit (1.67) keeps the value of a
+    It also writes the widgets' values back into Session State. Streamlit (1.67) keeps the value of a
     radio, selectbox or multiselect in the browser as the option's *label*; with translated labels the old
     label no longer matches after the switch and the widget would fall back to its default (the masks
     page's section, the chosen masks ...). A value set from a callback wins over the browser's label.
+    Only values Streamlit lets a script set are written back (:func:`_settable`).
     """
     for key in list(st.session_state):
         if key == "lang" or str(key).startswith("_"):
             continue
-        try:
-            st.session_state[key] = st.session_state[key]
-        except Exception:  # buttons, uploaders, audio input: values that cannot be assigned
-            pass
+        value = st.session_state[key]
+        if _settable(value):
+            st.session_state[key] = value
     if not st.session_state.get("_model_chosen_by_user") and not st.query_params.get("model_key"):
         st.session_state["model_key"] = models.default_model_for_language(st.session_state.get("lang", "en"))
 
