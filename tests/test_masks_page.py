@@ -271,3 +271,12 @@ def test_turkish_whisper_section_writes_its_note_and_frame_times_in_turkish(whis
               masks_clip="the_cat_chased_the_mouse_en.wav")
     captions = " ".join(c.value for c in at.caption)
     assert "Whisper always encodes 30 s; the encoder is cropped to the first 86 of 1,500 frames (1.72 s)" in captions
+
+
+def test_turkish_alignment_threshold_uses_a_decimal_comma(tiny_folder):
+    """The word-alignment threshold slider showed 0.10 in the Turkish interface."""
+    at = _app("minilm-l6", section="encdec", lang="tr", masks_encdec_model=str(tiny_folder("marian")),
+              masks_encdec_on=True, masks_src="kedi fareyi kovaladı", masks_tgt="the cat chased a mouse")
+    _clean(at)
+    slider = at.select_slider(key="masks_align_threshold")
+    assert slider.value == 0.1 and "0,10" in slider.options and "0,05" in slider.options

@@ -93,7 +93,7 @@ def test_qkv_page_controls(smollm2):
     info = " ".join(i.value for i in at.info)
     assert "Query head 8 reads key/value head 2" in info
     entropy_before = at.metric[1].value
-    at.slider(key="qkv_temperature").set_value(0.2).run()
+    at.select_slider(key="qkv_temperature").set_value(0.2).run()
     assert_clean(at)
     entropy_sharp = at.metric[1].value
     assert float(entropy_sharp.split()[0]) < float(entropy_before.split()[0])
@@ -222,3 +222,15 @@ def test_kvcache_calculator_keeps_edited_values_when_the_language_changes(smollm
     # another model still starts from its own configuration
     at.selectbox(key="model_key").set_value("minilm-l6").run()
     assert at.number_input(key="kv_layers").value == 6
+
+
+def test_turkish_temperature_slider_uses_a_decimal_comma(smollm2):
+    """The temperature slider showed 1.00, 0.10 and 5.00 in the Turkish interface (st.slider formats with
+    sprintf, always with a point); its labels are now written the interface language's way."""
+    at = open_page("views/qkv.py", "smollm2-135m", "tr")
+    assert_clean(at)
+    slider = at.select_slider(key="qkv_temperature")
+    assert slider.value == 1.0
+    assert list(slider.options)[:2] == ["0,1", "0,2"] and "1,5" in slider.options
+    at = open_page("views/qkv.py", "smollm2-135m", "en")
+    assert "1.5" in at.select_slider(key="qkv_temperature").options

@@ -389,7 +389,9 @@ def section_encdec(sel: shared.Selection) -> None:
     rows = compare.produced_word_rows(a)
     words = va.word_attention(cross, [r for _, r in rows], [w.tokens for w in a.words])
     t_labels, s_labels = [w for w, _ in rows], [w.text for w in a.words]
-    threshold = st.slider(t("masks_alignment_threshold"), 0.0, 1.0, 0.1, 0.05, key="masks_align_threshold")
+    lang = shared.lang()  # a select slider: its labels use the interface language's decimal mark (0,10)
+    threshold = st.select_slider(t("masks_alignment_threshold"), [round(0.05 * i, 2) for i in range(21)], value=0.1,
+                                 key="masks_align_threshold", format_func=lambda v: nb.num(v, 2, lang))
     c1, c2 = st.columns([3, 2])
     with c1:
         _chart(va.alignment_figure(words, t_labels, s_labels, threshold=threshold, source_title=t("masks_source"),

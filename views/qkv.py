@@ -140,7 +140,9 @@ st.header(t("qkv_s3"))
 st.markdown(t("qkv_s3_text"))
 s1, s2 = st.columns(2)
 no_scale = s1.toggle(t("qkv_noscale"), key="qkv_noscale")
-temperature = s2.slider(t("qkv_temperature"), 0.1, 5.0, 1.0, 0.1, key="qkv_temperature")
+# a select slider, not st.slider: its labels can use the interface language's decimal mark (Turkish 1,5)
+temperature = s2.select_slider(t("qkv_temperature"), [round(0.1 * i, 1) for i in range(1, 51)], value=1.0,
+                               key="qkv_temperature", format_func=lambda v: nb.num(v, 1, L))
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
 adjusted = teaching.softmax_row(row, allowed, temperature=temperature)
 shared.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
