@@ -93,9 +93,11 @@ def test_qkv_page_controls(smollm2):
     info = " ".join(i.value for i in at.info)
     assert "Query head 8 reads key/value head 2" in info
     entropy_before = at.metric[1].value
+    assert at.metric[3].delta == ""  # temperature 1, scaled: the model's own row, no "+0.000" change shown
     at.select_slider(key="qkv_temperature").set_value(0.2).run()
     assert_clean(at)
     entropy_sharp = at.metric[1].value
+    assert float(at.metric[3].delta) > 0  # a sharper softmax raises the top weight
     assert float(entropy_sharp.split()[0]) < float(entropy_before.split()[0])
     at.toggle(key="qkv_noscale").set_value(True).run()
     assert_clean(at)

@@ -158,7 +158,9 @@ m2.metric(t("qkv_entropy_adjusted"), f"{nb.num(h_adj, 3, L)} {nats}", f"{nb.num(
           delta_color="off", delta_arrow="off")
 m3.metric(t("qkv_entropy_max"), f"{nb.num(math.log(max(n_allowed, 1)), 3, L)} {nats}",
           f"{nb.num(math.log2(max(n_allowed, 1)), 3, L)} {bits}", delta_color="off", delta_arrow="off")
-m4.metric(t("qkv_top_weight"), nb.num(adjusted.max(), 3, L), nb.num(adjusted.max() - weights.max(), 3, L, sign=True))
+top_change = float(adjusted.max() - weights.max())
+m4.metric(t("qkv_top_weight"), nb.num(adjusted.max(), 3, L),
+          nb.num(top_change, 3, L, sign=True) if abs(top_change) >= 5e-4 else None)  # no "+0,000" arrow
 st.caption(t("qkv_entropy_note", n=n_allowed))
 
 # ---- 4. weighted sum of values ------------------------------------------------------------------------
