@@ -102,3 +102,16 @@ def test_produced_tokens_end_label(tiny):
     produced = compare.produced_tokens(a, end_label="</s>")
     assert [p for p, _ in produced] == [tok.label for tok in a.target_tokens[1:]] + ["</s>"]
     assert produced[-1][1] is True
+
+
+def test_renormalised_note_gets_its_own_title_line_and_room():
+    """Three narrow figures side by side cut a long title; the note goes on a second line, and the top
+    margin grows by one title line for it."""
+    from viz.masks import attention_figure
+
+    w = np.full((3, 3), 1 / 3)
+    plain = attention_figure(w, list("abc"), list("abc"), title="attention, layer 2, mean of heads")
+    noted = attention_figure(w, list("abc"), list("abc"), title="attention, layer 2, mean of heads",
+                             renormalised=True, renormalised_label="renormalised")
+    assert noted.layout.title.text == "attention, layer 2, mean of heads<br>renormalised"
+    assert noted.layout.margin.t == plain.layout.margin.t + 22

@@ -42,7 +42,7 @@ def _gap(shape) -> int:
 def _top_margin(key_labels: Sequence[str], title: str) -> int:
     """Top margin (px) that holds the key labels drawn at -60 degrees above the grid, plus the title."""
     longest = max((len(str(lab)) for lab in key_labels), default=1)
-    return int(min(110, 14 + 6.5 * min(longest, 14))) + (22 if title else 0)
+    return int(min(110, 14 + 6.5 * min(longest, 14))) + (22 * (title.count("<br>") + 1) if title else 0)
 
 
 def _title(text: str) -> dict:
@@ -138,7 +138,8 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
                                  line=dict(width=1, color="#bbbbbb")), hoverinfo="skip", showlegend=False))
     _hatch_rows(fig, list(np.flatnonzero(empty)), w.shape[1], empty_label)
     width, height = _size(*w.shape)
-    full_title = title + (f" · {renormalised_label}" if renormalised and renormalised_label not in title else "")
+    # on a line of its own: narrow figures (three side by side) would cut a long title off
+    full_title = title + (f"<br>{renormalised_label}" if renormalised and renormalised_label not in title else "")
     top = _top_margin(key_labels, full_title)
     fig.update_layout(title=_title(full_title), width=width + 60, height=height + top - 40,
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
