@@ -355,3 +355,24 @@ def test_generation_errors(minilm, tiny):
         teaching.compare_generation(minilm, "Kedi")
     with pytest.raises(models.EmptyTextError):
         teaching.compare_generation(tiny("llama"), "  ")
+
+
+def test_kv_cache_with_sliding_window_by_hand(tiny):
+    """A sliding-window layer caches at most w tokens (Mistral's rolling buffer): Mistral 7B at 128K keeps
+    4096 tokens on every layer; on tiny Gemma 3 (layer 0 sliding with w=2, layer 1 full) only layer 1
+    grows; a smollm2-like model without a window is unchanged."""
+    mistral = teaching.KV_PRESETS["Mistral 7B"]
+    per_token = 2 * 32 * 8 * 128 * 2
+    assert teaching.kv_cache_bytes(mistral, 131_072) == per_token * 131_072
+    assert teaching.kv_cache_bytes(mistral, 131_072, window=True) == per_token * 4096
+    assert teaching.kv_cache_bytes(mistral, 1000, window=True) == per_token * 1000
+    gemma = teaching.kv_config_from_model(tiny("gemma3"))
+    assert (gemma.sliding_window, gemma.sliding_layers, gemma.layers) == (2, 1, 2)
+    per_layer = 2 * gemma.kv_heads * gemma.head_dim * 4
+    assert teaching.kv_cache_bytes(gemma, 10, window=True) == per_layer * (10 + 2)
+    mis = teaching.kv_config_from_model(tiny("mistral"))
+    assert (mis.sliding_window, mis.sliding_layers) == (3, None)
+    assert teaching.kv_cache_bytes(mis, 10, window=True) == 2 * mis.kv_heads * mis.head_dim * 4 * 2 * 3
+    llama = teaching.kv_config_from_model(tiny("llama"))
+    assert llama.sliding_window is None
+    assert teaching.kv_cache_bytes(llama, 10, window=True) == teaching.kv_cache_bytes(llama, 10)

@@ -137,8 +137,26 @@ def test_kvcache_page_calculator_llama3(minilm):
     assert values["Per token, without GQA"] == "512.0 KiB"
     assert values["131,072 tokens, with GQA"] == "16.0 GiB"
     assert values["131,072 tokens, without GQA"] == "64.0 GiB"
+    assert not at.info  # Llama 3 has no sliding window: no windowed line
     at.number_input(key="kv_heads_kv").set_value(5).run()  # does not divide 32
     assert at.error and "must divide" in at.error[0].value
+
+
+def test_kvcache_page_sliding_window_mistral_and_gemma(minilm):
+    """Mistral 7B keeps 4096 tokens per layer: 128K tokens need 512 MiB, not 16 GiB; Gemma 3's window is
+    filled from its config (5 of 6 layers slide over 512 tokens)."""
+    at = open_page("views/kvcache.py", "minilm-l6", "en")
+    at.selectbox(key="kv_preset").set_value("Mistral 7B").run()
+    assert_clean(at)
+    assert at.number_input(key="kv_window").value == 4096 and at.number_input(key="kv_window_layers").value == 32
+    line = at.info[0].value
+    assert "**512.0 MiB** instead of 16.0 GiB" in line and "4,096 tokens on 32 of 32 layers" in line
+    at.number_input(key="kv_window").set_value(0).run()
+    assert not at.info
+    at = open_page("views/kvcache.py", "gemma3-270m", "tr")
+    assert_clean(at)
+    assert (at.number_input(key="kv_window").value, at.number_input(key="kv_window_layers").value) == (512, 15)
+    assert "18 katmanın 15 tanesinde 512 parça" in at.info[0].value
 
 
 def test_kvcache_page_generation(smollm2):

@@ -14,11 +14,14 @@ from viz import numbers as nb
 t = shared.t
 L = shared.lang()
 GENERATION_MODEL = "smollm2-135m"
-FIELDS = ("kv_layers", "kv_heads_q", "kv_heads_kv", "kv_head_dim", "kv_bytes")
+FIELDS = ("kv_layers", "kv_heads_q", "kv_heads_kv", "kv_head_dim", "kv_bytes", "kv_window", "kv_window_layers")
 
 
 def _fill(cfg: teaching.KVConfig) -> None:
-    for key, value in zip(FIELDS, (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value)):
+    window = cfg.sliding_window or 0
+    window_layers = (cfg.layers if cfg.sliding_layers is None else cfg.sliding_layers) if window else 0
+    for key, value in zip(FIELDS, (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value, window,
+                                   window_layers)):
         st.session_state[key] = int(value)
 
 
@@ -62,10 +65,14 @@ head_dim = c[3].number_input(t("kv_head_dim"), 1, 4096, key="kv_head_dim")
 bytes_per = c[4].selectbox(t("kv_bytes"), [1, 2, 4], key="kv_bytes",
                            format_func=lambda b: {1: "1 (int8/fp8)", 2: "2 (bf16/fp16)", 4: "4 (fp32)"}[b])
 tokens = c[5].number_input(t("kv_tokens"), 1, 10_000_000, 131_072, step=1024, key="kv_tokens")
+w = st.columns(6)
+window = w[0].number_input(t("kv_window"), 0, 10_000_000, step=512, key="kv_window", help=t("kv_window_help"))
+window_layers = w[1].number_input(t("kv_window_layers"), 0, 1000, key="kv_window_layers")
 if kv_heads > heads or heads % kv_heads:
     st.error(t("kv_bad_heads", heads=heads, kv=kv_heads))
 else:
-    cfg = teaching.KVConfig("custom", int(layers), int(heads), int(kv_heads), int(head_dim), int(bytes_per))
+    cfg = teaching.KVConfig("custom", int(layers), int(heads), int(kv_heads), int(head_dim), int(bytes_per),
+                            sliding_window=int(window) or None, sliding_layers=min(int(window_layers), int(layers)))
     per_gqa = teaching.kv_cache_bytes(cfg, 1)
     per_mha = teaching.kv_cache_bytes(cfg, 1, gqa=False)
     m = st.columns(4)
@@ -81,6 +88,11 @@ else:
     else:
         worked += " " + t("kv_worked_mha", heads=heads)
     st.markdown(worked)
+    windowed = teaching.kv_cache_bytes(cfg, int(tokens), window=True)
+    if windowed < per_gqa * tokens:
+        st.info(t("kv_window_line", window=nb.integer(window, L), wl=cfg.sliding_layers, layers=layers,
+                  tokens=nb.integer(tokens, L), windowed=nb.human_bytes(windowed, L),
+                  full=nb.human_bytes(per_gqa * tokens, L)))
     contexts = [4_096, 32_768, 131_072]
     shared.plotly_chart(vc.kv_bars([f"{x // 1024}K" for x in contexts],
                                [teaching.kv_cache_bytes(cfg, x) / 2**30 for x in contexts],
