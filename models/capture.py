@@ -205,10 +205,7 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
                 a = state.allowed.get(site.stack)
                 if a is None or a.shape[1:] != weights.shape[2:]:
                     a = state.allowed[site.stack] = torch.ones((buf.shape[0], *weights.shape[2:]), dtype=torch.bool)
-                if attention_mask is None:  # eager adds no mask: every key allowed
-                    a[site.layer].fill_(True)
-                else:
-                    a[site.layer].copy_(allowed_of(attention_mask, *weights.shape[2:]))
+                a[site.layer].copy_(allowed_of(attention_mask, *weights.shape[2:]))
         elif state.record:
             state.weights[(site.stack, site.layer)] = weights
         gate = state.gates.get((site.stack, site.layer))
