@@ -12,6 +12,7 @@ from .audio import AudioAnalysis, analyze_audio
 from .analysis import Analysis, TopK, Token, Word, analyze, default_max_tokens
 from .catalog import CATALOG, DEFAULT_MODEL, ModelSpec, default_model_for_language, get_spec, list_models
 from .errors import (
+    AttentionTooLargeError,
     BatchNotSupportedError,
     DikkatError,
     EmptyTextError,
@@ -30,13 +31,14 @@ from .errors import (
 )
 from .loading import LoadedModel, clear_cache, load
 from .masks import MaskMode, parse_mask
+from .store import AttentionStack, MaskStack
 
 __all__ = [
     "AudioAnalysis", "analyze_audio",
     "Analysis", "TopK", "Token", "Word", "analyze", "default_max_tokens",
     "CATALOG", "DEFAULT_MODEL", "ModelSpec", "default_model_for_language", "get_spec", "list_models",
-    "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubUnreachableError", "InvalidArgumentError",
+    "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubUnreachableError", "InvalidArgumentError",
     "InvalidAudioError", "InvalidHeadError", "InvalidMaskError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
     "NoUsableModelError", "UnknownLanguageError", "UnknownModelError", "UnsupportedOperationError",
-    "LoadedModel", "clear_cache", "load", "MaskMode", "parse_mask",
+    "LoadedModel", "clear_cache", "load", "MaskMode", "parse_mask", "AttentionStack", "MaskStack",
 ]

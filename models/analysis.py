@@ -7,12 +7,12 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
 
-from . import capture
+from . import capture, statistics as hstats
 from .errors import (
     BatchNotSupportedError, EmptyTextError, InvalidArgumentError, InvalidHeadError, InvalidMaskError,
     ModelOutOfMemoryError,
@@ -20,6 +20,7 @@ from .errors import (
 )
 from .loading import LoadedModel
 from .masks import parse_mask
+from .store import MATERIALIZE_BYTES, AttentionStack, MaskStack, Replay
 
 
 def _combining_marks() -> str:
@@ -42,8 +43,15 @@ _MARKS = _combining_marks()
 # Words: runs of letters/digits and the combining marks on them (with inner apostrophes), or runs of other
 # non-space characters.
 WORD_PATTERN = re.compile(rf"[\w{_MARKS}]+(?:['’][\w{_MARKS}]+)*|[^\w\s{_MARKS}]+")
-# Attention weights kept in memory at most (float32 bytes, all stacks): longer texts are cut.
+# Fallback path only (its weights come back all at once from the model): float32 bytes of every weight at
+# most; longer texts are cut. The interface path reads up to the model's own maximum positions.
 WEIGHT_BUDGET_BYTES = 1 << 30
+# An analysis keeps every weight when all stacks together take at most this many float32 bytes; above it
+# the weights are computed on demand (models.store) and only statistics and overview maps are kept.
+KEEP_BYTES = 32 << 20
+# Logits of a long input are never held whole (vocabulary x positions float32): above this many bytes the
+# prediction head runs on blocks of positions.
+LOGITS_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -123,10 +131,17 @@ class Analysis:
         tokens: tokens of the encoder input (encoders, encoder-decoders) or the decoder input (decoders).
         target_tokens: decoder-side tokens of an encoder-decoder (None otherwise).
         words, target_words: :class:`Word` groups of ``tokens`` / ``target_tokens``.
-        attentions: ``stack -> float32 (layers, heads, query_len, key_len)``. Stacks: ``encoder``
-            (queries and keys: ``tokens``), ``decoder`` (decoders: ``tokens``; encoder-decoders:
-            ``target_tokens``), ``cross`` (queries ``target_tokens``, keys ``tokens``). Each row sums to 1
-            (0 for a query with no allowed key under a replaced mask).
+        attentions: ``stack -> AttentionStack``, read like float32 ``(layers, heads, query_len, key_len)``
+            (:class:`models.store.AttentionStack`): held whole for short inputs (``kept``), else each
+            layer or head is computed exactly when indexed (``a.attentions[stack][layer, head]``).
+            Stacks: ``encoder`` (queries and keys: ``tokens``), ``decoder`` (decoders: ``tokens``;
+            encoder-decoders: ``target_tokens``), ``cross`` (queries ``target_tokens``, keys ``tokens``).
+            Each row sums to 1 (0 for a query with no allowed key under a replaced mask).
+        statistics: ``stack -> name -> float32 (layers, heads)``: the per-head statistics of the raw
+            weights (:class:`models.statistics.HeadStatistics`; names as ``viz.transforms.STATISTICS``).
+        overview: ``stack -> float32 (layers, heads, min(q, 64), min(k, 64))``: every head's map pooled
+            (:class:`models.statistics.Overview`; equal to ``viz.transforms.pool(weights, 64)``).
+        kept: True when every weight is held in memory (inputs up to ``KEEP_BYTES`` of weights).
         truncated: how many tokens were dropped from the end (0 if none); ``max_tokens`` the limit used.
         next_token: decoders/encoder-decoders: top-k next-token predictions at each position.
         loss: mean next-token cross-entropy of the text in nats (decoders, encoder-decoders); else None.
@@ -137,7 +152,8 @@ class Analysis:
         logits: when asked for: float32 ``(positions, vocab)`` of the decoder / MLM head.
         heads_off: the heads that were switched off. mask: the mask mode used (str).
         kv_heads: key/value heads of a GQA model (None when each query head has its own).
-        masks: ``stack -> bool (layers, query_len, key_len)``, True where the layer's mask let the query
+        masks: ``stack -> MaskStack``, read like bool ``(layers, query_len, key_len)`` (each distinct mask
+            stored once), True where the layer's mask let the query
             attend the key, read from the mask each layer was actually called with (the native one, or the
             replacement; per layer, so Gemma 3's sliding layers differ from its full ones). Interface path
             only: empty on the fallback path, whose attention modules build their masks internally.
@@ -149,7 +165,7 @@ class Analysis:
     text: str
     tokens: list[Token]
     words: list[Word]
-    attentions: dict[str, np.ndarray]
+    attentions: dict[str, AttentionStack]
     text_pair: str | None = None
     target: str | None = None
     target_tokens: list[Token] | None = None
@@ -165,7 +181,10 @@ class Analysis:
     heads_off: frozenset = frozenset()
     mask: str = "native"
     kv_heads: int | None = None
-    masks: dict[str, np.ndarray] = field(default_factory=dict)
+    masks: dict[str, MaskStack] = field(default_factory=dict)
+    statistics: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    overview: dict[str, np.ndarray] = field(default_factory=dict)
+    kept: bool = True
 
     @property
     def perplexity(self) -> float | None:
@@ -406,12 +425,13 @@ def _heads_to_gates(loaded: LoadedModel, heads_off: Iterable) -> dict[tuple[str,
     return gates
 
 
-def _topk(logits: torch.Tensor, k: int, tokenizer) -> TopK:
+def _topk(logits: torch.Tensor, k: int, tokenizer, cache: dict[int, str] | None = None) -> TopK:
+    """Top-``k`` of ``softmax(logits)`` per row; ``cache`` maps ids already decoded to their text."""
     probs = torch.softmax(logits.float(), dim=-1)
     values, ids = probs.topk(min(k, probs.shape[-1]), dim=-1)
     ids_np = ids.cpu().numpy()
     # decode each distinct id once
-    cache: dict[int, str] = {}
+    cache = {} if cache is None else cache
     texts = []
     for row in ids_np:
         out = []
@@ -426,14 +446,18 @@ def _topk(logits: torch.Tensor, k: int, tokenizer) -> TopK:
 def default_max_tokens(loaded: LoadedModel) -> int:
     """Longest input analysed by default, in tokens (special tokens included).
 
-    The model's own limit (:attr:`LoadedModel.max_positions`), lowered so that all attention weights
-    (``layers x heads x n x n`` float32 = 4 bytes, summed over all stacks as if every stack had ``n``
-    queries and keys) stay within ``WEIGHT_BUDGET_BYTES`` (1 GiB):
-    ``n = floor(sqrt(WEIGHT_BUDGET_BYTES / (4 · Σ_stacks layers · heads)))``.
+    Interface path: the model's own limit (:attr:`LoadedModel.max_positions`): weights are computed block
+    by block and on demand, so memory does not grow with ``layers x heads x n²``. Fallback path (the model
+    returns every weight at once): that limit lowered so that all attention weights (``layers x heads x
+    n x n`` float32 = 4 bytes, summed over all stacks as if every stack had ``n`` queries and keys) stay
+    within ``WEIGHT_BUDGET_BYTES`` (1 GiB): ``n = floor(sqrt(WEIGHT_BUDGET_BYTES / (4 · Σ_stacks layers ·
+    heads)))``.
 
     Returns:
         int >= 1.
     """
+    if loaded.capture_path != "fallback":
+        return max(1, loaded.max_positions)
     total_heads = sum(layers * heads for layers, heads in loaded.stacks.values()) or 1
     by_memory = int(math.sqrt(WEIGHT_BUDGET_BYTES / (4 * total_heads)))
     return max(1, min(loaded.max_positions, by_memory))
@@ -496,6 +520,7 @@ def analyze(
     top_k: int = 10,
     hidden_states: bool = False,
     keep_logits: bool = False,
+    keep: bool | None = None,
 ) -> Analysis:
     """Run one text through a model and capture every layer's and head's attention weights.
 
@@ -515,9 +540,17 @@ def analyze(
         top_k: how many predictions to keep per position.
         hidden_states: also return every layer's hidden states, float32 ``(layers + 1, seq_len, hidden)``.
         keep_logits: also return the full logits of the prediction head, float32 ``(positions, vocab)``.
+        keep: hold every attention weight in memory (True), compute them when indexed (False), or decide by
+            size (None: hold them while all stacks take at most ``KEEP_BYTES``, 32 MiB). Per-head
+            statistics and pooled overview maps are computed during the forward pass either way.
+
+    Memory: the weights are computed by the family's eager function in blocks of query rows
+    (:data:`models.capture.CHUNK_BYTES`), so one analysis never holds a whole layer unless ``keep``; the
+    longest input is the model's own (:func:`default_max_tokens`). A causal LM's logits are computed in
+    blocks of positions above ``LOGITS_BYTES`` (256 MiB).
 
     Returns:
-        :class:`Analysis` with float32 numpy attentions ``(layers, heads, query_len, key_len)``; for
+        :class:`Analysis` with attentions read like float32 ``(layers, heads, query_len, key_len)``; for
         decoders and encoder-decoders ``loss`` is the mean next-token cross-entropy in nats (decoders:
         ``CE(logits[:-1], ids[1:])``); for encoders without a head ``embedding`` is the float32
         ``(hidden,)`` mean of the last hidden states over all tokens, special tokens included, not
@@ -532,7 +565,7 @@ def analyze(
             a non-encoder; ``target`` for a model that is not an encoder-decoder; heads switched off or a
             mask replaced on the fallback path where that is not possible.
         InvalidArgumentError: ``max_tokens`` not a whole number above the number of special tokens,
-            ``top_k`` not a whole number >= 1.
+            ``top_k`` not a whole number >= 1; ``keep=True`` for more than ``MATERIALIZE_BYTES`` of weights.
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     text = _check_text(text, "text")
@@ -611,32 +644,151 @@ def analyze(
         target_words = group_words(target_tokens, [target])
 
     masks, mask_desc = resolve_masks(model, mask, len(tokens), len(target_tokens) if target_tokens else None)
-    want_hidden = hidden_states
     fallback = model.capture_path == "fallback"
+    result = Analysis(
+        model=model.name, family=model.family, capture_path=model.capture_path, text=text, tokens=tokens,
+        words=words, attentions={}, text_pair=text_pair, target=target, target_tokens=target_tokens,
+        target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
+        kv_heads=model.num_key_value_heads,
+    )
+    total = sum(layers * heads * len(result.axis_tokens(stack)[0]) * len(result.axis_tokens(stack)[1]) * 4
+                for stack, (layers, heads) in model.stacks.items())
+    keep_all = fallback or (total <= KEEP_BYTES if keep is None else bool(keep))
+    if keep_all and not fallback and total > MATERIALIZE_BYTES:
+        raise InvalidArgumentError(
+            f"keep=True would hold {total / 2 ** 30:.1f} GiB of weights ({len(tokens)} tokens); the limit is "
+            f"{MATERIALIZE_BYTES / 2 ** 30:.1f} GiB. Leave keep=None: weights are then computed when indexed."
+        )
+    collector = _Collector(model, result, keep_all)
+    call = dict(inputs, output_hidden_states=hidden_states, output_attentions=fallback, return_dict=True)
+    head_blocks = _lm_blocks(model, len(tokens), keep_logits)
+    if head_blocks:
+        call["logits_to_keep"] = 1
+    last_hidden: list[torch.Tensor] = []
+    hook = None
+    if head_blocks:
+        hook = model.model.base_model.register_forward_hook(
+            lambda _m, _a, out: last_hidden.append(out[0] if isinstance(out, tuple) else out.last_hidden_state))
+    chunk_bytes = capture.CHUNK_BYTES
     try:
-        layers = None if fallback else {stack: n for stack, (n, _) in model.stacks.items()}
-        with torch.no_grad(), capture.capture(model.site_index, gates=gates, masks=masks, record=not fallback,
-                                              record_into=layers) as state:
-            outputs = model.model(
-                **inputs, output_hidden_states=want_hidden, output_attentions=fallback, return_dict=True,
-            )
+        with torch.no_grad(), capture.capture(
+            model.site_index, gates=gates, masks=masks, record=False, sink=None if fallback else collector.sink,
+            mask_sink=None if fallback else collector.mask_sink, chunk_bytes=chunk_bytes,
+        ):
+            outputs = model.model(**call)
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(
             f"Out of memory running '{model.name}' on {len(tokens)} tokens ({model.device}); try a shorter text."
         ) from exc
+    finally:
+        if hook is not None:
+            hook.remove()
 
-    attentions = _collect_attentions(model, state, outputs)
-    result = Analysis(
-        model=model.name, family=model.family, capture_path=model.capture_path, text=text, tokens=tokens,
-        words=words, attentions=attentions, text_pair=text_pair, target=target, target_tokens=target_tokens,
-        target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
-        kv_heads=model.num_key_value_heads,
-        masks={stack: a.numpy() for stack, a in (state.allowed or {}).items()},
-    )
-    _fill_outputs(model, result, outputs, input_ids, labels, top_k, keep_logits)
+    if fallback:
+        from .loading import _attention_tuples
+
+        for stack, tensors in _attention_tuples(outputs, model.family).items():
+            for layer, t in enumerate(tensors):
+                collector.sink(capture.Site(stack, layer, t.shape[1], ""), 0, 0, t, t.shape[-2], t.shape[-1])
+    replay_call = {k: v for k, v in call.items() if k not in ("output_hidden_states", "output_attentions")}
+    if "logits_to_keep" not in replay_call and model.head == "lm" and _accepts(model.model, "logits_to_keep"):
+        replay_call["logits_to_keep"] = 1
+    replay = None if keep_all else Replay(model, replay_call, gates, masks, chunk_bytes)
+    collector.finish(result, replay)
+    _fill_outputs(model, result, outputs, input_ids, labels, top_k, keep_logits,
+                  last_hidden[0] if last_hidden else None)
     if hidden_states:
         result.hidden_states = _collect_hidden(model, outputs)
     return result
+
+
+class _Collector:
+    """The sink of :func:`analyze`'s forward pass: per stack, feeds each block of weights to the statistics
+    and overview accumulators (and to the kept array for short inputs), and records each distinct mask."""
+
+    def __init__(self, model: LoadedModel, result: Analysis, keep: bool):
+        self.model, self.result, self.keep = model, result, keep
+        self.stacks: dict[str, dict] = {}
+        self.masks: dict[str, dict] = {}
+        self._alive: list = []  # masks seen, alive until the end so their ids stay unique
+
+    def _entry(self, stack: str, heads: int, n_q: int, n_k: int) -> dict:
+        entry = self.stacks.get(stack)
+        if entry is None:
+            layers = self.model.stacks[stack][0]
+            k_tokens = self.result.axis_tokens(stack)[1]
+            k_words = self.result.axis_words(stack)[1]
+            word_of = -np.ones(n_k, dtype=np.int64)
+            for i, w in enumerate(k_words):
+                word_of[[t for t in w.tokens if t < n_k]] = i
+            special = [x.special for x in k_tokens][:n_k]
+            special += [False] * (n_k - len(special))
+            punct = [hstats.is_punctuation(x.text) and not x.special for x in k_tokens][:n_k]
+            punct += [False] * (n_k - len(punct))
+            entry = self.stacks[stack] = {
+                "shape": (layers, heads, n_q, n_k),
+                "stats": hstats.HeadStatistics(layers, heads, n_q, n_k, special=special, punctuation=punct,
+                                               word_of=word_of, self_attention=stack != "cross"),
+                "overview": hstats.Overview(layers, heads, n_q, n_k),
+                "kept": np.zeros((layers, heads, n_q, n_k), dtype=np.float32) if self.keep else None,
+            }
+        return entry
+
+    def sink(self, site, q0: int, k0: int, w: torch.Tensor, q_len: int, k_len: int) -> None:
+        entry = self._entry(site.stack, w.shape[1], q_len, k_len)
+        block = w[0].detach().float()
+        rows, cols = block.shape[1:]
+        entry["stats"].add(site.layer, q0, k0, block)
+        entry["overview"].add(site.layer, q0, k0, block)
+        if entry["kept"] is not None:
+            entry["kept"][site.layer, :, q0:q0 + rows, k0:k0 + cols] = block.cpu().numpy()
+
+    def mask_sink(self, site, attention_mask, q_len: int, k_len: int) -> None:
+        per = self.masks.setdefault(site.stack, {"distinct": [], "ids": {}, "layers": {}})
+        key = id(attention_mask) if attention_mask is not None else None
+        index = per["ids"].get(key)
+        if index is None:
+            allowed = capture.allowed_of(attention_mask, q_len, k_len).numpy()
+            index = next((i for i, m in enumerate(per["distinct"]) if m.shape == allowed.shape
+                          and np.array_equal(m, allowed)), None)
+            if index is None:
+                per["distinct"].append(allowed)
+                index = len(per["distinct"]) - 1
+            per["ids"][key] = index
+            self._alive.append(attention_mask)
+        per["layers"][site.layer] = index
+
+    def finish(self, result: Analysis, replay: Replay | None) -> None:
+        for stack, entry in self.stacks.items():
+            kept = entry["kept"]
+            result.attentions[stack] = AttentionStack(stack, entry["shape"], kept=kept, replay=replay)
+            result.statistics[stack] = entry["stats"].result()
+            result.overview[stack] = entry["overview"].result()
+        for stack, per in self.masks.items():
+            layers = self.model.stacks[stack][0]
+            index = [per["layers"].get(layer, 0) for layer in range(layers)]
+            result.masks[stack] = MaskStack(per["distinct"], index)
+        result.kept = all(entry["kept"] is not None for entry in self.stacks.values())
+        self._alive.clear()
+
+
+def _accepts(model, name: str) -> bool:
+    """True when ``model.forward`` takes a keyword argument ``name``."""
+    import inspect
+
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _lm_blocks(model: LoadedModel, n: int, keep_logits: bool) -> bool:
+    """True when a causal LM's logits for ``n`` positions would exceed ``LOGITS_BYTES`` and the head can
+    run on blocks of positions (the model takes ``logits_to_keep`` and the caller did not ask for them)."""
+    if model.head != "lm" or keep_logits:
+        return False
+    vocab = getattr(model.model.get_output_embeddings(), "out_features", None) or 0
+    return n * vocab * 4 > LOGITS_BYTES and _accepts(model.model, "logits_to_keep")
 
 
 def _batched(enc):
@@ -664,27 +816,6 @@ def _generate_target(model: LoadedModel, inputs: dict) -> str:
     return model.tokenizer.decode(out[0], skip_special_tokens=True).strip() or "."
 
 
-def _collect_attentions(model: LoadedModel, state, outputs) -> dict[str, np.ndarray]:
-    """Stack per-layer weights into float32 numpy ``(layers, heads, q, k)`` per stack (batch row 0)."""
-    per_stack: dict[str, list[torch.Tensor]] = {}
-    if model.capture_path == "fallback":
-        from .loading import _attention_tuples
-
-        for stack, tensors in _attention_tuples(outputs, model.family).items():
-            per_stack[stack] = [t[0] for t in tensors]
-    elif state.buffers is not None:
-        return {stack: buf.numpy() for stack, buf in state.buffers.items()}
-    else:
-        for site in model.sites:
-            w = state.weights.get((site.stack, site.layer))
-            if w is not None:
-                per_stack.setdefault(site.stack, []).append(w[0])
-    return {
-        stack: torch.stack(ws).to(dtype=torch.float32, device="cpu").numpy()
-        for stack, ws in per_stack.items()
-    }
-
-
 def _collect_hidden(model: LoadedModel, outputs) -> dict[str, np.ndarray]:
     out = {}
     pairs = (("encoder", "encoder_hidden_states"), ("decoder", "decoder_hidden_states")) if model.family == "encoder-decoder" \
@@ -696,9 +827,57 @@ def _collect_hidden(model: LoadedModel, outputs) -> dict[str, np.ndarray]:
     return out
 
 
-def _fill_outputs(model: LoadedModel, result: Analysis, outputs, input_ids, labels, top_k: int, keep_logits: bool) -> None:
+def _head_blocks(model: LoadedModel, hidden: torch.Tensor, last_logits: torch.Tensor, rows: int) -> Iterator[torch.Tensor]:
+    """A causal LM's logits block by block from its final hidden states ``(n, hidden)``: the output
+    embedding, then the family's final soft-capping (Gemma 2/3: ``cap · tanh(logits / cap)``) when the
+    config has one.
+
+    Checked against the model's own logits at the last position (``last_logits``, from
+    ``logits_to_keep=1``): a family whose head does anything else fails the check.
+
+    Raises:
+        UnsupportedOperationError: the blocks do not reproduce the model's own logits.
+    """
+    head = model.model.get_output_embeddings()
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cap = getattr(cfg, "final_logit_softcapping", None)
+
+    def block(h: torch.Tensor) -> torch.Tensor:
+        out = head(h)
+        return torch.tanh(out / cap) * cap if cap else out
+
+    mine = block(hidden[-1:])[0].float()
+    if not torch.allclose(mine, last_logits.float(), rtol=1e-4, atol=1e-4):
+        raise UnsupportedOperationError(
+            f"Model '{model.name}': its prediction head is not output embedding + soft-capping, so a long input's "
+            "logits cannot be computed in blocks; analyse a shorter text or pass keep_logits=True."
+        )
+    for b0 in range(0, hidden.shape[0], rows):
+        yield block(hidden[b0:b0 + rows])
+
+
+def _fill_outputs(model: LoadedModel, result: Analysis, outputs, input_ids, labels, top_k: int, keep_logits: bool,
+                  last_hidden: torch.Tensor | None = None) -> None:
     tok = model.tokenizer
-    if model.head in ("lm", "seq2seq"):
+    if model.head == "lm" and last_hidden is not None:
+        # long input: logits of blocks of positions, never all at once
+        n = input_ids.shape[1]
+        vocab = outputs.logits.shape[-1]
+        rows = max(1, LOGITS_BYTES // 8 // (vocab * 4))
+        cache: dict[int, str] = {}
+        parts, loss_sum = [], 0.0
+        with torch.no_grad():
+            for b0, logits in zip(range(0, n, rows), _head_blocks(model, last_hidden[0], outputs.logits[0, -1], rows)):
+                parts.append(_topk(logits, top_k, tok, cache))
+                targets = input_ids[0, b0 + 1:b0 + 1 + logits.shape[0]]
+                if targets.numel():
+                    loss_sum += float(torch.nn.functional.cross_entropy(
+                        logits[:targets.numel()].float(), targets, reduction="sum"))
+        result.next_token = TopK(ids=np.concatenate([p.ids for p in parts]),
+                                 probs=np.concatenate([p.probs for p in parts]),
+                                 tokens=[row for p in parts for row in p.tokens])
+        result.loss = loss_sum / (n - 1) if n > 1 else None
+    elif model.head in ("lm", "seq2seq"):
         logits = outputs.logits[0]
         result.next_token = _topk(logits, top_k, tok)
         if model.head == "lm":

@@ -27,7 +27,7 @@ import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -38,6 +38,12 @@ ATTN_IMPLEMENTATION = "dikkat"
 # (BART/Marian/Whisper: encoder_attn, T5: EncDecAttention, BERT-as-decoder: crossattention).
 _CROSS_MARKERS = ("encoder_attn", "encdecattention", "crossattention", "cross_attn", "cross_attention")
 _LAYER_INDEX = re.compile(r"\.(\d+)(?:\.|$)")
+# Largest block of attention weights one eager call computes, in bytes (float32 count x 4); above it the
+# queries are split into blocks of rows. Sized to stay in the processor's cache between the eager
+# function's steps and the statistics that read the block.
+CHUNK_BYTES = 8 << 20
+# Fewest query rows per block (matrix products on fewer rows waste the processor).
+MIN_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ class CaptureState:
 
     Attributes:
         sites: ``id(module) -> Site`` of the model being run (empty while probing).
-        record: keep the attention weights of every call.
+        record: keep the attention weights of every call in ``weights`` (sites not sent to ``sink``).
         weights: ``(stack, layer) -> tensor (batch, heads, query_len, key_len)`` in compute dtype; for a
             module called several times in one context (generation), the last call wins.
         gates: ``(stack, layer) -> tensor (batch, heads)`` or ``(heads,)``; the per-head output is
@@ -75,15 +81,20 @@ class CaptureState:
             model's own mask for that self-attention stack. Rows with no allowed key give zero weights
             and a zero per-head output (never NaN).
         probe: when not None, every attention module called is appended (used at load time).
-        stack_layers: with ``buffers``: ``stack -> number of layers`` (the first axis of each buffer).
-        buffers: when not None (``record_into``), batch row 0 of each layer's weights is copied at once
-            into ``buffers[stack]``, a float32 CPU tensor ``(layers, heads, query_len, key_len)`` created
-            on the first call of that stack, instead of being kept in ``weights``: the weights tensor is
-            freed right away and its memory reused by the next layer (faster, half the peak memory).
-        allowed: with ``buffers``: ``stack -> bool CPU tensor (layers, query_len, key_len)``, True where
-            the layer's mask let query ``i`` attend key ``j``: read from the additive mask each layer was
-            actually called with (after any replacement), so per-layer masks such as Gemma 3's sliding
-            layers are recorded as applied, not derived from the config.
+        sink: when not None, ``sink(site, q0, k0, weights, q_len, k_len)`` receives the weights of every
+            wanted site block by block, as they are computed: ``weights`` is ``(batch, heads, rows, cols)`` in
+            compute dtype for queries ``q0 .. q0 + rows - 1`` of ``q_len`` and keys ``k0 .. k0 + cols - 1`` of
+            ``k_len``; every key outside
+            that range has weight exactly 0 (it is masked). The tensor is freed after the call, so a sink
+            that keeps it must copy it.
+        mask_sink: when not None, ``mask_sink(site, attention_mask, q_len, k_len)`` receives the mask each
+            wanted site was actually called with (after any replacement), before its weights.
+        want: ``(stack, layer)`` pairs sent to ``sink``; None for every site.
+        pending: when not None, the wanted pairs not seen yet; the forward pass stops (raises
+            :class:`StopForward`) as soon as it is empty, so layers after the last wanted one never run.
+        chunk_bytes: the largest block of weights one eager call may produce (``batch · heads · rows ·
+            key_len · 4`` bytes); longer inputs are computed in blocks of query rows (see
+            :func:`dikkat_attention`). Weights are never held for a whole layer unless ``record`` asks.
     """
 
     sites: dict[int, Site] = field(default_factory=dict)
@@ -92,9 +103,15 @@ class CaptureState:
     gates: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
     probe: list | None = None
-    buffers: dict[str, torch.Tensor] | None = None
-    stack_layers: dict[str, int] = field(default_factory=dict)
-    allowed: dict[str, torch.Tensor] | None = None
+    sink: Callable | None = None
+    mask_sink: Callable | None = None
+    want: set | None = None
+    pending: set | None = None
+    chunk_bytes: int = 0
+
+
+class StopForward(Exception):
+    """Raised inside a forward pass once every wanted layer has been seen (:attr:`CaptureState.pending`)."""
 
 
 _STATE: contextvars.ContextVar[CaptureState | None] = contextvars.ContextVar("dikkat_capture", default=None)
@@ -154,6 +171,46 @@ def allowed_of(attention_mask: torch.Tensor | None, q_len: int, k_len: int) -> t
     return m.expand(q_len, k_len).cpu()
 
 
+def _key_range(mask: torch.Tensor | None, k_len: int) -> tuple[int, int]:
+    """``(k0, k1)``: the smallest range of key columns holding every allowed key of a block of rows.
+
+    ``mask`` is the block's additive float mask ``(batch, 1 or heads, rows, >= k_len)`` (allowed where it
+    is above half the dtype's minimum) or boolean (True allowed), or None. Outside ``k0 .. k1 - 1`` every
+    key is forbidden, so its softmax weight is exactly 0 (``exp`` of the dtype's minimum underflows to 0)
+    and leaving those keys out changes no allowed weight. A block with no allowed key keeps every key.
+    """
+    if mask is None:
+        return 0, k_len
+    m = mask[..., :k_len]
+    allowed = m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
+    cols = allowed.reshape(-1, allowed.shape[-1]).any(dim=0).nonzero()
+    if cols.numel() == 0:
+        return 0, k_len
+    return int(cols[0]), int(cols[-1]) + 1
+
+
+def _block(value, q_len: int, k_len: int, q0: int, q1: int, k0: int, k1: int):
+    """Slice one extra argument of the eager function to a block: a 4-D tensor whose last two dims are
+    ``(q_len, k_len)`` (a mask, T5's position bias) to rows ``q0:q1`` and keys ``k0:k1``; a 4-D tensor of
+    shape ``(..., 1, k_len)`` to keys ``k0:k1``; anything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.dim() == 4 and value.shape[-1] == k_len:
+        if value.shape[-2] == q_len:
+            return value[..., q0:q1, k0:k1]
+        if value.shape[-2] == 1:
+            return value[..., k0:k1]
+    return value
+
+
+def _rows_per_block(query: torch.Tensor, k_len: int, chunk_bytes: int) -> int:
+    """Query rows per eager call so that ``batch · heads · rows · k_len`` float32 weights stay within
+    ``chunk_bytes`` (at least :data:`MIN_ROWS`); the whole query length when it fits or ``chunk_bytes`` is 0."""
+    q_len = query.shape[-2]
+    if chunk_bytes <= 0:
+        return q_len
+    per_row = query.shape[0] * query.shape[1] * k_len * 4
+    return max(MIN_ROWS, min(q_len, chunk_bytes // max(per_row, 1)))
+
+
 def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs):
     """Attention function registered as ``"dikkat"`` with ``transformers.AttentionInterface``.
 
@@ -166,15 +223,25 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
 
     Returns:
         ``(attn_output (batch, query_len, heads, head_dim), attn_weights (batch, heads, query_len,
-        key_len))`` in the module's compute dtype, exactly as the family's ``eager_attention_forward``
+        key_len) or None)`` in the module's compute dtype, exactly as the family's ``eager_attention_forward``
         computes them (softmax(Q·Kᵀ·scaling + mask)·V, Vaswani et al. 2017, eq. 1, plus whatever the
         family adds: softcapping, position bias, GQA's repeated key/value heads, Ainslie et al. 2023),
         with heads gated and the mask replaced when the current :class:`CaptureState` asks for it. A
         query row with no allowed key under a replaced mask gets zero weights and a zero output.
 
+        Long inputs (weights above ``CaptureState.chunk_bytes``) are computed in blocks of query rows,
+        each by the same eager function on its rows of the query, the mask and any ``(q, k)``-shaped
+        argument (T5's position bias), and only on the key columns that some row of the block may attend
+        (:func:`_key_range`; a causal block skips the keys after its last row). Softmax and ``·V`` work
+        row by row, so every weight is the eager weight; the sums inside may be grouped differently,
+        so weights and outputs can differ from a single eager call in the last bits of float32 (below
+        1e-6 in the tests). The weights of a blocked call are sent to the sink block by block and not
+        returned (None) unless ``record`` asks for them.
+
     Raises:
         InvalidMaskError: a replacement mask smaller than the call's ``key_len``.
         RuntimeError: no ``eager_attention_forward`` in the module's ``modeling_*.py`` (nor its bases).
+        StopForward: every wanted layer has been seen (:attr:`CaptureState.pending`).
     """
     eager = _eager_for(module)
     state = _STATE.get()
@@ -188,30 +255,62 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         attention_mask, empty_rows = _apply_mask(state.masks[site.stack], query, key)
         if not bool(empty_rows.any()):
             empty_rows = None
-    out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
-    if empty_rows is not None:
-        # A query with no allowed key attends to nothing: zero weights, zero output (no NaN, no
-        # uniform smear over forbidden keys).
-        weights = weights.masked_fill(empty_rows[None, None, :, None], 0.0)
-        out = out.masked_fill(empty_rows[None, :, None, None], 0.0)
-    if site is not None:
-        if state.buffers is not None:
-            buf = state.buffers.get(site.stack)
-            if buf is None or buf.shape[2:] != weights.shape[2:]:
-                layers = state.stack_layers.get(site.stack, site.layer + 1)
-                buf = state.buffers[site.stack] = torch.empty((layers, *weights.shape[1:]), dtype=torch.float32)
-            buf[site.layer].copy_(weights[0])
-            if state.allowed is not None:
-                a = state.allowed.get(site.stack)
-                if a is None or a.shape[1:] != weights.shape[2:]:
-                    a = state.allowed[site.stack] = torch.ones((buf.shape[0], *weights.shape[2:]), dtype=torch.bool)
-                a[site.layer].copy_(allowed_of(attention_mask, *weights.shape[2:]))
-        elif state.record:
+    wanted = (site is not None and state.sink is not None
+              and (state.want is None or (site.stack, site.layer) in state.want))
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    if wanted and state.mask_sink is not None:
+        state.mask_sink(site, attention_mask, q_len, k_len)
+    rows = _rows_per_block(query, k_len, state.chunk_bytes)
+    keep = site is not None and state.record and not wanted
+    if rows >= q_len:
+        out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
+        if empty_rows is not None:
+            # A query with no allowed key attends to nothing: zero weights, zero output (no NaN, no
+            # uniform smear over forbidden keys).
+            weights = weights.masked_fill(empty_rows[None, None, :, None], 0.0)
+            out = out.masked_fill(empty_rows[None, :, None, None], 0.0)
+        if wanted:
+            state.sink(site, 0, 0, weights, q_len, k_len)
+        elif keep:
             state.weights[(site.stack, site.layer)] = weights
+    else:
+        outs, full = [], None
+        for q0 in range(0, q_len, rows):
+            q1 = min(q_len, q0 + rows)
+            m = attention_mask
+            if m is not None:
+                m = m[..., q0:q1, :] if m.shape[-2] == q_len else m
+            k0, k1 = _key_range(m, k_len)
+            if m is not None:
+                m = m[..., k0:k1] if m.shape[-1] >= k1 else m
+            sub_args = [_block(a, q_len, k_len, q0, q1, k0, k1) for a in args]
+            sub_kwargs = {name: _block(v, q_len, k_len, q0, q1, k0, k1) for name, v in kwargs.items()}
+            o, w = eager(module, query[:, :, q0:q1], key[:, :, k0:k1], value[:, :, k0:k1], m, *sub_args, **sub_kwargs)
+            if empty_rows is not None and bool(empty_rows[q0:q1].any()):
+                block_empty = empty_rows[q0:q1]
+                w = w.masked_fill(block_empty[None, None, :, None], 0.0)
+                o = o.masked_fill(block_empty[None, :, None, None], 0.0)
+            if wanted:
+                state.sink(site, q0, k0, w, q_len, k_len)
+            elif keep:
+                if full is None:
+                    full = w.new_zeros((*w.shape[:2], q_len, k_len))
+                full[:, :, q0:q1, k0:k1] = w
+            outs.append(o)
+            del w
+        out = torch.cat(outs, dim=1)
+        weights = full
+        if keep:
+            state.weights[(site.stack, site.layer)] = full
+    if site is not None:
         gate = state.gates.get((site.stack, site.layer))
         if gate is not None:
             gate = gate.to(device=out.device, dtype=out.dtype)
             out = out * (gate[:, None, :, None] if gate.dim() == 2 else gate[None, None, :, None])
+        if wanted and state.pending is not None:
+            state.pending.discard((site.stack, site.layer))
+            if not state.pending:
+                raise StopForward
     return out, weights
 
 
@@ -261,27 +360,35 @@ def capture(
     record: bool = True,
     gates: dict[tuple[str, int], torch.Tensor] | None = None,
     masks: dict[str, torch.Tensor] | None = None,
-    record_into: dict[str, int] | None = None,
+    sink: Callable | None = None,
+    mask_sink: Callable | None = None,
+    want: set | None = None,
+    stop_after: bool = False,
+    chunk_bytes: int | None = None,
 ) -> Iterator[CaptureState]:
     """Context in which forward passes of a model loaded with ``"dikkat"`` record weights, apply
     head gates and replace masks. State is per context (thread / asyncio task), never global.
 
     Args:
         sites: ``id(module) -> Site`` (``LoadedModel.site_index``).
-        record: keep weights in ``state.weights``.
+        record: keep whole weights in ``state.weights`` (sites not sent to ``sink``).
         gates: ``(stack, layer) -> (batch, heads)`` or ``(heads,)`` float tensor; 1 keeps a head, 0
             switches it off. Layers without an entry run untouched (bit-identical outputs).
         masks: ``stack -> bool (n, n)`` mask replacing the model's own mask for that stack.
-        record_into: ``stack -> number of layers``: copy batch row 0 of the weights into float32
-            ``state.buffers[stack]`` of shape ``(layers, heads, q, k)`` as they are computed, and each
-            layer's allowed keys into ``state.allowed[stack]``, bool ``(layers, q, k)``.
+        sink, mask_sink: receive each wanted site's weights block by block and the mask it was called
+            with (see :class:`CaptureState`).
+        want: ``(stack, layer)`` pairs sent to the sinks (None: every site).
+        stop_after: stop the forward pass (:class:`StopForward`) once every pair in ``want`` was seen.
+        chunk_bytes: largest block of weights per eager call, in bytes (default :data:`CHUNK_BYTES`;
+            0 for one call per layer, whatever its size).
 
     Yields:
         The :class:`CaptureState`; read ``state.weights`` after the forward pass.
     """
-    state = CaptureState(sites=sites, record=record, gates=dict(gates or {}), masks=dict(masks or {}))
-    if record_into is not None:
-        state.buffers, state.stack_layers, state.allowed = {}, dict(record_into), {}
+    state = CaptureState(sites=sites, record=record, gates=dict(gates or {}), masks=dict(masks or {}), sink=sink,
+                         mask_sink=mask_sink, want=set(want) if want is not None else None,
+                         pending=set(want) if (stop_after and want) else None,
+                         chunk_bytes=CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes))
     token = _STATE.set(state)
     try:
         yield state

@@ -69,3 +69,8 @@ class InvalidAudioError(DikkatError, ValueError):
 
 class UnknownLanguageError(DikkatError, ValueError):
     """A language code the speech model does not know (the message lists the known codes)."""
+
+
+class AttentionTooLargeError(DikkatError, MemoryError):
+    """Every layer's (or one layer's) attention weights at once would exceed the memory allowed for them:
+    index a layer, a head or a block of rows instead (``a.attentions[stack][layer, head]``)."""

@@ -1,0 +1,168 @@
+"""Per-head statistics and pooled overview maps, accumulated block by block while the weights are computed.
+
+:func:`models.analyze` never holds a long input's whole attention: the capture function hands each block of
+query rows to a sink (:class:`models.capture.CaptureState`), which feeds the two accumulators here and
+then frees the block. Both give the numbers their whole-matrix definitions give (tested against
+``viz.transforms.head_statistics`` and ``viz.transforms.pool`` on the full weights):
+
+* :class:`HeadStatistics`: Clark et al. (2019), "What Does BERT Look At?", §3-§4: entropy, mean distance,
+  previous / first / special / punctuation / same-word shares, each averaged over the queries whose row
+  is not all zero.
+* :class:`Overview`: each head's map pooled to at most ``size x size`` cells, a cell being the mean over
+  its query bin of the sum over its key bin (rows still sum to 1), as :func:`viz.transforms.pool`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+# Statistic names, in the order of viz.transforms.STATISTICS.
+NAMES = ("entropy", "distance", "previous", "first", "special", "punctuation", "same_word")
+OVERVIEW_SIZE = 64
+
+
+def bin_edges(n: int, bins: int) -> np.ndarray:
+    """``bins + 1`` integer edges splitting ``0 .. n`` into nearly equal runs (as ``viz.transforms.pool``)."""
+    return np.linspace(0, n, bins + 1).round().astype(int)
+
+
+class HeadStatistics:
+    """Accumulates the per-head statistics of one stack from blocks of query rows.
+
+    For layer ``l`` and head ``h``, each statistic is ``Σ_q v_q / #q`` over the queries ``q`` whose row
+    has some weight (and, for ``previous``, ``q >= 1``; for ``same_word``, a query in a word of two or
+    more tokens), with ``v_q``:
+
+    - ``entropy``: ``-Σ_k w_qk ln w_qk`` (nats; Shannon 1948, §6; Clark et al. §3.3);
+    - ``distance``: ``Σ_k w_qk |q - k|`` (tokens);
+    - ``previous``: ``w_{q,q-1}``; ``first``: ``w_{q,0}`` (Clark et al. §3.1);
+    - ``special`` / ``punctuation``: ``Σ_{k flagged} w_qk`` (Clark et al. §3.2);
+    - ``same_word``: ``Σ_{k != q, word(k) = word(q)} w_qk``.
+
+    ``distance``, ``previous`` and ``same_word`` are NaN for cross-attention (queries and keys are
+    different sequences).
+
+    Args:
+        layers, heads: the stack's shape. n_q, n_k: query and key lengths (tokens).
+        special, punctuation: bool ``(n_k,)`` flags of the keys. word_of: int ``(n_k,)`` word index of each
+            key, -1 for none. self_attention: queries and keys are the same tokens.
+    """
+
+    def __init__(self, layers: int, heads: int, n_q: int, n_k: int, *, special: Sequence[bool],
+                 punctuation: Sequence[bool], word_of: Sequence[int], self_attention: bool = True):
+        self.n_q, self.n_k = n_q, n_k
+        self.self_attention = bool(self_attention and n_q == n_k)
+        self.special = torch.tensor(np.asarray(special, dtype=np.float32))
+        self.punctuation = torch.tensor(np.asarray(punctuation, dtype=np.float32))
+        self.any_special, self.any_punct = bool(self.special.any()), bool(self.punctuation.any())
+        self.word_of = torch.tensor(np.asarray(word_of, dtype=np.int64))
+        if self.self_attention and self.word_of.shape == (n_k,):
+            in_word = self.word_of >= 0
+            counts = torch.bincount(self.word_of[in_word], minlength=1)
+            self.has_partner = in_word & (counts[self.word_of.clamp(min=0)] >= 2)
+        else:
+            self.has_partner = None
+        self.sums = {name: torch.zeros(layers, heads, dtype=torch.float64) for name in NAMES}
+        self.counts = {name: torch.zeros(layers, heads, dtype=torch.float64) for name in NAMES}
+
+    def _add(self, name: str, layer: int, values: torch.Tensor, live: torch.Tensor,
+             rows: torch.Tensor | None = None) -> None:
+        m = live if rows is None else live & rows[None, :]
+        self.sums[name][layer] += torch.where(m, values, 0.0).sum(dim=-1, dtype=torch.float64).cpu()
+        self.counts[name][layer] += m.sum(dim=-1).to(torch.float64).cpu()
+
+    def add(self, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
+        """Add a block: ``w`` float32 ``(heads, rows, cols)``, queries ``q0 ..``, keys ``k0 ..`` (every
+        other key has weight 0)."""
+        heads, rows, cols = w.shape
+        dev = w.device
+        live = w.sum(dim=-1) > 0  # (heads, rows)
+        self._add("entropy", layer, -torch.special.xlogy(w, w).sum(dim=-1), live)
+        first = w[..., 0] if k0 == 0 else torch.zeros((heads, rows), device=dev)
+        self._add("first", layer, first, live)
+        if self.any_special:
+            self._add("special", layer, w @ self.special[k0:k0 + cols].to(dev), live)
+        if self.any_punct:
+            self._add("punctuation", layer, w @ self.punctuation[k0:k0 + cols].to(dev), live)
+        if not self.self_attention:
+            return
+        qi = torch.arange(q0, q0 + rows, device=dev)
+        ki = torch.arange(k0, k0 + cols, device=dev)
+        dist = (qi[:, None] - ki[None, :]).abs().to(w.dtype)
+        self._add("distance", layer, (w * dist).sum(dim=-1), live)
+        prev_col = qi - 1 - k0
+        ok = (qi >= 1) & (prev_col >= 0) & (prev_col < cols)
+        prev = torch.zeros((heads, rows), device=dev, dtype=w.dtype)
+        idx = ok.nonzero().flatten()
+        if idx.numel():
+            prev[:, idx] = w[:, idx, prev_col[idx]]
+        self._add("previous", layer, prev, live, qi >= 1)
+        if self.has_partner is not None:
+            wq = self.word_of[q0:q0 + rows].to(dev)
+            wk = self.word_of[k0:k0 + cols].to(dev)
+            same = (wq[:, None] == wk[None, :]) & (wq[:, None] >= 0) & (qi[:, None] != ki[None, :])
+            self._add("same_word", layer, (w * same).sum(dim=-1), live, self.has_partner[q0:q0 + rows].to(dev))
+
+    def result(self) -> dict[str, np.ndarray]:
+        """name -> float32 ``(layers, heads)``: entropy in nats, distance in tokens, the others shares of
+        weight in [0, 1]; NaN where a statistic has no query (``special``/``punctuation``: 0 when no key
+        carries the flag)."""
+        out = {}
+        for name in NAMES:
+            s, c = self.sums[name].numpy(), self.counts[name].numpy()
+            values = np.divide(s, c, out=np.full(s.shape, np.nan), where=c > 0).astype(np.float32)
+            if name == "special" and not self.any_special or name == "punctuation" and not self.any_punct:
+                values = np.zeros_like(values)
+            out[name] = values
+        return out
+
+
+class Overview:
+    """Accumulates each head's map pooled to at most ``size x size`` cells (see module docstring).
+
+    Args:
+        layers, heads: the stack's shape. n_q, n_k: query and key lengths. size: largest side.
+    """
+
+    def __init__(self, layers: int, heads: int, n_q: int, n_k: int, size: int = OVERVIEW_SIZE):
+        self.n_q, self.n_k = n_q, n_k
+        self.p_q, self.p_k = min(n_q, size), min(n_k, size)
+        self.k_edges = bin_edges(n_k, self.p_k)
+        q_edges = bin_edges(n_q, self.p_q)
+        self.q_counts = np.diff(q_edges).astype(np.float64)
+        self.q_bin = torch.from_numpy(np.repeat(np.arange(self.p_q), np.diff(q_edges)))
+        self.sums = torch.zeros(layers, heads, self.p_q, self.p_k, dtype=torch.float64)
+
+    def add(self, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
+        """Add a block: ``w`` float32 ``(heads, rows, cols)`` for queries ``q0 ..``, keys ``k0 ..``."""
+        heads, rows, cols = w.shape
+        block = w.detach().to("cpu", torch.float32).numpy()
+        if self.p_k == self.n_k:
+            pooled = np.zeros((heads, rows, self.n_k), dtype=np.float32)
+            pooled[..., k0:k0 + cols] = block
+        else:
+            # key bins overlapping this block, their edges clipped to it (keys outside weigh 0)
+            lo = np.clip(self.k_edges[:-1] - k0, 0, cols)
+            hi = np.clip(self.k_edges[1:] - k0, 0, cols)
+            pooled = np.zeros((heads, rows, self.p_k), dtype=np.float32)
+            present = np.nonzero(hi > lo)[0]
+            if present.size:
+                pooled[..., present] = np.add.reduceat(block, lo[present], axis=-1)
+        self.sums[layer].index_add_(1, self.q_bin[q0:q0 + rows], torch.from_numpy(pooled).to(torch.float64))
+
+    def result(self) -> np.ndarray:
+        """float32 ``(layers, heads, min(n_q, size), min(n_k, size))``; every pooled row sums to 1 (0 for
+        a bin of queries that attend to nothing)."""
+        return (self.sums.numpy() / self.q_counts[:, None]).astype(np.float32)
+
+
+def is_punctuation(text: str) -> bool:
+    """True when ``text`` is non-empty and every non-space character is Unicode punctuation (P*) or a
+    symbol (S*) (the same rule as ``viz.transforms.is_punctuation``, which the engine cannot import)."""
+    import unicodedata
+
+    chars = [c for c in text if not c.isspace()]
+    return bool(chars) and all(unicodedata.category(c)[0] in "PS" for c in chars)

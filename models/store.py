@@ -1,0 +1,299 @@
+"""Attention weights on demand: array-like stacks that compute a layer's or a head's exact weights when asked.
+
+An :class:`~models.Analysis` of a short text keeps every weight (it costs little); a long text's analysis
+keeps only the per-head statistics and pooled overview (:mod:`models.statistics`). Either way
+``a.attentions[stack]`` is an :class:`AttentionStack` that reads like the float32 array
+``(layers, heads, query, key)`` it stands for:
+
+* ``a.attentions[stack][layer]`` -> float32 ``(heads, query, key)``; ``[layer, head]`` -> ``(query, key)``;
+  ``[layer, head, rows]`` or ``[layer, :, rows]`` computes only those query rows.
+* ``.shape``, ``.dtype``, ``len()``, ``np.asarray(...)``, arithmetic and numpy methods (``.sum``, ``.max``
+  ...) work on the whole array while it fits :data:`MATERIALIZE_BYTES`; beyond it they raise
+  :class:`~models.errors.AttentionTooLargeError`, which says to index a layer.
+
+Weights that were not kept are recomputed by :class:`Replay`: the same forward pass (same inputs, heads
+switched off, masks) runs again under :func:`models.capture.capture`, sends only the wanted layer's
+weights (block by block, only the wanted heads and rows) to a buffer, and stops right after that layer.
+The same eager functions run on the same inputs in the same blocks, so the recomputed weights are
+bit-identical to the ones the analysis saw (and equal the family's eager weights, as the capture path
+guarantees).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+from . import capture
+from .errors import AttentionTooLargeError
+
+# Largest array built at once by np.asarray(stack) or stack[layer] (bytes).
+MATERIALIZE_BYTES = 1 << 30
+# Computed layers kept per stack for the next request (bytes, least recently used evicted).
+LAYER_CACHE_BYTES = 64 << 20
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2 ** 30:.2f} GiB" if n >= 2 ** 30 else f"{n / 2 ** 20:.0f} MiB"
+
+
+class LazyArray(NDArrayOperatorsMixin):
+    """Base of the array-likes here: ``shape``/``dtype`` known, values built by :meth:`_build` on demand.
+
+    Anything not indexed (``np.asarray``, ufuncs and operators, numpy methods) goes through
+    :meth:`__array__`, which refuses arrays above :data:`MATERIALIZE_BYTES`.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    what: str = "array"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the whole array would take (it may not be held)."""
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    def _check(self, nbytes: int, what: str) -> None:
+        if nbytes > MATERIALIZE_BYTES:
+            raise AttentionTooLargeError(
+                f"{what} of shape {self.shape} would take {_gib(nbytes)}, above the {_gib(MATERIALIZE_BYTES)} "
+                "allowed at once: index a layer or a head instead, e.g. a.attentions[stack][layer, head], "
+                "or a block of query rows, a.attentions[stack][layer, head, 0:256]."
+            )
+
+    def _build(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def __array__(self, dtype=None, copy=None):
+        self._check(self.nbytes, f"The whole {self.what}")
+        arr = self._build()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(np.asarray(x) if isinstance(x, LazyArray) else x for x in inputs)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or not hasattr(np.ndarray, name):
+            raise AttributeError(name)
+        return getattr(np.asarray(self), name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={self.shape}, dtype={np.dtype(self.dtype).name})"
+
+
+class Replay:
+    """Runs an analysis's forward pass again and hands chosen layers' weights to a callback.
+
+    Args:
+        loaded: the :class:`~models.LoadedModel` (kept alive by the analysis).
+        call: the keyword arguments of the original forward call (input ids, decoder ids ...).
+        gates, masks: the heads switched off and replaced masks of the original call.
+        chunk_bytes: the block size of the original call (so blocks, and bits, are the same).
+    """
+
+    def __init__(self, loaded, call: dict, gates: dict, masks: dict, chunk_bytes: int):
+        self.loaded, self.call, self.gates, self.masks, self.chunk_bytes = loaded, call, gates, masks, chunk_bytes
+        # Stopping inside a forward pass skips accelerate's post-forward hooks (offloaded weights would
+        # stay on the execution device): run to the end when the model is dispatched.
+        self.stop_early = not getattr(loaded.model, "hf_device_map", None)
+
+    def run(self, stack: str, layers: list[int], visit: Callable[[int, int, int, torch.Tensor], None]) -> None:
+        """One forward pass; ``visit(layer, q0, k0, weights)`` gets each block of the wanted layers, with
+        ``weights`` ``(heads, rows, cols)`` in compute dtype on the model's device (see
+        :class:`models.capture.CaptureState`). Stops after the last wanted layer."""
+
+        def sink(site, q0, k0, w, q_len, k_len):
+            visit(site.layer, q0, k0, w[0])
+
+        want = {(stack, int(layer)) for layer in layers}
+        try:
+            with torch.no_grad(), capture.capture(self.loaded.site_index, record=False, gates=self.gates,
+                                                  masks=self.masks, sink=sink, want=want, stop_after=self.stop_early,
+                                                  chunk_bytes=self.chunk_bytes):
+                self.loaded.model(**self.call)
+        except capture.StopForward:
+            pass
+
+
+def _rows_of(key, n: int) -> tuple[int, int] | None:
+    """``(start, stop)`` for an int or a step-1 slice of query rows, else None."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        i = int(key) + (n if key < 0 else 0)
+        if not 0 <= i < n:
+            raise IndexError(f"query row {key} is out of range for {n} queries")
+        return i, i + 1
+    if isinstance(key, slice):
+        start, stop, step = key.indices(n)
+        if step == 1:
+            return start, max(start, stop)
+    return None
+
+
+class AttentionStack(LazyArray):
+    """One stack's attention weights, float32 ``(layers, heads, query, key)``, held or computed on demand.
+
+    Args:
+        stack: ``encoder``, ``decoder`` or ``cross``.
+        shape: ``(layers, heads, query, key)``.
+        kept: the whole float32 array when the analysis kept it, else None.
+        replay: how to recompute weights that were not kept (None when kept).
+
+    Indexing (without ``kept``, only what is asked is computed): ``[layer]`` -> ``(heads, q, k)``;
+    ``[layer, head]`` -> ``(q, k)``; ``[layer, heads, rows, ...]`` with an int or a slice of heads and of
+    rows computes only those heads and rows; any other index builds the whole array first (within
+    :data:`MATERIALIZE_BYTES`). Values are float32; every row sums to 1 (0 for a query with no allowed key).
+
+    Raises:
+        AttentionTooLargeError: the array (or layer) asked for exceeds :data:`MATERIALIZE_BYTES`.
+        IndexError: a layer, head or row out of range.
+    """
+
+    what = "attention stack"
+
+    def __init__(self, stack: str, shape: tuple[int, int, int, int], kept: np.ndarray | None = None,
+                 replay: Replay | None = None):
+        self.stack, self.shape, self.dtype = stack, tuple(int(x) for x in shape), np.dtype(np.float32)
+        self.kept, self.replay = kept, replay
+        self._cache: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def on_demand(self) -> bool:
+        """True when the weights are computed when asked for (not held)."""
+        return self.kept is None
+
+    def _build(self) -> np.ndarray:
+        if self.kept is not None:
+            return self.kept
+        layers, heads, nq, nk = self.shape
+        out = np.zeros(self.shape, dtype=np.float32)
+
+        def visit(layer, q0, k0, w):
+            out[layer, :, q0:q0 + w.shape[1], k0:k0 + w.shape[2]] = w.float().cpu().numpy()
+
+        self.replay.run(self.stack, list(range(layers)), visit)
+        return out
+
+    def block(self, layer: int, heads: tuple[int, int] | None = None, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """Exact weights of one layer for heads ``h0 .. h1 - 1`` and query rows ``r0 .. r1 - 1``.
+
+        Args:
+            layer: layer index (negative counts from the end). heads, rows: ``(start, stop)`` ranges; None
+                for all.
+
+        Returns:
+            float32 ``(h1 - h0, r1 - r0, key)`` (a read-only array shared with the cache).
+
+        Raises:
+            IndexError: layer out of range. AttentionTooLargeError: the block exceeds
+            :data:`MATERIALIZE_BYTES`.
+        """
+        layers, n_heads, nq, nk = self.shape
+        layer = int(layer) + (layers if layer < 0 else 0)
+        if not 0 <= layer < layers:
+            raise IndexError(f"layer {layer} is out of range for {layers} layers")
+        h0, h1 = heads or (0, n_heads)
+        r0, r1 = rows or (0, nq)
+        if self.kept is not None:
+            return self.kept[layer, h0:h1, r0:r1]
+        key = (layer, h0, h1, r0, r1)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        size = (h1 - h0) * (r1 - r0) * nk * 4
+        self._check(size, f"Layer {layer}'s weights ({h1 - h0} heads x {r1 - r0} rows x {nk} keys)")
+        out = np.zeros((h1 - h0, r1 - r0, nk), dtype=np.float32)
+
+        def visit(_layer, q0, k0, w):
+            a, b = max(q0, r0), min(q0 + w.shape[1], r1)
+            if a < b:
+                out[:, a - r0:b - r0, k0:k0 + w.shape[2]] = w[h0:h1, a - q0:b - q0].float().cpu().numpy()
+
+        self.replay.run(self.stack, [layer], visit)
+        out.flags.writeable = False
+        with self._lock:
+            self._cache[key] = out
+            while sum(v.nbytes for v in self._cache.values()) > LAYER_CACHE_BYTES and len(self._cache) > 1:
+                self._cache.popitem(last=False)
+        return out
+
+    def visit(self, fn: Callable[[int, int, int, np.ndarray], None], layers: list[int] | None = None) -> None:
+        """Call ``fn(layer, q0, k0, weights)`` for every block of the chosen layers (all by default), in
+        one forward pass when not kept: ``weights`` float32 ``(heads, rows, cols)`` for queries ``q0 ..``
+        and keys ``k0 ..`` (every other key weighs 0). For reductions over a long input that never hold
+        a whole layer."""
+        chosen = list(range(self.shape[0])) if layers is None else [int(x) for x in layers]
+        if self.kept is not None:
+            for layer in chosen:
+                fn(layer, 0, 0, self.kept[layer])
+            return
+        self.replay.run(self.stack, chosen, lambda layer, q0, k0, w: fn(layer, q0, k0, w.float().cpu().numpy()))
+
+    def __getitem__(self, key):
+        if self.kept is not None:
+            return self.kept[key]
+        key = key if isinstance(key, tuple) else (key,)
+        first = key[0] if key else None
+        if not isinstance(first, (int, np.integer)) or isinstance(first, bool):
+            return np.asarray(self)[key]
+        layers, n_heads, nq, nk = self.shape
+        rest = key[1:]
+        heads = (0, n_heads) if not rest else _rows_of(rest[0], n_heads)
+        if heads is None:
+            return self.block(first)[rest]
+        rows = (0, nq) if len(rest) < 2 else _rows_of(rest[1], nq)
+        if rows is None:
+            return self.block(first, heads)[(slice(None),) + rest[1:]]
+        out = self.block(first, heads, rows)
+        # drop the axes given as integers, apply what is left to the key axis
+        picked = (0 if len(rest) and not isinstance(rest[0], slice) else slice(None),
+                  0 if len(rest) > 1 and not isinstance(rest[1], slice) else slice(None)) + tuple(rest[2:])
+        return out[picked]
+
+
+class MaskStack(LazyArray):
+    """Which keys each query could attend in each layer, bool ``(layers, query, key)``, stored once per
+    distinct mask (every layer of a decoder shares one; Gemma 3 has a sliding and a full one).
+
+    Args:
+        distinct: the distinct bool ``(query, key)`` masks. index: for each layer, its mask in ``distinct``.
+    """
+
+    what = "mask stack"
+
+    def __init__(self, distinct: list[np.ndarray], index: list[int]):
+        n_q, n_k = distinct[0].shape if distinct else (0, 0)
+        self.distinct, self.index = distinct, list(index)
+        self.shape, self.dtype = (len(index), n_q, n_k), np.dtype(bool)
+
+    def _build(self) -> np.ndarray:
+        return np.stack([self.distinct[i] for i in self.index]) if self.index else np.zeros(self.shape, dtype=bool)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            return self.distinct[self.index[int(key)]]
+        if isinstance(key, tuple) and key and isinstance(key[0], (int, np.integer)) and not isinstance(key[0], bool):
+            return self.distinct[self.index[int(key[0])]][key[1:]]
+        return np.asarray(self)[key]
