@@ -65,58 +65,107 @@ class HeadStatistics:
             self.has_partner = in_word & (counts[self.word_of.clamp(min=0)] >= 2)
         else:
             self.has_partner = None
-        self.sums = {name: torch.zeros(layers, heads, dtype=torch.float64) for name in NAMES}
-        self.counts = {name: torch.zeros(layers, heads, dtype=torch.float64) for name in NAMES}
-
-    def _add(self, name: str, layer: int, values: torch.Tensor, live: torch.Tensor,
-             rows: torch.Tensor | None = None) -> None:
-        m = live if rows is None else live & rows[None, :]
-        self.sums[name][layer] += torch.where(m, values, 0.0).sum(dim=-1, dtype=torch.float64).cpu()
-        self.counts[name][layer] += m.sum(dim=-1).to(torch.float64).cpu()
+        # per key: 1, its index, special, punctuation, is the first key: one product w @ keys gives each
+        # row's total weight, Σ w_k k, and the special / punctuation / first-token shares in one pass
+        self.keys = torch.stack([torch.ones(n_k), torch.arange(n_k, dtype=torch.float32), self.special,
+                                 self.punctuation, (torch.arange(n_k) == 0).float()], dim=1)
+        self.sums = torch.zeros(layers, heads, len(NAMES), dtype=torch.float64)
+        self.counts = torch.zeros(layers, heads, len(NAMES), dtype=torch.float64)
 
     def add(self, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
         """Add a block: ``w`` float32 ``(heads, rows, cols)``, queries ``q0 ..``, keys ``k0 ..`` (every
-        other key has weight 0)."""
+        other key has weight 0).
+
+        About three passes over the block: one product with a ``(cols, 5)`` matrix of key features
+        (row total, ``Σ w_k k``, special, punctuation, first), a log for the entropy ``-Σ w ln w`` (into a
+        scratch buffer, 0 where ``w = 0``) and its dot product per row. Distance is
+        ``q Σw - Σ w_k k + 2 Σ_{k > q} w_k (k - q)``, whose last sum reads only the keys after each query
+        (for a causal block, its diagonal corner); same-word shares read only the columns of the block's
+        words."""
         heads, rows, cols = w.shape
         dev = w.device
-        live = w.sum(dim=-1) > 0  # (heads, rows)
-        self._add("entropy", layer, -torch.special.xlogy(w, w).sum(dim=-1), live)
-        first = w[..., 0] if k0 == 0 else torch.zeros((heads, rows), device=dev)
-        self._add("first", layer, first, live)
-        if self.any_special:
-            self._add("special", layer, w @ self.special[k0:k0 + cols].to(dev), live)
-        if self.any_punct:
-            self._add("punctuation", layer, w @ self.punctuation[k0:k0 + cols].to(dev), live)
-        if not self.self_attention:
-            return
+        feats = w @ self.keys[k0:k0 + cols].to(dev)  # (heads, rows, 5)
+        rowsum = feats[..., 0]
+        live = rowsum > 0
+        logs = torch.log(w)
+        logs.nan_to_num_(0.0, 0.0, 0.0)  # ln 0 = -inf -> 0, so 0 · ln 0 counts 0
+        entropy = -torch.linalg.vecdot(w, logs)
+        del logs
+        zeros = torch.zeros((heads, rows), device=dev, dtype=w.dtype)
         qi = torch.arange(q0, q0 + rows, device=dev)
-        ki = torch.arange(k0, k0 + cols, device=dev)
-        dist = (qi[:, None] - ki[None, :]).abs().to(w.dtype)
-        self._add("distance", layer, (w * dist).sum(dim=-1), live)
-        prev_col = qi - 1 - k0
-        ok = (qi >= 1) & (prev_col >= 0) & (prev_col < cols)
-        prev = torch.zeros((heads, rows), device=dev, dtype=w.dtype)
-        idx = ok.nonzero().flatten()
-        if idx.numel():
-            prev[:, idx] = w[:, idx, prev_col[idx]]
-        self._add("previous", layer, prev, live, qi >= 1)
-        if self.has_partner is not None:
-            wq = self.word_of[q0:q0 + rows].to(dev)
-            wk = self.word_of[k0:k0 + cols].to(dev)
-            same = (wq[:, None] == wk[None, :]) & (wq[:, None] >= 0) & (qi[:, None] != ki[None, :])
-            self._add("same_word", layer, (w * same).sum(dim=-1), live, self.has_partner[q0:q0 + rows].to(dev))
+        distance = previous = same_word = zeros
+        row_ok = torch.ones((rows, len(NAMES)), dtype=torch.bool, device=dev)
+        if self.self_attention:
+            qf = qi.to(w.dtype)
+            distance = qf * rowsum - feats[..., 1]
+            after = max(q0 + 1, k0) - k0  # first column that lies after some query of the block
+            if after < cols:
+                ki = torch.arange(k0 + after, k0 + cols, device=dev, dtype=w.dtype)
+                distance = distance + 2 * torch.linalg.vecdot(w[..., after:], (ki[None, :] - qf[:, None]).clamp(min=0))
+            prev_col = qi - 1 - k0
+            ok = (qi >= 1) & (prev_col >= 0) & (prev_col < cols)
+            idx = ok.nonzero().flatten()
+            if idx.numel():
+                previous = zeros.clone()
+                previous[:, idx] = w[:, idx, prev_col[idx]]
+            row_ok[:, NAMES.index("previous")] = qi >= 1
+            if self.has_partner is not None:
+                lo, hi = self._word_columns(q0, rows, k0, cols)
+                wq = self.word_of[q0:q0 + rows].to(dev)
+                wk = self.word_of[k0 + lo:k0 + hi].to(dev)
+                kk = torch.arange(k0 + lo, k0 + hi, device=dev)
+                same = (wq[:, None] == wk[None, :]) & (wq[:, None] >= 0) & (qi[:, None] != kk[None, :])
+                same_word = torch.linalg.vecdot(w[..., lo:hi], same.to(w.dtype))
+                row_ok[:, NAMES.index("same_word")] = self.has_partner[q0:q0 + rows].to(dev)
+        values = torch.stack([entropy, distance, previous, feats[..., 4], feats[..., 2], feats[..., 3], same_word], -1)
+        m = live[..., None] & row_ok[None]
+        self.sums[layer] += torch.where(m, values, 0.0).sum(dim=1, dtype=torch.float64).cpu()
+        self.counts[layer] += m.sum(dim=1).to(torch.float64).cpu()
+
+    def _word_columns(self, q0: int, rows: int, k0: int, cols: int) -> tuple[int, int]:
+        """Block columns ``lo:hi`` holding every token that shares a word with a row of the block: the
+        span from the first to the last token of those rows' words (all columns if a word's tokens are
+        not consecutive)."""
+        if not hasattr(self, "_span"):
+            word_of = self.word_of.numpy()
+            pos = np.nonzero(word_of >= 0)[0]
+            words = word_of[pos]
+            size = int(words.max()) + 1 if words.size else 0
+            lo_w, hi_w = np.full(size, self.n_k), np.full(size, -1)
+            np.minimum.at(lo_w, words, pos)
+            np.maximum.at(hi_w, words, pos)
+            counts = np.bincount(words, minlength=size)
+            used = counts > 0
+            first = np.full(self.n_k, -1)
+            last = np.full(self.n_k, -1)
+            first[pos], last[pos] = lo_w[words], hi_w[words]
+            contiguous = bool(np.all(hi_w[used] - lo_w[used] + 1 == counts[used]))
+            self._span = (torch.from_numpy(first), torch.from_numpy(last)) if contiguous else None
+        if self._span is None:
+            return 0, cols
+        first, last = (x[q0:q0 + rows] for x in self._span)
+        inside = first >= 0
+        if not bool(inside.any()):
+            return 0, 0
+        lo = int(first[inside].min()) - k0
+        hi = int(last[inside].max()) + 1 - k0
+        return max(0, min(lo, cols)), max(0, min(hi, cols))
 
     def result(self) -> dict[str, np.ndarray]:
         """name -> float32 ``(layers, heads)``: entropy in nats, distance in tokens, the others shares of
-        weight in [0, 1]; NaN where a statistic has no query (``special``/``punctuation``: 0 when no key
-        carries the flag)."""
-        out = {}
-        for name in NAMES:
-            s, c = self.sums[name].numpy(), self.counts[name].numpy()
-            values = np.divide(s, c, out=np.full(s.shape, np.nan), where=c > 0).astype(np.float32)
-            if name == "special" and not self.any_special or name == "punctuation" and not self.any_punct:
-                values = np.zeros_like(values)
-            out[name] = values
+        weight in [0, 1]; NaN where a statistic has no query (``distance``, ``previous``, ``same_word`` of
+        cross-attention; ``special``/``punctuation``: 0 when no key carries the flag)."""
+        s, c = self.sums.numpy(), self.counts.numpy()
+        values = np.divide(s, c, out=np.full(s.shape, np.nan), where=c > 0).astype(np.float32)
+        out = {name: values[..., i] for i, name in enumerate(NAMES)}
+        for name, flagged in (("special", self.any_special), ("punctuation", self.any_punct)):
+            if not flagged:
+                out[name] = np.zeros_like(out[name])
+        if not self.self_attention:
+            for name in ("distance", "previous", "same_word"):
+                out[name] = np.full_like(out[name], np.nan)
+        elif self.has_partner is None or not bool(self.has_partner.any()):
+            out["same_word"] = np.full_like(out["same_word"], np.nan)
         return out
 
 
