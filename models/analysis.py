@@ -443,24 +443,35 @@ def _topk(logits: torch.Tensor, k: int, tokenizer, cache: dict[int, str] | None 
     return TopK(ids=ids_np.astype(np.int64), probs=values.cpu().numpy().astype(np.float32), tokens=texts)
 
 
+def weight_budget_tokens(loaded: LoadedModel) -> int:
+    """Longest input whose attention weights, all held at once, fit ``WEIGHT_BUDGET_BYTES`` (1 GiB).
+
+    All weights are ``layers x heads x n x n`` float32 (4 bytes), summed over all stacks as if every stack
+    had ``n`` queries and keys: ``n = floor(sqrt(WEIGHT_BUDGET_BYTES / (4 · Σ_stacks layers · heads)))``,
+    and at most the model's own limit. Used where every weight is held: the fallback path (the model returns
+    them all) and the cost page's "captured" measurement.
+
+    Returns:
+        int >= 1 (tokens).
+    """
+    total_heads = sum(layers * heads for layers, heads in loaded.stacks.values()) or 1
+    by_memory = int(math.sqrt(WEIGHT_BUDGET_BYTES / (4 * total_heads)))
+    return max(1, min(loaded.max_positions, by_memory))
+
+
 def default_max_tokens(loaded: LoadedModel) -> int:
     """Longest input analysed by default, in tokens (special tokens included).
 
-    Interface path: the model's own limit (:attr:`LoadedModel.max_positions`): weights are computed block
-    by block and on demand, so memory does not grow with ``layers x heads x n²``. Fallback path (the model
-    returns every weight at once): that limit lowered so that all attention weights (``layers x heads x
-    n x n`` float32 = 4 bytes, summed over all stacks as if every stack had ``n`` queries and keys) stay
-    within ``WEIGHT_BUDGET_BYTES`` (1 GiB): ``n = floor(sqrt(WEIGHT_BUDGET_BYTES / (4 · Σ_stacks layers ·
-    heads)))``.
+    Interface path: the model's own limit (:attr:`LoadedModel.max_positions`): weights are computed in
+    blocks and on demand, so memory does not grow with ``layers x heads x n²``. Fallback path (the model
+    returns every weight at once): :func:`weight_budget_tokens`.
 
     Returns:
         int >= 1.
     """
-    if loaded.capture_path != "fallback":
-        return max(1, loaded.max_positions)
-    total_heads = sum(layers * heads for layers, heads in loaded.stacks.values()) or 1
-    by_memory = int(math.sqrt(WEIGHT_BUDGET_BYTES / (4 * total_heads)))
-    return max(1, min(loaded.max_positions, by_memory))
+    if loaded.capture_path == "fallback":
+        return weight_budget_tokens(loaded)
+    return max(1, loaded.max_positions)
 
 
 def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None = None) -> tuple[dict[str, torch.Tensor], str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import cache, capture
+from . import budget, cache, capture
 from .catalog import CATALOG, ModelSpec, get_spec
 from .errors import (
     DikkatError,
@@ -306,7 +306,9 @@ def _attention_tuples(outputs, family: str) -> dict[str, tuple]:
 
 
 _LOCK = threading.Lock()
-_LOADED: dict[tuple, LoadedModel] = {}
+# Loaded models, least recently used dropped first when their measured parameters, buffers and tokenizer
+# pass DIKKAT_MODEL_CACHE_GIB (default 6 GiB); a dropped model is loaded again when next asked for.
+_LOADED = budget.ByteLRU(budget.budget_from_env("DIKKAT_MODEL_CACHE_GIB", 6))
 
 
 def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
@@ -369,7 +371,8 @@ def _download(hub_id: str) -> Path:
     return folder
 
 
-def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> LoadedModel:
+def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, device_map: str | dict | None = None,
+         max_memory: dict | None = None, offload_folder: str | os.PathLike | None = None) -> LoadedModel:
     """Load a model for attention capture; cached per process and shared between threads.
 
     Args:
@@ -379,10 +382,19 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> 
         device: ``"auto"`` (cuda, then mps, then cpu) or a torch device string.
         dtype: ``"auto"`` (bfloat16 on a CUDA GPU that supports it, else float16 on GPU/mps; float32 on
             CPU) or a torch dtype (or its name, e.g. ``"float32"``).
+        device_map: place a model too large for one device across GPUs, CPU and disk with accelerate's
+            big-model placement (``"auto"``, ``"balanced"``, ``"sequential"`` or a dict ``module name ->
+            device | "cpu" | "disk"``); ``device`` is then where the inputs go (the first module's
+            device). Every feature works on a placed model: capture, heads off, masks; weights offloaded to
+            disk are read back for each forward pass (slow, but exact). None: the whole model on ``device``.
+        max_memory: with ``device_map``: the most each device may hold, e.g. ``{0: "20GiB", "cpu": "60GiB"}``.
+        offload_folder: with ``device_map``: where weights placed on ``"disk"`` are written (default: a
+            folder under Dikkat's cache).
 
     Returns:
         :class:`LoadedModel`. Weights are never loaded from pickle files and ``trust_remote_code`` is
-        never set.
+        never set. Loaded models are cached per process, bounded by bytes (``DIKKAT_MODEL_CACHE_GIB``,
+        default 6 GiB; least recently used dropped first, see :mod:`models.budget`).
 
     Raises:
         UnknownModelError: not a key, folder or hub id.
@@ -405,16 +417,23 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> 
     capture.register()
     dev = _pick_device(device)
     dt = _pick_dtype(dtype, dev)
-    key = (name, str(dev), str(dt))
+    if device_map is not None and not isinstance(device_map, (str, dict)):
+        raise InvalidArgumentError(f"device_map must be 'auto', 'balanced', 'sequential' or a dict, got {device_map!r}.")
+    placement = None
+    if device_map is not None:
+        placement = {"device_map": device_map, "max_memory": max_memory,
+                     "offload_folder": str(offload_folder or cache.cache_root() / "offload" / re.sub(r"\W", "_", name))}
+    key = (name, str(dev), str(dt), repr(sorted(placement.items(), key=str)) if placement else None)
     with _LOCK:
-        if key in _LOADED:
-            return _LOADED[key]
+        cached = _LOADED.get(key)
+        if cached is not None:
+            return cached
         start = time.perf_counter()
         spec, folder, hub_id = _resolve(name)
         if hub_id is not None:
             folder = _download(hub_id)
         try:
-            loaded = _load_folder(name, spec, folder, dev, dt)
+            loaded = _load_folder(name, spec, folder, dev, dt, placement)
         except (DikkatError, MemoryError):
             raise
         except Exception as exc:
@@ -422,15 +441,16 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto") -> 
                 # A corrupt cached conversion: rebuild once.
                 cache.invalidate(spec.key)
                 folder = cache.cached_folder(spec.key, spec.build_version, spec.build)
-                loaded = _load_folder(name, spec, folder, dev, dt)
+                loaded = _load_folder(name, spec, folder, dev, dt, placement)
             else:
                 raise NoUsableModelError(f"Cannot load '{name}' from {folder}: {exc}") from exc
         loaded.load_seconds = time.perf_counter() - start
-        _LOADED[key] = loaded
+        _LOADED.put(key, loaded)
         return loaded
 
 
-def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt: torch.dtype) -> LoadedModel:
+def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt: torch.dtype,
+                 placement: dict | None = None) -> LoadedModel:
     from transformers import AutoConfig, AutoTokenizer
 
     try:
@@ -440,6 +460,8 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     family, head = _family_and_head(config)
     auto = _auto_class(family, head, config)
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=True, dtype=dt)
+    if placement:
+        kwargs.update({k: v for k, v in placement.items() if v is not None})
     try:
         try:
             model = auto.from_pretrained(str(folder), attn_implementation=capture.ATTN_IMPLEMENTATION, **kwargs)
@@ -453,10 +475,13 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         raise ModelOutOfMemoryError(f"Out of memory loading '{name}' on {dev}: {exc}") from exc
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise NoUsableModelError(f"Cannot load the weights of '{name}' from {folder}: {exc}") from exc
-    try:
-        model.to(dev)
-    except torch.OutOfMemoryError as exc:
-        raise ModelOutOfMemoryError(f"Out of memory moving '{name}' to {dev}: {exc}") from exc
+    if placement:
+        dev = _input_device(model, dev)
+    else:
+        try:
+            model.to(dev)
+        except torch.OutOfMemoryError as exc:
+            raise ModelOutOfMemoryError(f"Out of memory moving '{name}' to {dev}: {exc}") from exc
     model.eval()
     processor = None
     if config.model_type == "whisper":
@@ -487,6 +512,15 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     )
     _discover_sites(loaded)
     return loaded
+
+
+def _input_device(model, default: torch.device) -> torch.device:
+    """Where a model placed by accelerate reads its inputs: the first module's device in its
+    ``hf_device_map`` that is not ``"disk"`` (an offloaded first module runs on ``default``)."""
+    for where in (getattr(model, "hf_device_map", None) or {}).values():
+        if where not in ("disk", "meta"):
+            return torch.device(f"cuda:{where}" if isinstance(where, int) else where)
+    return default
 
 
 def clear_cache() -> None:

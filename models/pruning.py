@@ -46,6 +46,9 @@ import torch
 
 from . import capture
 from .analysis import default_max_tokens, validate_heads
+
+# Longest text the pruning functions read by default (tokens): ablation runs a forward pass per head.
+MAX_TOKENS = 1024
 from .errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from .loading import LoadedModel
 
@@ -159,7 +162,7 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
     the full model (one forward pass without gates).
 
     Args:
-        max_tokens: cut the text to this many tokens (default :func:`models.default_max_tokens`).
+        max_tokens: cut the text to this many tokens (default :data:`MAX_TOKENS` or the model's own limit, the smaller).
 
     Returns:
         :class:`Prepared` (batch 1).
@@ -173,7 +176,7 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
     model, tok = loaded.model, loaded.tokenizer
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {model.main_input_name}.")
-    limit = int(max_tokens or default_max_tokens(loaded))
+    limit = int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded)))
     enc = tok(text, truncation=True, max_length=limit)
     ids = torch.tensor([enc["input_ids"]], device=loaded.device)
     inputs = {"input_ids": ids}
@@ -751,7 +754,7 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
         raise EmptyTextError("The text is empty: type a sentence to continue.")
     gates = _gates_for(loaded, heads_off)
     tok = loaded.tokenizer
-    limit = int(max_tokens or default_max_tokens(loaded))
+    limit = int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded)))
     ids = torch.tensor([tok(text, truncation=True, max_length=max(1, limit - max_new_tokens))["input_ids"]],
                        device=loaded.device)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -796,7 +799,7 @@ def _plain_inputs(loaded: LoadedModel, text: str, max_tokens: int | None) -> dic
         raise EmptyTextError("The text is empty.")
     if loaded.family == "encoder-decoder":
         raise UnsupportedOperationError(f"Sentence embeddings are not defined for '{loaded.name}' (encoder-decoder).")
-    enc = loaded.tokenizer(text, truncation=True, max_length=int(max_tokens or default_max_tokens(loaded)))
+    enc = loaded.tokenizer(text, truncation=True, max_length=int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded))))
     inputs = {"input_ids": torch.tensor([enc["input_ids"]], device=loaded.device)}
     if "token_type_ids" in enc and loaded.family == "encoder":
         inputs["token_type_ids"] = torch.tensor([enc["token_type_ids"]], device=loaded.device)

@@ -179,6 +179,12 @@ class AttentionStack(LazyArray):
         self._lock = threading.Lock()
 
     @property
+    def cached_nbytes(self) -> int:
+        """Bytes of the computed blocks kept for the next request (at most :data:`LAYER_CACHE_BYTES`)."""
+        with self._lock:
+            return sum(v.nbytes for v in self._cache.values())
+
+    @property
     def on_demand(self) -> bool:
         """True when the weights are computed when asked for (not held)."""
         return self.kept is None

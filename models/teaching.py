@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from . import capture
-from .analysis import Analysis, Word, analyze, default_max_tokens
+from .analysis import Analysis, Word, analyze, weight_budget_tokens
 from .errors import (
     DikkatError, InvalidArgumentError, InvalidHeadError, ModelOutOfMemoryError, UnsupportedOperationError,
 )
@@ -979,8 +979,8 @@ def measure_cost(
 
     For each length the implementations are measured one right after the other (side by side, so a
     change in machine load hits both). Lengths above the model's limit are skipped (not shortened), and
-    ``captured`` lengths above :func:`models.default_max_tokens` too (the weights of every layer must fit
-    the memory budget); lengths < 1 are ignored and duplicates measured once, in increasing order.
+    ``captured`` lengths above :func:`models.analysis.weight_budget_tokens` too (the weights of every layer
+    must fit the memory budget); lengths < 1 are ignored and duplicates measured once, in increasing order.
     ``should_stop`` is called before each measurement: when it returns True the points measured so far
     are returned.
 
@@ -1001,7 +1001,7 @@ def measure_cost(
     """
     lengths = sorted({int(n) for n in (lengths or default_lengths(loaded)) if int(n) >= 1})
     limit = loaded.max_positions
-    cap_limit = default_max_tokens(loaded)
+    cap_limit = weight_budget_tokens(loaded)
     plan = [(impl, n) for n in lengths for impl in implementations
             if n <= limit and (impl != "captured" or n <= cap_limit)]
     if "sdpa" in implementations:

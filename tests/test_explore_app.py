@@ -317,3 +317,36 @@ def test_summary_table_writes_decimals_the_interface_languages_way():
     at = run_app({"lang": "en", "view": "summary"})
     config = json.loads(at.dataframe[0].proto.columns)
     assert any(v.get("type_config", {}).get("format") == "%.3f" for v in config.values()), config
+
+
+def test_long_input_on_demand_every_view_and_option_C01():
+    """~1,000 tokens on smollm2-135m (its own limit is 8,192; nothing is cut): the analysis keeps no weights
+    (computed on demand); every view and option runs, the model view draws the pooled overview and says so,
+    the heatmap is pooled with a full-resolution window whose numbers are the engine's exact weights, the
+    head view draws a window of 48 tokens, the summary has a row per head."""
+    import models
+
+    text = " ".join(["The cat chased the mouse across the old wooden floor of the kitchen."] * 70)
+    at = run_app({"model_key": "smollm2-135m", "text": text, "view": "model", "layer": 3, "head": 2})
+    warnings = " ".join(w.value for w in at.warning)
+    assert "were cut" not in warnings and "overview, pooled to 33×33" in warnings  # 270 maps in the mosaic budget
+    assert "computed when you open it" in " ".join(i.value for i in at.info)
+    loaded = models.load("smollm2-135m")
+    a = models.analyze(loaded, text)
+    assert not a.kept and len(a.tokens) > 900
+    zoom = [f for f in figures(at) if f["layout"]["title"]["text"].endswith("window from query 0, key 0")]
+    assert zoom, [f["layout"]["title"]["text"] for f in figures(at)]
+    np.testing.assert_allclose(decode(zoom[0]["data"][0]["z"]), a.attentions["decoder"][3, 2, :96, :96], atol=1e-7)
+    for option in ["hide_first", "words", "avg", "rollout"]:
+        at.checkbox(key=option).check().run()
+        for view in VIEWS:
+            at.session_state["view"] = view
+            at.run()
+            assert not at.exception, (option, view, [e.value for e in at.exception])
+            if view == "head":
+                assert len(head_view_data(at)["q"]) <= 48
+            if view == "summary":
+                assert len(at.dataframe[0].value) == 30 * 9
+        if option == "rollout":
+            assert "rollout" in " ".join(w.value for w in at.warning).lower()
+        at.checkbox(key=option).uncheck().run()

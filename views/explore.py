@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 
+import models
 from views import shared
 from views.shared import t
 from viz import transforms as tf
@@ -26,6 +27,13 @@ VIEWS = ["head", "model", "heatmap", "summary"]
 OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout"]
 # The head view draws at most this many tokens (or words) per column; longer inputs are paged.
 HEAD_VIEW_MAX = 48
+# Long inputs (weights computed on demand): the heatmap is pooled to at most HEATMAP_MAX cells a side, with
+# a ZOOM x ZOOM window at full resolution; words are merged up to WORDS_MAX_LONG tokens; the token list
+# shows the first TOKENS_LISTED tokens.
+HEATMAP_MAX = 256
+ZOOM = 96
+WORDS_MAX_LONG = 2048
+TOKENS_LISTED = 600
 
 
 @dataclass(frozen=True)
@@ -80,17 +88,40 @@ def _units(tokens, words, keep: np.ndarray) -> tuple[list[tuple[int, ...]], list
     return units, labels
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
+def _window_words(words, r0: int, r1: int) -> list:
+    """The words with a token in rows ``r0 .. r1 - 1``, their token indices shifted to the window."""
+    from models import Word
+
+    out = []
+    for w in words:
+        idx = tuple(i - r0 for i in w.tokens if r0 <= i < r1)
+        if idx:
+            out.append(Word(w.text, w.start, w.end, w.segment, idx))
+    return out
+
+
+@shared.cached
 def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: bool, hide_first: bool,
-            words: bool, mode: str) -> Prepared:
+            words: bool, mode: str, layer: int | None = None, head: int | None = None,
+            rows: tuple[int, int] | None = None) -> Prepared:
     """Apply the page's options to one stack's attention (cached; the result is shared, read-only).
 
-    Order: heads (all / average / rollout) -> hide tokens and renormalise rows -> merge words.
+    Order: heads (all / average / rollout) -> hide tokens and renormalise rows -> merge words. With
+    ``layer`` (and ``head``, ``rows``: a ``(start, stop)`` range of query tokens) only that layer's (head's,
+    rows') weights are computed and prepared, as ``(1, heads', rows', key')``: how a long input, whose
+    weights are computed on demand, is drawn.
     """
     a = shared.get_analysis(model, text, text_pair=pair)
-    w = a.attentions[stack]
     q_tokens, k_tokens = a.axis_tokens(stack)
     q_words, k_words = a.axis_words(stack)
+    r0, r1 = rows or (0, len(q_tokens))
+    if layer is None:
+        w = np.asarray(a.attentions[stack])[..., r0:r1, :]
+    else:
+        w = a.attentions[stack][layer, slice(None) if head is None else head, r0:r1]
+        w = w.reshape(1, -1, r1 - r0, w.shape[-1])
+    if rows is not None:
+        q_tokens, q_words = q_tokens[r0:r1], _window_words(q_words, r0, r1)
     if mode == "rollout":
         w = tf.rollout(w)
     elif mode == "avg":
@@ -100,7 +131,7 @@ def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: b
     keep_k = tf.keep_mask(len(k_tokens), drop_flags=[x.special for x in k_tokens] if hide_special else None)
     if hide_first:
         keep_k[0] = False
-        if self_attn:
+        if self_attn and r0 == 0:
             keep_q[0] = False
     renormalised = not (keep_q.all() and keep_k.all())
     if renormalised:
@@ -116,26 +147,14 @@ def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: b
         q_labels = [x.label for x, k in zip(q_tokens, keep_q) if k]
         k_labels = [x.label for x, k in zip(k_tokens, keep_k) if k]
     q_kept, k_kept = np.nonzero(keep_q)[0], np.nonzero(keep_k)[0]
-    q_index = [tuple(int(q_kept[i]) for i in u) for u in q_units]
+    q_index = [tuple(int(q_kept[i]) + r0 for i in u) for u in q_units]
     k_index = [tuple(int(k_kept[i]) for i in u) for u in k_units]
     return Prepared(
         weights=np.ascontiguousarray(w, dtype=np.float32), q_labels=q_labels, k_labels=k_labels,
-        q_segments=[q_seg_all[u[0]] for u in q_index], k_segments=[k_seg_all[u[0]] for u in k_index],
-        q_index=q_index, k_index=k_index, renormalised=renormalised, n_tokens=(len(q_tokens), len(k_tokens)),
+        q_segments=[q_seg_all[u[0] - r0] for u in q_index], k_segments=[k_seg_all[u[0]] for u in k_index],
+        q_index=q_index, k_index=k_index, renormalised=renormalised,
+        n_tokens=(len(a.axis_tokens(stack)[0]), len(k_tokens)),
     )
-
-
-@st.cache_resource(show_spinner=False, max_entries=8)
-def statistics(model: str, text: str, pair: str | None, stack: str) -> dict[str, np.ndarray]:
-    """Head statistics of one stack's raw token-level weights (cached)."""
-    a = shared.get_analysis(model, text, text_pair=pair)
-    q_tokens, k_tokens = a.axis_tokens(stack)
-    word_of = -np.ones(len(k_tokens), dtype=int)
-    for i, w in enumerate(a.axis_words(stack)[1]):
-        word_of[list(w.tokens)] = i
-    return tf.head_statistics(a.attentions[stack], special=[x.special for x in k_tokens],
-                              punctuation=[tf.is_punctuation(x.text) and not x.special for x in k_tokens],
-                              word_of=word_of, self_attention=stack != "cross")
 
 
 def _clamp(key: str, upper: int) -> None:
@@ -176,10 +195,17 @@ def _matrix_csv(matrix: np.ndarray, q_labels: list[str], k_labels: list[str]):
     return lambda: matrix_csv(matrix, q_labels, k_labels)
 
 
+def _bin_labels(labels: list[str], bins: int) -> list[str]:
+    """Labels of the pooled bins of :func:`viz.transforms.pool`: ``first–last: label of the first``."""
+    edges = np.linspace(0, len(labels), bins + 1).round().astype(int)
+    return [f"{a}–{b - 1}: {labels[a]}" for a, b in zip(edges[:-1], edges[1:])]
+
+
 def _npz(model: str, text: str, pair: str | None):
     def make() -> bytes:
         a = shared.get_analysis(model, text, text_pair=pair)
-        return attentions_npz(a.attentions, tokens=[x.label for x in a.tokens], spans=[(x.start, x.end) for x in a.tokens],
+        # a long input's weights are not held: its pooled overview maps instead
+        return attentions_npz(a.attentions if a.kept else a.overview, tokens=[x.label for x in a.tokens], spans=[(x.start, x.end) for x in a.tokens],
                               special=[x.special for x in a.tokens],
                               target_tokens=[x.label for x in a.target_tokens] if a.target_tokens else None,
                               model=model, text=text)
@@ -247,16 +273,17 @@ options = {k: bool(st.session_state.get(k)) for k in OPTIONS}
 if options["rollout"] and stack == "cross":
     st.warning(t("rollout_cross"))
     options["rollout"] = False
+long_mode = not analysis.kept
+q_tokens, k_tokens = analysis.axis_tokens(stack)
+if long_mode and options["rollout"]:
+    st.warning(t("rollout_long", n=len(q_tokens)))
+    options["rollout"] = False
+if long_mode and options["words"] and max(len(q_tokens), len(k_tokens)) > WORDS_MAX_LONG:
+    st.warning(t("words_long", n=max(len(q_tokens), len(k_tokens)), m=WORDS_MAX_LONG))
+    options["words"] = False
 mode = "rollout" if options["rollout"] else ("avg" if options["avg"] else "heads")
-
-with st.spinner(t("preparing")):
-    prep = prepare(sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"],
-                   options["words"], mode)
-if not len(prep.q_labels) or not len(prep.k_labels):
-    st.info(t("nothing_left"))
-    st.stop()
 n_layers, n_heads_raw = analysis.attentions[stack].shape[:2]
-n_heads = prep.weights.shape[1]
+n_heads = 1 if mode in ("avg", "rollout") else n_heads_raw
 head_names = [t("mean_head")] if mode == "avg" else ([t("rollout_head")] if mode == "rollout" else
                                                       [str(h) for h in range(n_heads)])
 
@@ -274,12 +301,8 @@ if mode == "rollout":
     notes.append(t("note_rollout"))
 for note in notes:
     st.caption("ℹ️ " + note)
-
-q_tokens, k_tokens = analysis.axis_tokens(stack)
-with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
-    st.write(" · ".join(x.label for x in q_tokens))
-    if options["words"]:
-        st.write(t("words_line") + " " + " · ".join(prep.q_labels))
+if long_mode:
+    st.info(t("long_mode", n=max(len(q_tokens), len(k_tokens))))
 
 sel_cols = st.columns([3, 1, 1])
 with sel_cols[0]:
@@ -304,57 +327,138 @@ with sel_cols[2]:
     shared.url_sync("img_fmt", "PNG")
 fmt = (st.session_state.get("img_fmt") or "PNG").lower()
 
+
+
+def _hv_slider(n_rows: int) -> int:
+    """The head view's first row: a slider when ``n_rows`` exceeds HEAD_VIEW_MAX (long inputs are paged)."""
+    if n_rows <= HEAD_VIEW_MAX:
+        shared.url_drop("hv_start")
+        return 0
+    shared.url_init("hv_start", kind=int)
+    _clamp("hv_start", n_rows - HEAD_VIEW_MAX + 1)
+    start = st.slider(t("hv_window"), 0, n_rows - HEAD_VIEW_MAX, value=0, step=1, key="hv_start")
+    shared.url_sync("hv_start", 0)
+    return int(start)
+
+
+hv_start = 0
+if view == "head" and long_mode:
+    hv_start = _hv_slider(max(len(q_tokens), len(k_tokens)))
+option_args = (sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"], options["words"], mode)
+try:
+    with st.spinner(t("preparing") if not long_mode else t("computing_layer", layer=layer)):
+        if not long_mode:
+            prep = prepare(*option_args)
+        elif view == "head":
+            window = (min(hv_start, len(q_tokens)), min(len(q_tokens), hv_start + HEAD_VIEW_MAX))
+            prep = prepare(*option_args, layer=layer, rows=window if window[1] > window[0] else None)
+        else:
+            prep = prepare(*option_args, layer=layer, head=None if n_heads == 1 else head)
+except models.DikkatError as exc:
+    shared.show_error(exc)
+    st.stop()
+if not len(prep.q_labels) or not len(prep.k_labels):
+    st.info(t("nothing_left"))
+    st.stop()
+# index of the shown layer / head inside prep.weights
+p_layer = 0 if long_mode else layer
+p_head = 0 if (long_mode and view != "head") else head
+
+with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
+    st.write(" · ".join(x.label for x in q_tokens[:TOKENS_LISTED]) + (" …" if len(q_tokens) > TOKENS_LISTED else ""))
+    if options["words"] and not long_mode:
+        st.write(t("words_line") + " " + " · ".join(prep.q_labels))
+
 stem = f"dikkat_{sel.model.replace('/', '_')}_{stack}_L{layer}" + (f"_H{head}" if n_heads > 1 else f"_{mode}")
-matrix = prep.weights[layer, head]
+matrix = prep.weights[p_layer, p_head]
 nq, nk = len(prep.q_labels), len(prep.k_labels)
+matrix_q, matrix_k = prep.q_labels, prep.k_labels
 
 
 def draw_heatmap(title: str) -> None:
-    big = max(nq, nk) > 128
-    fig = head_heatmap(matrix, prep.q_labels, prep.k_labels, title=title, query_title=t("query"),
-                       key_title=t("key"), weight_title=t("weight"))
+    """The chosen head: in full when it fits, else pooled to HEATMAP_MAX cells a side plus a window at full
+    resolution (long inputs)."""
+    global matrix, matrix_q, matrix_k
+    if max(nq, nk) <= HEATMAP_MAX:
+        fig = head_heatmap(matrix, prep.q_labels, prep.k_labels, title=title, query_title=t("query"),
+                           key_title=t("key"), weight_title=t("weight"))
+        shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
+        if max(nq, nk) > 128:
+            st.caption(t("heatmap_long", n=max(nq, nk)))
+        return
+    pooled = tf.pool(matrix, HEATMAP_MAX)
+    q_bins, k_bins = _bin_labels(prep.q_labels, pooled.shape[0]), _bin_labels(prep.k_labels, pooled.shape[1])
+    fig = head_heatmap(pooled, q_bins, k_bins, title=title + "  ·  " + t("hm_pooled_short", c=HEATMAP_MAX),
+                       query_title=t("query"), key_title=t("key"), weight_title=t("weight"))
     shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
-    if big:
-        st.caption(t("heatmap_long", n=max(nq, nk)))
+    st.caption(t("hm_pooled", n=max(nq, nk), c=HEATMAP_MAX))
+    st.markdown("**" + t("hm_zoom_title", m=ZOOM) + "**")
+    zc = st.columns(2)
+    with zc[0]:
+        _clamp("zoom_q", max(1, nq - ZOOM + 1))
+        zq = st.slider(t("hm_zoom_q"), 0, max(0, nq - ZOOM), value=0, key="zoom_q")
+    with zc[1]:
+        _clamp("zoom_k", max(1, nk - ZOOM + 1))
+        zk = st.slider(t("hm_zoom_k"), 0, max(0, nk - ZOOM), value=0, key="zoom_k")
+    matrix = matrix[zq:zq + ZOOM, zk:zk + ZOOM]
+    matrix_q, matrix_k = prep.q_labels[zq:zq + ZOOM], prep.k_labels[zk:zk + ZOOM]
+    zoom = head_heatmap(matrix, [f"{zq + i}: {x}" for i, x in enumerate(matrix_q)],
+                        [f"{zk + i}: {x}" for i, x in enumerate(matrix_k)],
+                        title=title + "  ·  " + t("hm_zoom_short", q=zq, k=zk), query_title=t("query"),
+                        key_title=t("key"), weight_title=t("weight"))
+    shared.plotly_chart(zoom, key="zoom_chart", config=image_config(stem + "_zoom", fmt))
 
 
 if view == "head":
-    n_rows = max(nq, nk)
-    start = 0
-    if n_rows <= HEAD_VIEW_MAX:
-        shared.url_drop("hv_start")
+    if long_mode:
+        # prep holds rows hv_start .. of every key: draw the same window of keys
+        window_k = [i for i, idx in enumerate(prep.k_index) if hv_start <= idx[0] < hv_start + HEAD_VIEW_MAX]
+        k_sel = np.asarray(window_k, dtype=int)
+        weights = prep.weights[0][:, :, k_sel]
+        hv_q, hv_k = prep.q_labels, [prep.k_labels[i] for i in window_k]
+        hv_qseg, hv_kseg = prep.q_segments, [prep.k_segments[i] for i in window_k]
+        n_rows, start, end = max(len(q_tokens), len(k_tokens)), hv_start, min(max(len(q_tokens), len(k_tokens)),
+                                                                               hv_start + HEAD_VIEW_MAX)
+        shown = max(len(hv_q), len(hv_k))
     else:
-        shared.url_init("hv_start", kind=int)
-        _clamp("hv_start", n_rows - HEAD_VIEW_MAX + 1)
-        start = st.slider(t("hv_window"), 0, n_rows - HEAD_VIEW_MAX, value=0, step=1, key="hv_start")
-        shared.url_sync("hv_start", 0)
-    end = min(n_rows, start + HEAD_VIEW_MAX)
-    qs, ks = slice(start, min(end, nq)), slice(start, min(end, nk))
+        n_rows = max(nq, nk)
+        start = _hv_slider(n_rows)
+        end = min(n_rows, start + HEAD_VIEW_MAX)
+        qs, ks = slice(start, min(end, nq)), slice(start, min(end, nk))
+        weights = prep.weights[layer][:, qs, ks]
+        hv_q, hv_k, hv_qseg, hv_kseg = prep.q_labels[qs], prep.k_labels[ks], prep.q_segments[qs], prep.k_segments[ks]
+        shown = end - start
     hv_notes = list(notes)
     if n_rows > HEAD_VIEW_MAX:
         st.warning(t("hv_long", n=n_rows, a=start, b=end - 1, m=HEAD_VIEW_MAX))
         hv_notes.append(t("hv_long_short", a=start, b=end - 1, n=n_rows))
     title = _title(t("hv_title", layer=layer, stack=t(f"stack_{stack}")), prep, options)
     strings = {k: t(f"hv_{k}") for k in ("heads", "all", "none", "pair", "pair_all", "svg", "png")}
-    weights = prep.weights[layer][:, qs, ks]
-    doc = head_view_html(weights, prep.q_labels[qs], prep.k_labels[ks], head_names=head_names,
-                         query_segments=prep.q_segments[qs], key_segments=prep.k_segments[ks], title=title,
-                         notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start)
+    doc = head_view_html(weights, hv_q, hv_k, head_names=head_names, query_segments=hv_qseg, key_segments=hv_kseg,
+                         title=title, notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start)
     st.caption(t("hv_hint"))
-    st.iframe(doc, height=html_height(end - start, len(hv_notes), n_heads))
-    svg_args = (weights, prep.q_labels[qs], prep.k_labels[ks])
+    st.iframe(doc, height=html_height(shown, len(hv_notes), n_heads))
+    svg_args = (weights, hv_q, hv_k)
     st.download_button(t("dl_svg_server"), data=lambda: head_view_svg(*svg_args, head_names=head_names, title=title,
                                                                         notes=hv_notes).encode("utf-8"),
                        file_name=stem + "_headview.svg", mime="image/svg+xml", on_click="ignore", key="dl_hv_svg")
+    matrix, matrix_q, matrix_k = weights[min(head, weights.shape[0] - 1)], hv_q, hv_k
 elif view == "model":
-    title = _title(t("mv_title", stack=t(f"stack_{stack}"), layers=n_layers, heads=n_heads, n=max(nq, nk)),
-                   prep, options)
+    n_shown = max(len(q_tokens), len(k_tokens))
+    title = _title(t("mv_title", stack=t(f"stack_{stack}"), layers=n_layers, heads=n_heads, n=n_shown), prep, options)
     layer_names = [str(i) for i in range(n_layers)]
-    fig, info = model_view(prep.weights, layer_names=layer_names, head_names=head_names, title=title,
+    if long_mode:
+        overview = analysis.overview[stack]
+        grid = overview.mean(axis=1, keepdims=True) if mode == "avg" else overview
+    else:
+        grid = prep.weights
+    fig, info = model_view(grid, layer_names=layer_names, head_names=head_names, title=title,
                            hover=t("mv_hover"), layer_title=t("layer"), head_title=t("head"),
                            selected=(layer, head))
     st.caption(t("mv_hint"))
-    if info.pooled:
+    if long_mode:
+        st.warning(t("mv_overview", n=n_shown, c=max(info.cell_q, info.cell_k)))
+    elif info.pooled:
         st.warning(t("mv_pooled", n=max(nq, nk), c=max(info.cell_q, info.cell_k)))
     shared.plotly_chart(fig, key="mv_select", on_select=functools.partial(_on_model_click, n_heads), selection_mode="points",
                     config=image_config(stem.rsplit("_L", 1)[0] + "_modelview", fmt))
@@ -363,7 +467,7 @@ elif view == "model":
 elif view == "heatmap":
     draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
 else:
-    stats = statistics(sel.model, sel.text, pair, stack)
+    stats = analysis.statistics[stack]
     names = {k: t(f"stat_{k}") for k in tf.STATISTICS}
     table = head_summary_table(stats, column_names=names, layer_column=t("layer"), head_column=t("head"))
     st.caption(t("summary_intro"))
@@ -379,11 +483,11 @@ else:
 # exports of the numbers (C08)
 exp = st.columns(2)
 with exp[0]:
-    st.download_button(t("dl_csv", layer=layer, head=head_names[head]), data=_matrix_csv(matrix, prep.q_labels,
-                                                                                        prep.k_labels),
+    st.download_button(t("dl_csv", layer=layer, head=head_names[min(head, len(head_names) - 1)]),
+                       data=_matrix_csv(matrix, list(matrix_q), list(matrix_k)),
                        file_name=stem + ".csv", mime="text/csv", on_click="ignore", key="dl_csv")
 with exp[1]:
-    st.download_button(t("dl_npz"), data=_npz(sel.model, sel.text, pair),
+    st.download_button(t("dl_npz") if not long_mode else t("dl_npz_overview"), data=_npz(sel.model, sel.text, pair),
                        file_name=f"dikkat_{sel.model.replace('/', '_')}_attentions.npz",
                        mime="application/octet-stream", on_click="ignore", key="dl_npz")
 st.caption(t("export_hint"))

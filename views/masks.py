@@ -37,14 +37,14 @@ LANGUAGES = ("en", "tr", "de", "fr", "es")
 # ----------------------------------------------------------------------------------------- cached runs
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
+@shared.cached
 def _native(name: str, text: str, max_tokens: int) -> models.Analysis:
     """Native run with hidden states and (when the model has a head) logits; shared, read-only."""
     loaded = shared.get_model(name)
     return models.analyze(loaded, text, hidden_states=True, keep_logits=loaded.head != "none", max_tokens=max_tokens)
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
+@shared.cached
 def _run(name: str, text: str, mask_key, max_tokens: int) -> compare.MaskRun:
     """One replaced mask measured against the native run. ``mask_key``: a mask string, or
     ``("custom", rows)`` with ``rows`` a tuple of tuples of bools (hashable for the cache)."""
@@ -405,7 +405,7 @@ def section_encdec(sel: shared.Selection) -> None:
 # ------------------------------------------------------------------------------ speech encoder-decoder
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
+@shared.cached
 def _audio_analysis(name: str, wav: bytes, language: str, target: str | None):
     """``models.audio.analyze_audio`` on WAV bytes, cached by content; shared, read-only."""
     from models import audio

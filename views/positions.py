@@ -16,7 +16,7 @@ L = shared.lang()
 MAX_POS = 64  # positions drawn in the RoPE grid and the ALiBi matrix
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
+@shared.cached
 def _word_order(name: str, text_a: str, text_b: str) -> teaching.WordOrder:
     return teaching.word_order_experiment(shared.get_model(name), text_a, text_b)
 

@@ -102,7 +102,7 @@ def _continued(prompt: str, continuation: str) -> str:
 # ---------------------------------------------------------------- cached computations
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+@shared.cached
 def _importance(name: str, text: str, kind: str) -> pruning.HeadScores:
     loaded = shared.get_model(name)
     if kind == "ablation":
@@ -110,12 +110,12 @@ def _importance(name: str, text: str, kind: str) -> pruning.HeadScores:
     return pruning.gradient_importance(loaded, text)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@shared.cached
 def _continuation(name: str, text: str, off: tuple) -> str:
     return pruning.greedy_continuation(shared.get_model(name), text, off, max_new_tokens=10).text
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@shared.cached
 def _ranking(name: str, text: str, candidates: tuple, off: tuple) -> pruning.Ranking:
     return pruning.rank_sentences(shared.get_model(name), text, list(candidates), off)
 
@@ -236,8 +236,8 @@ with left:
 
 off = _get_off(name)
 off_tuple = tuple(sorted(off))
-before = shared.analysis_ui(name, text)
-after = shared.analysis_ui(name, text, heads_off=frozenset(off)) if off else before
+before = shared.analysis_ui(name, text, max_tokens=pruning.MAX_TOKENS)
+after = shared.analysis_ui(name, text, heads_off=frozenset(off), max_tokens=pruning.MAX_TOKENS) if off else before
 
 with right:
     st.subheader(t("prune_what_changes"))

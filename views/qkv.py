@@ -19,7 +19,7 @@ L = shared.lang()
 MAX_ROWS = 48  # keys drawn as strips; longer inputs show the keys with the largest weights
 
 
-@st.cache_resource(show_spinner=False, max_entries=16)
+@shared.cached
 def _layer(name: str, text: str, stack: str, layer: int) -> teaching.LayerCapture:
     return teaching.layer_capture(shared.get_model(name), text, stack=stack, layer=layer)
 

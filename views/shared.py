@@ -1,13 +1,17 @@
 """What every page shares: UI strings (tr/en), the cached model and analyses, the sidebar.
 
-A loaded model is cached per process with ``st.cache_resource`` and shared by every browser session;
-per-request settings (heads off, masks) travel with each call into ``models.analyze``.
+A loaded model is cached per process by :func:`models.load` and shared by every browser session;
+per-request settings (heads off, masks) travel with each call into ``models.analyze``. Analyses, prepared
+views and other results of every page share one cache bounded by bytes (:data:`CACHE`,
+``DIKKAT_CACHE_GIB``, default 4 GiB), so an analysis is stored once for all pages.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +20,7 @@ import numpy as np
 import streamlit as st
 
 import models
+from models import budget
 from viz import numbers as nb
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -119,16 +124,61 @@ def examples() -> list[dict]:
     return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))["examples"]
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+def _measure(value) -> int:
+    """Bytes an entry of :data:`CACHE` holds (its model not counted: the model cache counts it). For an
+    analysis, the part fixed at creation is measured once, the layers its on-demand stacks keep at each use."""
+    if isinstance(value, models.Analysis):
+        fixed = value.__dict__.get("_fixed_nbytes")
+        if fixed is None:
+            fixed = value.__dict__["_fixed_nbytes"] = budget.nbytes(value, skip=(models.LoadedModel, OrderedDict))
+        return fixed + sum(stack.cached_nbytes for stack in value.attentions.values())
+    return budget.nbytes(value, skip=(models.LoadedModel,))
+
+
+# Analyses, prepared views and page results of every session, least recently used dropped first.
+CACHE = budget.ByteLRU(budget.budget_from_env("DIKKAT_CACHE_GIB", 4), measure=_measure)
+
+
+def cached(fn):
+    """Decorator: cache ``fn``'s results in :data:`CACHE` by its name and (hashable) arguments, computed
+    once even when several sessions ask at once; results are shared, read-only."""
+    name = (fn.__code__.co_filename, fn.__qualname__)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        key = (name, args, tuple(sorted(kwargs.items())))
+        try:
+            hash(key)
+        except TypeError:
+            return fn(*args, **kwargs)
+        value = CACHE.get_or_create(key, lambda: fn(*args, **kwargs))
+        if isinstance(value, models.Analysis) and not value.kept:
+            CACHE.remeasure(key)  # its stacks may have kept a layer since
+        return value
+
+    return wrapper
+
+
 def get_model(name: str) -> models.LoadedModel:
-    """``models.load(name)``, cached per process and shared by all sessions."""
+    """``models.load(name)``: cached per process (bounded by bytes) and shared by all sessions."""
     return models.load(name)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
 def get_analysis(name: str, text: str, text_pair: str | None = None, target: str | None = None,
                  heads_off: frozenset = frozenset(), mask="native", max_tokens: int | None = None) -> models.Analysis:
-    """``models.analyze`` cached by its (hashable) arguments; results are read-only."""
+    """``models.analyze`` cached in :data:`CACHE` by its (hashable) arguments; results are read-only.
+
+    A ``max_tokens`` that does not cut this text is dropped from the key, so pages with different limits
+    share one analysis of a short text."""
+    if max_tokens is not None and text_pair is None and target is None:
+        n = len(get_model(name).tokenizer(text)["input_ids"])
+        if n <= max_tokens:
+            max_tokens = None
+    return _analysis(name, text, text_pair, target, heads_off, mask, max_tokens)
+
+
+@cached
+def _analysis(name, text, text_pair, target, heads_off, mask, max_tokens) -> models.Analysis:
     return models.analyze(get_model(name), text, text_pair=text_pair, target=target, heads_off=heads_off,
                           mask=mask, max_tokens=max_tokens)
 

@@ -1,0 +1,194 @@
+"""Caches bounded by bytes: measured sizes, least recently used evicted first.
+
+Every cache of Dikkat (loaded models in :func:`models.load`; analyses, prepared views and other results in
+the app) is a :class:`ByteLRU`. An entry's size is measured when it is stored (:func:`nbytes`: the arrays,
+tensors and Python objects it holds), and again when it is used if it grows later (an on-demand
+:class:`~models.store.AttentionStack` keeps its last computed layers). When the total passes the budget,
+the least recently used entries are dropped until it fits; the entry just stored is never dropped, so
+one entry larger than the whole budget is still served once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import fields, is_dataclass
+from typing import Any, Callable, Hashable
+
+import numpy as np
+import torch
+
+GIB = 1 << 30
+
+
+def budget_from_env(name: str, default_gib: float) -> int:
+    """A byte budget from the environment variable ``name`` (in GiB, e.g. ``DIKKAT_CACHE_GIB=4``), else
+    ``default_gib``. An unreadable or negative value falls back to the default."""
+    raw = os.environ.get(name, "")
+    try:
+        value = float(raw) if raw.strip() else default_gib
+    except ValueError:
+        value = default_gib
+    return int((value if value >= 0 else default_gib) * GIB)
+
+
+def nbytes(obj: Any, skip: tuple[type, ...] = (), _seen: set | None = None) -> int:
+    """Bytes held by ``obj`` and everything it references, each object counted once, objects of the types
+    in ``skip`` not at all (an analysis refers to its model, which the model cache counts).
+
+    numpy arrays count their buffer (a view counts its base once), torch tensors their storage, a loaded
+    model (anything with ``parameters()``) its parameters and buffers; dataclasses, dicts, lists, tuples,
+    sets and objects with ``__dict__`` are followed; other objects count ``sys.getsizeof``. Modules,
+    functions and classes count 0.
+
+    Returns:
+        int, bytes.
+    """
+    seen = set() if _seen is None else _seen
+    if id(obj) in seen or (skip and isinstance(obj, skip)):
+        return 0
+    seen.add(id(obj))
+
+    def inner(value: Any) -> int:
+        return nbytes(value, skip, seen)
+
+    if isinstance(obj, np.ndarray):
+        base = obj
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if base is not obj:
+            return inner(base)
+        return int(obj.nbytes) if obj.flags.owndata else 0
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        key = ("storage", storage.data_ptr())
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(storage.nbytes())
+    if isinstance(obj, torch.nn.Module):
+        return sum(inner(t) for t in list(obj.parameters()) + list(obj.buffers()))
+    if isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return sys.getsizeof(obj)
+    if isinstance(obj, type) or callable(obj) and not hasattr(obj, "__dict__"):
+        return 0
+    size = sys.getsizeof(obj, 0)
+    if isinstance(obj, dict):
+        return size + sum(inner(k) + inner(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return size + sum(inner(v) for v in obj)
+    if is_dataclass(obj):
+        return size + sum(inner(getattr(obj, f.name)) for f in fields(obj))
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict) and not isinstance(obj, type(sys)):
+        return size + sum(inner(v) for k, v in attrs.items() if not k.startswith("__"))
+    return size
+
+
+class ByteLRU:
+    """A thread-safe least-recently-used cache whose budget is in bytes.
+
+    Args:
+        budget: bytes the entries may hold together (0: keep only the entry being served).
+        measure: size of a value in bytes (default :func:`nbytes`), measured when stored and, for values
+            that grow, again when used (see :meth:`get_or_create`).
+
+    Concurrent requests for the same key compute it once; the others wait for that result.
+    """
+
+    def __init__(self, budget: int, measure: Callable[[Any], int] = nbytes):
+        self.budget = int(budget)
+        self.measure = measure
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pending: dict[Hashable, threading.Event] = {}
+        self.evictions = 0
+
+    @property
+    def total(self) -> int:
+        """Bytes held by the entries (as last measured)."""
+        with self._lock:
+            return sum(size for _, size in self._entries.values())
+
+    def sizes(self) -> dict[Hashable, int]:
+        """Key -> measured bytes, least recently used first."""
+        with self._lock:
+            return {k: size for k, (_, size) in self._entries.items()}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """The value for ``key`` (marked as just used), or ``default``."""
+        with self._lock:
+            if key not in self._entries:
+                return default
+            self._entries.move_to_end(key)
+            return self._entries[key][0]
+
+    def _evict(self, keep: Hashable) -> None:
+        total = sum(size for _, size in self._entries.values())
+        for key in list(self._entries):
+            if total <= self.budget:
+                break
+            if key == keep:
+                continue
+            total -= self._entries.pop(key)[1]
+            self.evictions += 1
+
+    def put(self, key: Hashable, value: Any, size: int | None = None) -> None:
+        """Store ``value`` (measured unless ``size`` is given) and evict down to the budget."""
+        size = self.measure(value) if size is None else int(size)
+        with self._lock:
+            self._entries[key] = (value, size)
+            self._entries.move_to_end(key)
+            self._evict(key)
+
+    def remeasure(self, key: Hashable) -> None:
+        """Measure ``key``'s value again (it grew) and evict down to the budget."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None:
+            return
+        size = self.measure(entry[0])
+        with self._lock:
+            if key in self._entries:
+                self._entries[key] = (entry[0], size)
+                self._evict(key)
+
+    def get_or_create(self, key: Hashable, create: Callable[[], Any]) -> Any:
+        """The value for ``key``, created by ``create()`` (once, even when several threads ask at once)
+        and stored when missing."""
+        while True:
+            with self._lock:
+                if key in self._entries:
+                    self._entries.move_to_end(key)
+                    return self._entries[key][0]
+                event = self._pending.get(key)
+                if event is None:
+                    event = self._pending[key] = threading.Event()
+                    break
+            event.wait()
+        try:
+            value = create()
+            self.put(key, value)
+            return value
+        finally:
+            with self._lock:
+                self._pending.pop(key, None)
+            event.set()
+
+    def discard(self, key: Hashable) -> None:
+        """Drop ``key`` if present."""
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
