@@ -45,6 +45,7 @@ test: install-dev install-gemma /usr/bin/chromium
 ## Benchmarks print ratios measured side by side in one run (never timed assertions in tests).
 bench: install
 	$(BIN)/python bench/capture.py
+	$(BIN)/python bench/longcontext.py
 	$(BIN)/python bench/ablation.py
 	$(BIN)/python bench/teaching.py
 

@@ -6,8 +6,12 @@ For each length (512 and 2,048 tokens; 8,192 with ``--long``) it prints
                       transformers' default attention (sdpa), no weights)
     layer / plain     time(the exact weights of one head of the middle layer, a.attentions["decoder"][15, 0],
                       computed on demand) / time(plain forward)
+    summary / plain   time(per-head statistics and pooled overview maps of every layer, computed the first
+                      time they are read: one more forward pass that sees every layer's weights block by
+                      block) / time(plain forward)
     peak RSS          the process's peak resident memory during analyze, above what it held just before
                       (the model, its tokenizer and the plain model are already loaded), in MiB
+    held              what the analysis holds besides tokens and predictions: overview maps and masks, MiB
 Both runs alternate in the same loop (machine load hits both alike); the median of each is used. The
 peak is read from the kernel's high-water mark (VmHWM), reset before each analyze (/proc/self/clear_refs).
 
@@ -66,11 +70,11 @@ def main() -> None:
           f"plain attention={plain.config._attn_implementation}, max positions={loaded.max_positions}")
     models.analyze(loaded, SENTENCE)  # warm-up
     print(f"{'tokens':>6} {'analyze s':>10} {'plain s':>8} {'analyze/plain':>14} {'layer s':>8} {'layer/plain':>12} "
-          f"{'peak RSS MiB':>13} {'kept MiB':>9}")
+          f"{'summary/plain':>14} {'peak RSS MiB':>13} {'held MiB':>9}")
     for n in lengths:
         text = text_of(loaded.tokenizer, n)
         ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"].to(loaded.device)
-        t_an, t_pl, t_layer, peaks = [], [], [], []
+        t_an, t_pl, t_layer, t_sum, peaks = [], [], [], [], []
         a = None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
@@ -86,15 +90,18 @@ def main() -> None:
             t3 = time.perf_counter()
             w = a.attentions["decoder"][15, 0]
             t4 = time.perf_counter()
+            a.statistics["decoder"]
+            t5 = time.perf_counter()
+            t_sum.append(t5 - t4)
             t_pl.append(t1 - t0)
             t_an.append(t2 - t1)
             t_layer.append(t4 - t3)
         assert a.truncated == 0 and len(a.tokens) == n and not a.kept
         assert abs(float(w.sum(-1).min()) - 1) < 1e-4 and abs(float(w.sum(-1).max()) - 1) < 1e-4
         held = sum(v.nbytes for v in a.overview.values()) + sum(m.nbytes for d in a.masks.values() for m in d.distinct)
-        m_an, m_pl, m_layer = (statistics.median(x) for x in (t_an, t_pl, t_layer))
+        m_an, m_pl, m_layer, m_sum = (statistics.median(x) for x in (t_an, t_pl, t_layer, t_sum))
         print(f"{n:>6} {m_an:>10.2f} {m_pl:>8.2f} {m_an / m_pl:>14.2f} {m_layer:>8.2f} {m_layer / m_pl:>12.2f} "
-              f"{max(peaks):>13.0f} {held / 2 ** 20:>9.1f}")
+              f"{m_sum / m_pl:>14.2f} {max(peaks):>13.0f} {held / 2 ** 20:>9.1f}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import bisect
 import math
 import operator
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -20,7 +21,7 @@ from .errors import (
 )
 from .loading import LoadedModel
 from .masks import parse_mask
-from .store import MATERIALIZE_BYTES, AttentionStack, MaskStack, Replay
+from .store import MATERIALIZE_BYTES, AttentionStack, LazyMap, MaskStack, Replay
 
 
 def _combining_marks() -> str:
@@ -141,6 +142,8 @@ class Analysis:
             weights (:class:`models.statistics.HeadStatistics`; names as ``viz.transforms.STATISTICS``).
         overview: ``stack -> float32 (layers, heads, min(q, 64), min(k, 64))``: every head's map pooled
             (:class:`models.statistics.Overview`; equal to ``viz.transforms.pool(weights, 64)``).
+            Both are computed together the first time either is read: from the kept weights, or by one
+            more forward pass that sees every layer's weights block by block.
         kept: True when every weight is held in memory (inputs up to ``KEEP_BYTES`` of weights).
         truncated: how many tokens were dropped from the end (0 if none); ``max_tokens`` the limit used.
         next_token: decoders/encoder-decoders: top-k next-token predictions at each position.
@@ -683,7 +686,8 @@ def analyze(
     chunk_bytes = capture.CHUNK_BYTES
     try:
         with torch.no_grad(), capture.capture(
-            model.site_index, gates=gates, masks=masks, record=False, sink=None if fallback else collector.sink,
+            model.site_index, gates=gates, masks=masks, record=False,
+            sink=collector.sink if (keep_all and not fallback) else None,
             mask_sink=None if fallback else collector.mask_sink, chunk_bytes=chunk_bytes,
         ):
             outputs = model.model(**call)
@@ -701,6 +705,7 @@ def analyze(
         for stack, tensors in _attention_tuples(outputs, model.family).items():
             for layer, t in enumerate(tensors):
                 collector.sink(capture.Site(stack, layer, t.shape[1], ""), 0, 0, t, t.shape[-2], t.shape[-1])
+        collector.keep = True
     replay_call = {k: v for k, v in call.items() if k not in ("output_hidden_states", "output_attentions")}
     if "logits_to_keep" not in replay_call and model.head == "lm" and _accepts(model.model, "logits_to_keep"):
         replay_call["logits_to_keep"] = 1
@@ -714,45 +719,23 @@ def analyze(
 
 
 class _Collector:
-    """The sink of :func:`analyze`'s forward pass: per stack, feeds each block of weights to the statistics
-    and overview accumulators (and to the kept array for short inputs), and records each distinct mask."""
+    """The sinks of :func:`analyze`'s forward pass: copies each block of weights into the kept arrays (short
+    inputs) and records each distinct mask; then builds the stacks and the (lazily computed) statistics
+    and overview maps."""
 
     def __init__(self, model: LoadedModel, result: Analysis, keep: bool):
         self.model, self.result, self.keep = model, result, keep
-        self.stacks: dict[str, dict] = {}
+        self.kept: dict[str, np.ndarray] = {}
         self.masks: dict[str, dict] = {}
         self._alive: list = []  # masks seen, alive until the end so their ids stay unique
 
-    def _entry(self, stack: str, heads: int, n_q: int, n_k: int) -> dict:
-        entry = self.stacks.get(stack)
-        if entry is None:
-            layers = self.model.stacks[stack][0]
-            k_tokens = self.result.axis_tokens(stack)[1]
-            k_words = self.result.axis_words(stack)[1]
-            word_of = -np.ones(n_k, dtype=np.int64)
-            for i, w in enumerate(k_words):
-                word_of[[t for t in w.tokens if t < n_k]] = i
-            special = [x.special for x in k_tokens][:n_k]
-            special += [False] * (n_k - len(special))
-            punct = [hstats.is_punctuation(x.text) and not x.special for x in k_tokens][:n_k]
-            punct += [False] * (n_k - len(punct))
-            entry = self.stacks[stack] = {
-                "shape": (layers, heads, n_q, n_k),
-                "stats": hstats.HeadStatistics(layers, heads, n_q, n_k, special=special, punctuation=punct,
-                                               word_of=word_of, self_attention=stack != "cross"),
-                "overview": hstats.Overview(layers, heads, n_q, n_k),
-                "kept": np.zeros((layers, heads, n_q, n_k), dtype=np.float32) if self.keep else None,
-            }
-        return entry
-
     def sink(self, site, q0: int, k0: int, w: torch.Tensor, q_len: int, k_len: int) -> None:
-        entry = self._entry(site.stack, w.shape[1], q_len, k_len)
-        block = w[0].detach().float()
-        rows, cols = block.shape[1:]
-        entry["stats"].add(site.layer, q0, k0, block)
-        entry["overview"].add(site.layer, q0, k0, block)
-        if entry["kept"] is not None:
-            entry["kept"][site.layer, :, q0:q0 + rows, k0:k0 + cols] = block.cpu().numpy()
+        arr = self.kept.get(site.stack)
+        if arr is None:
+            layers = self.model.stacks[site.stack][0]
+            arr = self.kept[site.stack] = np.zeros((layers, w.shape[1], q_len, k_len), dtype=np.float32)
+        rows, cols = w.shape[2:]
+        arr[site.layer, :, q0:q0 + rows, k0:k0 + cols] = w[0].detach().float().cpu().numpy()
 
     def mask_sink(self, site, attention_mask, q_len: int, k_len: int) -> None:
         per = self.masks.setdefault(site.stack, {"distinct": [], "ids": {}, "layers": {}})
@@ -770,17 +753,74 @@ class _Collector:
         per["layers"][site.layer] = index
 
     def finish(self, result: Analysis, replay: Replay | None) -> None:
-        for stack, entry in self.stacks.items():
-            kept = entry["kept"]
-            result.attentions[stack] = AttentionStack(stack, entry["shape"], kept=kept, replay=replay)
-            result.statistics[stack] = entry["stats"].result()
-            result.overview[stack] = entry["overview"].result()
+        if self.keep:
+            shapes = {stack: arr.shape for stack, arr in self.kept.items()}
+        else:
+            shapes = {}
+            for stack, (layers, heads) in self.model.stacks.items():
+                q_tokens, k_tokens = result.axis_tokens(stack)
+                shapes[stack] = (layers, heads, len(q_tokens), len(k_tokens))
+        for stack, shape in shapes.items():
+            result.attentions[stack] = AttentionStack(stack, shape, kept=self.kept.get(stack), replay=replay)
+        once = _Once(lambda: _summaries(result))
+        result.statistics = LazyMap(lambda: once()[0])
+        result.overview = LazyMap(lambda: once()[1])
         for stack, per in self.masks.items():
             layers = self.model.stacks[stack][0]
             index = [per["layers"].get(layer, 0) for layer in range(layers)]
             result.masks[stack] = MaskStack(per["distinct"], index)
-        result.kept = all(entry["kept"] is not None for entry in self.stacks.values())
+        result.kept = self.keep
         self._alive.clear()
+
+
+class _Once:
+    """Calls ``compute`` the first time it is called (thread-safe) and returns that result ever after."""
+
+    def __init__(self, compute):
+        self.compute, self.value, self.lock = compute, None, threading.Lock()
+
+    def __call__(self):
+        with self.lock:
+            if self.value is None:
+                self.value = self.compute()
+                self.compute = None
+            return self.value
+
+
+def _summaries(result: Analysis) -> tuple[dict, dict]:
+    """Per-head statistics and pooled overview maps of every stack (:mod:`models.statistics`), from the kept
+    weights, or else from one more forward pass that hands every layer's weights over block by block (never
+    a whole layer at once)."""
+    accs = {}
+    for stack, lazy in result.attentions.items():
+        layers, heads, n_q, n_k = lazy.shape
+        k_tokens = result.axis_tokens(stack)[1]
+        word_of = -np.ones(n_k, dtype=np.int64)
+        for i, w in enumerate(result.axis_words(stack)[1]):
+            word_of[[t for t in w.tokens if t < n_k]] = i
+        special = ([x.special for x in k_tokens] + [False] * n_k)[:n_k]
+        punct = ([hstats.is_punctuation(x.text) and not x.special for x in k_tokens] + [False] * n_k)[:n_k]
+        accs[stack] = (hstats.HeadStatistics(layers, heads, n_q, n_k, special=special, punctuation=punct,
+                                             word_of=word_of, self_attention=stack != "cross"),
+                       hstats.Overview(layers, heads, n_q, n_k))
+
+    def feed(stack: str, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
+        block = w.detach().float()
+        for acc in accs[stack]:
+            acc.add(layer, q0, k0, block)
+
+    replay = None
+    for stack, lazy in result.attentions.items():
+        if lazy.kept is not None:
+            for layer in range(lazy.shape[0]):
+                feed(stack, layer, 0, 0, torch.from_numpy(lazy.kept[layer]))
+        else:
+            replay = lazy.replay
+    if replay is not None:
+        replay.run({(stack, layer) for stack, lazy in result.attentions.items() if lazy.kept is None
+                    for layer in range(lazy.shape[0])}, feed)
+    return ({stack: acc[0].result() for stack, acc in accs.items()},
+            {stack: acc[1].result() for stack, acc in accs.items()})
 
 
 def _accepts(model, name: str) -> bool:

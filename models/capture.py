@@ -89,7 +89,7 @@ class CaptureState:
             that keeps it must copy it.
         mask_sink: when not None, ``mask_sink(site, attention_mask, q_len, k_len)`` receives the mask each
             wanted site was actually called with (after any replacement), before its weights.
-        want: ``(stack, layer)`` pairs sent to ``sink``; None for every site.
+        want: ``(stack, layer)`` pairs sent to the sinks; None for every site.
         pending: when not None, the wanted pairs not seen yet; the forward pass stops (raises
             :class:`StopForward`) as soon as it is empty, so layers after the last wanted one never run.
         chunk_bytes: the largest block of weights one eager call may produce (``batch · heads · rows ·
@@ -255,10 +255,10 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         attention_mask, empty_rows = _apply_mask(state.masks[site.stack], query, key)
         if not bool(empty_rows.any()):
             empty_rows = None
-    wanted = (site is not None and state.sink is not None
-              and (state.want is None or (site.stack, site.layer) in state.want))
+    chosen = site is not None and (state.want is None or (site.stack, site.layer) in state.want)
+    wanted = chosen and state.sink is not None
     q_len, k_len = query.shape[-2], key.shape[-2]
-    if wanted and state.mask_sink is not None:
+    if chosen and state.mask_sink is not None:
         state.mask_sink(site, attention_mask, q_len, k_len)
     rows = _rows_per_block(query, k_len, state.chunk_bytes)
     keep = site is not None and state.record and not wanted
@@ -307,7 +307,7 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         if gate is not None:
             gate = gate.to(device=out.device, dtype=out.dtype)
             out = out * (gate[:, None, :, None] if gate.dim() == 2 else gate[None, None, :, None])
-        if wanted and state.pending is not None:
+        if chosen and state.pending is not None:
             state.pending.discard((site.stack, site.layer))
             if not state.pending:
                 raise StopForward

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Callable, Iterator
 
 import numpy as np
@@ -118,15 +119,14 @@ class Replay:
         # stay on the execution device): run to the end when the model is dispatched.
         self.stop_early = not getattr(loaded.model, "hf_device_map", None)
 
-    def run(self, stack: str, layers: list[int], visit: Callable[[int, int, int, torch.Tensor], None]) -> None:
-        """One forward pass; ``visit(layer, q0, k0, weights)`` gets each block of the wanted layers, with
-        ``weights`` ``(heads, rows, cols)`` in compute dtype on the model's device (see
-        :class:`models.capture.CaptureState`). Stops after the last wanted layer."""
+    def run(self, want: set, visit: Callable[[str, int, int, int, torch.Tensor], None]) -> None:
+        """One forward pass; ``visit(stack, layer, q0, k0, weights)`` gets each block of the wanted
+        ``(stack, layer)`` pairs, with ``weights`` ``(heads, rows, cols)`` in compute dtype on the model's
+        device (see :class:`models.capture.CaptureState`). Stops after the last wanted layer."""
 
         def sink(site, q0, k0, w, q_len, k_len):
-            visit(site.layer, q0, k0, w[0])
+            visit(site.stack, site.layer, q0, k0, w[0])
 
-        want = {(stack, int(layer)) for layer in layers}
         try:
             with torch.no_grad(), capture.capture(self.loaded.site_index, record=False, gates=self.gates,
                                                   masks=self.masks, sink=sink, want=want, stop_after=self.stop_early,
@@ -195,10 +195,10 @@ class AttentionStack(LazyArray):
         layers, heads, nq, nk = self.shape
         out = np.zeros(self.shape, dtype=np.float32)
 
-        def visit(layer, q0, k0, w):
+        def visit(_stack, layer, q0, k0, w):
             out[layer, :, q0:q0 + w.shape[1], k0:k0 + w.shape[2]] = w.float().cpu().numpy()
 
-        self.replay.run(self.stack, list(range(layers)), visit)
+        self.replay.run({(self.stack, layer) for layer in range(layers)}, visit)
         return out
 
     def block(self, layer: int, heads: tuple[int, int] | None = None, rows: tuple[int, int] | None = None) -> np.ndarray:
@@ -232,12 +232,12 @@ class AttentionStack(LazyArray):
         self._check(size, f"Layer {layer}'s weights ({h1 - h0} heads x {r1 - r0} rows x {nk} keys)")
         out = np.zeros((h1 - h0, r1 - r0, nk), dtype=np.float32)
 
-        def visit(_layer, q0, k0, w):
+        def visit(_stack, _layer, q0, k0, w):
             a, b = max(q0, r0), min(q0 + w.shape[1], r1)
             if a < b:
                 out[:, a - r0:b - r0, k0:k0 + w.shape[2]] = w[h0:h1, a - q0:b - q0].float().cpu().numpy()
 
-        self.replay.run(self.stack, [layer], visit)
+        self.replay.run({(self.stack, layer)}, visit)
         out.flags.writeable = False
         with self._lock:
             self._cache[key] = out
@@ -255,7 +255,8 @@ class AttentionStack(LazyArray):
             for layer in chosen:
                 fn(layer, 0, 0, self.kept[layer])
             return
-        self.replay.run(self.stack, chosen, lambda layer, q0, k0, w: fn(layer, q0, k0, w.float().cpu().numpy()))
+        self.replay.run({(self.stack, layer) for layer in chosen},
+                        lambda _stack, layer, q0, k0, w: fn(layer, q0, k0, w.float().cpu().numpy()))
 
     def __getitem__(self, key):
         if self.kept is not None:
@@ -277,6 +278,37 @@ class AttentionStack(LazyArray):
         picked = (0 if len(rest) and not isinstance(rest[0], slice) else slice(None),
                   0 if len(rest) > 1 and not isinstance(rest[1], slice) else slice(None)) + tuple(rest[2:])
         return out[picked]
+
+
+class LazyMap(Mapping):
+    """A read-only mapping computed by ``compute()`` the first time it is read (thread-safe)."""
+
+    def __init__(self, compute: Callable[[], dict]):
+        self._compute, self._data, self._lock = compute, None, threading.Lock()
+
+    @property
+    def computed(self) -> bool:
+        """True once the values exist."""
+        return self._data is not None
+
+    def _get(self) -> dict:
+        with self._lock:
+            if self._data is None:
+                self._data = self._compute()
+                self._compute = None
+            return self._data
+
+    def __getitem__(self, key):
+        return self._get()[key]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return f"LazyMap({dict(self._get())!r})" if self.computed else "LazyMap(<not computed yet>)"
 
 
 class MaskStack(LazyArray):

@@ -94,3 +94,31 @@ def test_cli_on_default_model():
     summary = json.loads(out.stdout)
     n = len(summary["tokens"])
     assert summary["attentions"]["encoder"] == [6, 12, n, n] and summary["words"] == ["Kedi", "fareyi", "kovaladı"]
+
+
+def test_smollm2_reads_4096_tokens_with_weights_on_demand(smollm2):
+    """Issue 10: a 4,096-token text is not cut (the model reads 8,192); no layers x heads x n² array is held;
+    the weights of a layer, computed when indexed, are causal with rows summing to 1; the statistics and
+    the overview cover every head."""
+    from models import budget
+
+    text = "The cat chased the mouse across the old garden while the dog slept in the warm sun. " * 300
+    a = models.analyze(smollm2, text, max_tokens=4096)
+    n = len(a.tokens)
+    assert n == 4096 and a.truncated > 0 and not a.kept
+    assert a.attentions["decoder"].shape == (30, 9, n, n)
+    assert budget.nbytes(a, skip=(models.LoadedModel,)) < 64 * 2 ** 20  # vs 30·9·4096²·4 B = 16.9 GiB
+    for layer, head in ((0, 4), (29, 8)):
+        w = a.attentions["decoder"][layer, head]
+        assert w.shape == (n, n)
+        np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-4)
+        assert not np.triu(w, 1).any()  # causal: nothing above the diagonal
+    assert a.overview["decoder"].shape == (30, 9, 64, 64)
+    np.testing.assert_allclose(a.overview["decoder"].sum(-1), 1.0, atol=1e-4)
+    for name, values in a.statistics["decoder"].items():
+        assert values.shape == (30, 9), name
+        if name != "same_word":  # every English word here is one token: no query has a same-word partner
+            assert np.isfinite(values).all(), name
+    assert np.isnan(a.statistics["decoder"]["same_word"]).all()
+    assert a.next_token.ids.shape == (n, 10) and 0 < a.loss < 10
+    assert models.default_max_tokens(smollm2) == 8192  # without max_tokens: cut at the model's own limit only

@@ -350,3 +350,20 @@ def test_long_input_on_demand_every_view_and_option_C01():
         if option == "rollout":
             assert "rollout" in " ".join(w.value for w in at.warning).lower()
         at.checkbox(key=option).uncheck().run()
+
+
+def test_explore_and_pruning_share_one_analysis_in_the_byte_bounded_cache():
+    """Issue 10: an analysis is stored once for all pages (the pruning page's token limit does not cut this
+    text, so it asks for the same analysis); the cache measures what each entry holds."""
+    from views import shared
+
+    shared.CACHE.clear()
+    at = run_app({"model_key": "smollm2-135m", "text": "Kedi fareyi kovaladı", "lang": "en"})
+    at.switch_page("views/pruning.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    analyses = {k: size for k, size in shared.CACHE.sizes().items() if k[0][1] == "_analysis"}
+    assert len(analyses) == 1, list(analyses)
+    (size,) = analyses.values()
+    n = 10  # about ten tokens: held weights 30·9·n²·4 B plus tokens and predictions, far below a MiB
+    assert 30 * 9 * n * n * 4 / 2 < size < 2 ** 20
