@@ -330,7 +330,7 @@ def test_long_input_on_demand_every_view_and_option_C01():
     at = run_app({"model_key": "smollm2-135m", "text": text, "view": "model", "layer": 3, "head": 2})
     warnings = " ".join(w.value for w in at.warning)
     assert "were cut" not in warnings and "overview, pooled to 33×33" in warnings  # 270 maps in the mosaic budget
-    assert "computed when you open it" in " ".join(i.value for i in at.info)
+    assert "computed exactly when you open it" in " ".join(i.value for i in at.info)
     loaded = models.load("smollm2-135m")
     a = models.analyze(loaded, text)
     assert not a.kept and len(a.tokens) > 900

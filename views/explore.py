@@ -196,9 +196,9 @@ def _matrix_csv(matrix: np.ndarray, q_labels: list[str], k_labels: list[str]):
 
 
 def _bin_labels(labels: list[str], bins: int) -> list[str]:
-    """Labels of the pooled bins of :func:`viz.transforms.pool`: ``first–last: label of the first``."""
+    """Labels of the pooled bins of :func:`viz.transforms.pool`: the positions they cover, ``first–last``."""
     edges = np.linspace(0, len(labels), bins + 1).round().astype(int)
-    return [f"{a}–{b - 1}: {labels[a]}" for a, b in zip(edges[:-1], edges[1:])]
+    return [f"{a}–{b - 1}" if b - 1 > a else str(a) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def _npz(model: str, text: str, pair: str | None):
@@ -389,7 +389,7 @@ def draw_heatmap(title: str) -> None:
     pooled = tf.pool(matrix, HEATMAP_MAX)
     q_bins, k_bins = _bin_labels(prep.q_labels, pooled.shape[0]), _bin_labels(prep.k_labels, pooled.shape[1])
     fig = head_heatmap(pooled, q_bins, k_bins, title=title + "  ·  " + t("hm_pooled_short", c=HEATMAP_MAX),
-                       query_title=t("query"), key_title=t("key"), weight_title=t("weight"))
+                       query_title=t("query"), key_title=t("key"), weight_title=t("weight"), max_ticks=24)
     shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
     st.caption(t("hm_pooled", n=max(nq, nk), c=HEATMAP_MAX))
     st.markdown("**" + t("hm_zoom_title", m=ZOOM) + "**")
@@ -405,7 +405,7 @@ def draw_heatmap(title: str) -> None:
     zoom = head_heatmap(matrix, [f"{zq + i}: {x}" for i, x in enumerate(matrix_q)],
                         [f"{zk + i}: {x}" for i, x in enumerate(matrix_k)],
                         title=title + "  ·  " + t("hm_zoom_short", q=zq, k=zk), query_title=t("query"),
-                        key_title=t("key"), weight_title=t("weight"))
+                        key_title=t("key"), weight_title=t("weight"), max_ticks=32)
     shared.plotly_chart(zoom, key="zoom_chart", config=image_config(stem + "_zoom", fmt))
 
 

@@ -29,7 +29,7 @@ def tick_positions(n: int, max_ticks: int = MAX_TICKS) -> list[int]:
 
 def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                  title: str = "", query_title: str = "query", key_title: str = "key",
-                 weight_title: str = "weight", height: int | None = None) -> go.Figure:
+                 weight_title: str = "weight", height: int | None = None, max_ticks: int = MAX_TICKS) -> go.Figure:
     """Heatmap of one ``(query, key)`` attention matrix.
 
     Args:
@@ -38,6 +38,7 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
         title: figure title (say there whether rows were renormalised).
         query_title, key_title, weight_title: axis and hover names (already translated).
         height: figure height in px (default grows with the number of rows).
+        max_ticks: most tick labels per axis (every k-th label beyond it, see :func:`tick_positions`).
 
     Returns:
         plotly Figure: rows are queries (top to bottom), columns keys; hover shows query, key, weight.
@@ -62,7 +63,7 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
         trace["hovertemplate"] = (f"{query_title} %{{y}} → {key_title} %{{x}}<br>{weight_title}: %{{z:.4f}}"
                                   "<extra></extra>")
     fig = go.Figure(go.Heatmap(**trace))
-    xt, yt = tick_positions(nk), tick_positions(nq)
+    xt, yt = tick_positions(nk, max_ticks), tick_positions(nq, max_ticks)
     fig.update_layout(
         title=dict(text=title),
         xaxis=dict(title=dict(text=key_title), tickmode="array", tickvals=xt, ticktext=plotly_labels(key_labels[i] for i in xt),
