@@ -48,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     summary["device"] = str(loaded.device)
     summary["load_seconds"] = round(loaded.load_seconds, 2)
     if args.out:
-        np.savez_compressed(args.out, **{f"attention_{k}": v for k, v in result.attentions.items()},
-                            tokens=np.array([t.label for t in result.tokens]))
+        try:
+            arrays = {f"attention_{k}": np.asarray(v) for k, v in result.attentions.items()}
+        except DikkatError as exc:  # a long input: every weight would not fit at once
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        np.savez_compressed(args.out, **arrays, tokens=np.array([t.label for t in result.tokens]))
         summary["out"] = args.out
     print(json.dumps(summary, ensure_ascii=False, indent=2))
     return 0

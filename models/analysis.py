@@ -556,7 +556,8 @@ def analyze(
         keep_logits: also return the full logits of the prediction head, float32 ``(positions, vocab)``.
         keep: hold every attention weight in memory (True), compute them when indexed (False), or decide by
             size (None: hold them while all stacks take at most ``KEEP_BYTES``, 32 MiB). Per-head
-            statistics and pooled overview maps are computed during the forward pass either way.
+            statistics and pooled overview maps are computed the first time they are read (from the held
+            weights, or in one more forward pass).
 
     Memory: the weights are computed by the family's eager function in blocks of query rows
     (:data:`models.capture.CHUNK_BYTES`), so one analysis never holds a whole layer unless ``keep``; the
@@ -572,14 +573,14 @@ def analyze(
 
     Raises:
         EmptyTextError: empty or whitespace-only text. BatchNotSupportedError: a list of texts.
-        TypeError: a ``text``, ``text_pair`` or ``target`` that is not a string (a plain ``TypeError``,
-            not a :class:`DikkatError`).
+        InvalidArgumentError: a ``text``, ``text_pair`` or ``target`` that is not a string.
         InvalidHeadError, InvalidMaskError: bad ``heads_off``/``mask``.
         UnsupportedOperationError: a speech model (use :func:`models.analyze_audio`); ``text_pair`` for
             a non-encoder; ``target`` for a model that is not an encoder-decoder; heads switched off or a
             mask replaced on the fallback path where that is not possible.
         InvalidArgumentError: ``max_tokens`` not a whole number above the number of special tokens,
-            ``top_k`` not a whole number >= 1; ``keep=True`` for more than ``MATERIALIZE_BYTES`` of weights.
+            ``top_k`` not a whole number >= 1; ``keep`` not a bool or None; ``keep=True`` for more than
+            ``MATERIALIZE_BYTES`` of weights.
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     text = _check_text(text, "text")
@@ -667,6 +668,8 @@ def analyze(
     )
     total = sum(layers * heads * len(result.axis_tokens(stack)[0]) * len(result.axis_tokens(stack)[1]) * 4
                 for stack, (layers, heads) in model.stacks.items())
+    if keep is not None and not isinstance(keep, (bool, np.bool_)):
+        raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.")
     keep_all = fallback or (total <= KEEP_BYTES if keep is None else bool(keep))
     if keep_all and not fallback and total > MATERIALIZE_BYTES:
         raise InvalidArgumentError(
@@ -680,16 +683,20 @@ def analyze(
         call["logits_to_keep"] = 1
     last_hidden: list[torch.Tensor] = []
     hook = None
-    if head_blocks:
-        hook = model.model.base_model.register_forward_hook(
-            lambda _m, _a, out: last_hidden.append(out[0] if isinstance(out, tuple) else out.last_hidden_state))
     chunk_bytes = capture.CHUNK_BYTES
     try:
         with torch.no_grad(), capture.capture(
             model.site_index, gates=gates, masks=masks, record=False,
             sink=collector.sink if (keep_all and not fallback) else None,
             mask_sink=None if fallback else collector.mask_sink, chunk_bytes=chunk_bytes,
-        ):
+        ) as state:
+            if head_blocks:
+                # the model is shared between threads: keep only this call's final hidden states
+                def grab(_module, _args, out, state=state):
+                    if capture.current() is state:
+                        last_hidden.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
+
+                hook = model.model.base_model.register_forward_hook(grab)
             outputs = model.model(**call)
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(
@@ -813,7 +820,7 @@ def _summaries(result: Analysis) -> tuple[dict, dict]:
     for stack, lazy in result.attentions.items():
         if lazy.kept is not None:
             for layer in range(lazy.shape[0]):
-                feed(stack, layer, 0, 0, torch.from_numpy(lazy.kept[layer]))
+                feed(stack, layer, 0, 0, torch.tensor(lazy.kept[layer]))
         else:
             replay = lazy.replay
     if replay is not None:

@@ -10,6 +10,7 @@ one entry larger than the whole budget is still served once.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -25,13 +26,15 @@ GIB = 1 << 30
 
 def budget_from_env(name: str, default_gib: float) -> int:
     """A byte budget from the environment variable ``name`` (in GiB, e.g. ``DIKKAT_CACHE_GIB=4``), else
-    ``default_gib``. An unreadable or negative value falls back to the default."""
+    ``default_gib``. An unreadable, infinite or negative value falls back to the default."""
     raw = os.environ.get(name, "")
     try:
         value = float(raw) if raw.strip() else default_gib
     except ValueError:
         value = default_gib
-    return int((value if value >= 0 else default_gib) * GIB)
+    if not math.isfinite(value) or value < 0:
+        value = default_gib
+    return int(value * GIB)
 
 
 def nbytes(obj: Any, skip: tuple[type, ...] = (), _seen: set | None = None) -> int:
@@ -55,12 +58,9 @@ def nbytes(obj: Any, skip: tuple[type, ...] = (), _seen: set | None = None) -> i
         return nbytes(value, skip, seen)
 
     if isinstance(obj, np.ndarray):
-        base = obj
-        while isinstance(base.base, np.ndarray):
-            base = base.base
-        if base is not obj:
-            return inner(base)
-        return int(obj.nbytes) if obj.flags.owndata else 0
+        if obj.base is not None:  # a view: count what owns the buffer (an array, or a tensor's storage)
+            return inner(obj.base)
+        return int(obj.nbytes)
     if isinstance(obj, torch.Tensor):
         storage = obj.untyped_storage()
         key = ("storage", storage.data_ptr())

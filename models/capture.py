@@ -95,6 +95,8 @@ class CaptureState:
         chunk_bytes: the largest block of weights one eager call may produce (``batch · heads · rows ·
             key_len · 4`` bytes); longer inputs are computed in blocks of query rows (see
             :func:`dikkat_attention`). Weights are never held for a whole layer unless ``record`` asks.
+        made_masks: the additive masks built from ``masks``, one per stack and call shape, shared by the
+            layers.
     """
 
     sites: dict[int, Site] = field(default_factory=dict)
@@ -108,6 +110,7 @@ class CaptureState:
     want: set | None = None
     pending: set | None = None
     chunk_bytes: int = 0
+    made_masks: dict = field(default_factory=dict)
 
 
 class StopForward(Exception):
@@ -252,7 +255,12 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     site = state.sites.get(id(module))
     empty_rows = None
     if site is not None and site.stack in state.masks:
-        attention_mask, empty_rows = _apply_mask(state.masks[site.stack], query, key)
+        # one additive mask per stack and shape, reused by every layer (a long text's mask is large)
+        made_key = (site.stack, query.shape[-2], key.shape[-2], query.dtype, query.device)
+        made = state.made_masks.get(made_key)
+        if made is None:
+            made = state.made_masks[made_key] = _apply_mask(state.masks[site.stack], query, key)
+        attention_mask, empty_rows = made
         if not bool(empty_rows.any()):
             empty_rows = None
     chosen = site is not None and (state.want is None or (site.stack, site.layer) in state.want)
@@ -394,6 +402,11 @@ def capture(
         yield state
     finally:
         _STATE.reset(token)
+
+
+def current() -> CaptureState | None:
+    """The :class:`CaptureState` of the calling context (thread / task), or None outside :func:`capture`."""
+    return _STATE.get()
 
 
 @contextmanager

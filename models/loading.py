@@ -64,6 +64,7 @@ class LoadedModel:
         load_seconds: wall time of :func:`load`, in seconds.
         site_index: interface path: ``id(attention module) -> Site`` (what :func:`models.capture.capture`
             takes); empty on the fallback path.
+        load_args: the arguments of :func:`load` that gave this model (to load it again).
     """
 
     name: str
@@ -80,6 +81,7 @@ class LoadedModel:
     processor: Any = None
     load_seconds: float = 0.0
     site_index: dict[int, capture.Site] = field(default_factory=dict)
+    load_args: dict = field(default_factory=dict)
 
     @property
     def stacks(self) -> dict[str, tuple[int, int]]:
@@ -445,6 +447,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
             else:
                 raise NoUsableModelError(f"Cannot load '{name}' from {folder}: {exc}") from exc
         loaded.load_seconds = time.perf_counter() - start
+        loaded.load_args = {"name": name, "device": device, "dtype": dtype, "device_map": device_map,
+                            "max_memory": max_memory, "offload_folder": offload_folder}
         _LOADED.put(key, loaded)
         return loaded
 

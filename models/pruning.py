@@ -46,11 +46,17 @@ import torch
 
 from . import capture
 from .analysis import default_max_tokens, validate_heads
+from .errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
+from .loading import LoadedModel
 
 # Longest text the pruning functions read by default (tokens): ablation runs a forward pass per head.
 MAX_TOKENS = 1024
-from .errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
-from .loading import LoadedModel
+
+
+def _limit(loaded: LoadedModel, max_tokens: int | None) -> int:
+    """``max_tokens``, else the smaller of :data:`MAX_TOKENS` and the model's own default."""
+    return int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded)))
+
 
 HeadId = tuple[str, int, int]
 
@@ -176,7 +182,7 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
     model, tok = loaded.model, loaded.tokenizer
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {model.main_input_name}.")
-    limit = int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded)))
+    limit = _limit(loaded, max_tokens)
     enc = tok(text, truncation=True, max_length=limit)
     ids = torch.tensor([enc["input_ids"]], device=loaded.device)
     inputs = {"input_ids": ids}
@@ -754,7 +760,7 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
         raise EmptyTextError("The text is empty: type a sentence to continue.")
     gates = _gates_for(loaded, heads_off)
     tok = loaded.tokenizer
-    limit = int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded)))
+    limit = _limit(loaded, max_tokens)
     ids = torch.tensor([tok(text, truncation=True, max_length=max(1, limit - max_new_tokens))["input_ids"]],
                        device=loaded.device)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -799,7 +805,7 @@ def _plain_inputs(loaded: LoadedModel, text: str, max_tokens: int | None) -> dic
         raise EmptyTextError("The text is empty.")
     if loaded.family == "encoder-decoder":
         raise UnsupportedOperationError(f"Sentence embeddings are not defined for '{loaded.name}' (encoder-decoder).")
-    enc = loaded.tokenizer(text, truncation=True, max_length=int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded))))
+    enc = loaded.tokenizer(text, truncation=True, max_length=_limit(loaded, max_tokens))
     inputs = {"input_ids": torch.tensor([enc["input_ids"]], device=loaded.device)}
     if "token_type_ids" in enc and loaded.family == "encoder":
         inputs["token_type_ids"] = torch.tensor([enc["token_type_ids"]], device=loaded.device)

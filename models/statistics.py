@@ -188,6 +188,9 @@ class Overview:
     def add(self, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
         """Add a block: ``w`` float32 ``(heads, rows, cols)`` for queries ``q0 ..``, keys ``k0 ..``."""
         heads, rows, cols = w.shape
+        if w.device.type != "cpu":
+            self.add_on_device(layer, q0, k0, w)
+            return
         block = w.detach().to("cpu", torch.float32).numpy()
         if self.p_k == self.n_k:
             pooled = np.zeros((heads, rows, self.n_k), dtype=np.float32)
@@ -202,9 +205,18 @@ class Overview:
                 pooled[..., present] = np.add.reduceat(block, lo[present], axis=-1)
         self.sums[layer].index_add_(1, self.q_bin[q0:q0 + rows], torch.from_numpy(pooled).to(torch.float64))
 
+    def add_on_device(self, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
+        """:meth:`add` for a block on an accelerator: the keys are pooled there (running sums in float64,
+        read at the bin edges) and only ``(heads, rows, bins)`` moves to the host."""
+        heads, rows, cols = w.shape
+        full = torch.zeros((heads, rows, self.n_k + 1), device=w.device, dtype=torch.float64)
+        full[..., 1 + k0:1 + k0 + cols] = w.detach().double()
+        sums = full.cumsum(dim=-1)[..., torch.as_tensor(self.k_edges, device=w.device)]
+        self.sums[layer].index_add_(1, self.q_bin[q0:q0 + rows], (sums[..., 1:] - sums[..., :-1]).cpu())
+
     def result(self) -> np.ndarray:
-        """float32 ``(layers, heads, min(n_q, size), min(n_k, size))``; every pooled row sums to 1 (0 for
-        a bin of queries that attend to nothing)."""
+        """float32 ``(layers, heads, min(n_q, size), min(n_k, size))``: each row is the mean of its query
+        bin's rows, so it sums to the share of those queries that attend to something (1 when all do)."""
         return (self.sums.numpy() / self.q_counts[:, None]).astype(np.float32)
 
 

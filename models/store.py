@@ -1,12 +1,14 @@
 """Attention weights on demand: array-like stacks that compute a layer's or a head's exact weights when asked.
 
 An :class:`~models.Analysis` of a short text keeps every weight (it costs little); a long text's analysis
-keeps only the per-head statistics and pooled overview (:mod:`models.statistics`). Either way
+keeps none (its per-head statistics and pooled overview, :mod:`models.statistics`, are computed in one more
+pass when first read). Either way
 ``a.attentions[stack]`` is an :class:`AttentionStack` that reads like the float32 array
 ``(layers, heads, query, key)`` it stands for:
 
 * ``a.attentions[stack][layer]`` -> float32 ``(heads, query, key)``; ``[layer, head]`` -> ``(query, key)``;
-  ``[layer, head, rows]`` or ``[layer, :, rows]`` computes only those query rows.
+  ``[layer, head, rows]`` or ``[layer, :, rows]`` keeps only those heads and query rows (the forward pass
+  still runs up to that layer).
 * ``.shape``, ``.dtype``, ``len()``, ``np.asarray(...)``, arithmetic and numpy methods (``.sum``, ``.max``
   ...) work on the whole array while it fits :data:`MATERIALIZE_BYTES`; beyond it they raise
   :class:`~models.errors.AttentionTooLargeError`, which says to index a layer.
@@ -22,6 +24,7 @@ guarantees).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Callable, Iterator
@@ -31,7 +34,7 @@ import torch
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from . import capture
-from .errors import AttentionTooLargeError
+from .errors import AttentionTooLargeError, ModelOutOfMemoryError
 
 # Largest array built at once by np.asarray(stack) or stack[layer] (bytes).
 MATERIALIZE_BYTES = 1 << 30
@@ -114,34 +117,70 @@ class Replay:
     """
 
     def __init__(self, loaded, call: dict, gates: dict, masks: dict, chunk_bytes: int):
-        self.loaded, self.call, self.gates, self.masks, self.chunk_bytes = loaded, call, gates, masks, chunk_bytes
+        self.call, self.gates, self.masks, self.chunk_bytes = call, gates, masks, chunk_bytes
+        # A weak reference: a cached analysis must not keep a model the model cache has dropped (its bytes
+        # would be counted nowhere); such a model is loaded again when weights are next asked for.
+        self._loaded = weakref.ref(loaded)
+        self._strong = loaded if not loaded.load_args else None  # built by hand, cannot be loaded again
+        self.load_args = dict(loaded.load_args)
         # Stopping inside a forward pass skips accelerate's post-forward hooks (offloaded weights would
         # stay on the execution device): run to the end when the model is dispatched.
         self.stop_early = not getattr(loaded.model, "hf_device_map", None)
 
+    @property
+    def loaded(self):
+        """The model, loaded again by :func:`models.load` if the model cache dropped it."""
+        model = self._loaded()
+        if model is None:
+            from .loading import load
+
+            model = load(**self.load_args)
+            self._loaded = weakref.ref(model)
+        return model
+
     def run(self, want: set, visit: Callable[[str, int, int, int, torch.Tensor], None]) -> None:
         """One forward pass; ``visit(stack, layer, q0, k0, weights)`` gets each block of the wanted
         ``(stack, layer)`` pairs, with ``weights`` ``(heads, rows, cols)`` in compute dtype on the model's
-        device (see :class:`models.capture.CaptureState`). Stops after the last wanted layer."""
+        device (see :class:`models.capture.CaptureState`). Stops after the last wanted layer (runs to the
+        end on a model placed with ``device_map``).
+
+        Raises:
+            ModelOutOfMemoryError: the forward pass ran out of memory.
+        """
 
         def sink(site, q0, k0, w, q_len, k_len):
             visit(site.stack, site.layer, q0, k0, w[0])
 
+        loaded = self.loaded
+        call = {k: v.to(loaded.device) if isinstance(v, torch.Tensor) else v for k, v in self.call.items()}
         try:
-            with torch.no_grad(), capture.capture(self.loaded.site_index, record=False, gates=self.gates,
+            with torch.no_grad(), capture.capture(loaded.site_index, record=False, gates=self.gates,
                                                   masks=self.masks, sink=sink, want=want, stop_after=self.stop_early,
                                                   chunk_bytes=self.chunk_bytes):
-                self.loaded.model(**self.call)
+                loaded.model(**call)
         except capture.StopForward:
             pass
+        except torch.OutOfMemoryError as exc:
+            raise ModelOutOfMemoryError(
+                f"Out of memory computing the attention weights again on {loaded.device}; free memory or use a "
+                "shorter text.") from exc
 
 
-def _rows_of(key, n: int) -> tuple[int, int] | None:
-    """``(start, stop)`` for an int or a step-1 slice of query rows, else None."""
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+def _is_int(key) -> bool:
+    """An integer index (numpy's too), not a bool."""
+    return isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
+
+
+def _range_of(key, n: int, what: str) -> tuple[int, int] | None:
+    """``(start, stop)`` of an int or a step-1 slice over an axis of ``n``, else None.
+
+    Raises:
+        IndexError: an int out of range (``what`` names the axis in the message).
+    """
+    if _is_int(key):
         i = int(key) + (n if key < 0 else 0)
         if not 0 <= i < n:
-            raise IndexError(f"query row {key} is out of range for {n} queries")
+            raise IndexError(f"{what} {key} is out of range for {n}")
         return i, i + 1
     if isinstance(key, slice):
         start, stop, step = key.indices(n)
@@ -159,10 +198,11 @@ class AttentionStack(LazyArray):
         kept: the whole float32 array when the analysis kept it, else None.
         replay: how to recompute weights that were not kept (None when kept).
 
-    Indexing (without ``kept``, only what is asked is computed): ``[layer]`` -> ``(heads, q, k)``;
-    ``[layer, head]`` -> ``(q, k)``; ``[layer, heads, rows, ...]`` with an int or a slice of heads and of
-    rows computes only those heads and rows; any other index builds the whole array first (within
-    :data:`MATERIALIZE_BYTES`). Values are float32; every row sums to 1 (0 for a query with no allowed key).
+    Indexing follows numpy's rules. An index that starts with a layer number replays the forward pass up
+    to that layer: ``[layer]`` -> ``(heads, q, k)``; ``[layer, head]`` -> ``(q, k)``; with an int or a step-1
+    slice of heads and of rows, only those heads and rows are kept (``[layer, h, r0:r1]``). Any other
+    index builds the whole array first (within :data:`MATERIALIZE_BYTES`). Values are float32; every row
+    sums to 1 (0 for a query with no allowed key).
 
     Raises:
         AttentionTooLargeError: the array (or layer) asked for exceeds :data:`MATERIALIZE_BYTES`.
@@ -174,13 +214,16 @@ class AttentionStack(LazyArray):
     def __init__(self, stack: str, shape: tuple[int, int, int, int], kept: np.ndarray | None = None,
                  replay: Replay | None = None):
         self.stack, self.shape, self.dtype = stack, tuple(int(x) for x in shape), np.dtype(np.float32)
+        if kept is not None:
+            kept.flags.writeable = False  # shared by every page and session that reads this analysis
         self.kept, self.replay = kept, replay
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
     @property
     def cached_nbytes(self) -> int:
-        """Bytes of the computed blocks kept for the next request (at most :data:`LAYER_CACHE_BYTES`)."""
+        """Bytes of the computed blocks kept for the next request (at most :data:`LAYER_CACHE_BYTES`, or the
+        last block alone when it is larger)."""
         with self._lock:
             return sum(v.nbytes for v in self._cache.values())
 
@@ -209,7 +252,8 @@ class AttentionStack(LazyArray):
                 for all.
 
         Returns:
-            float32 ``(h1 - h0, r1 - r0, key)`` (a read-only array shared with the cache).
+            float32 ``(h1 - h0, r1 - r0, key)``, read-only (shared with the cache, or a view of the kept
+            weights).
 
         Raises:
             IndexError: layer out of range. AttentionTooLargeError: the block exceeds
@@ -245,39 +289,24 @@ class AttentionStack(LazyArray):
                 self._cache.popitem(last=False)
         return out
 
-    def visit(self, fn: Callable[[int, int, int, np.ndarray], None], layers: list[int] | None = None) -> None:
-        """Call ``fn(layer, q0, k0, weights)`` for every block of the chosen layers (all by default), in
-        one forward pass when not kept: ``weights`` float32 ``(heads, rows, cols)`` for queries ``q0 ..``
-        and keys ``k0 ..`` (every other key weighs 0). For reductions over a long input that never hold
-        a whole layer."""
-        chosen = list(range(self.shape[0])) if layers is None else [int(x) for x in layers]
-        if self.kept is not None:
-            for layer in chosen:
-                fn(layer, 0, 0, self.kept[layer])
-            return
-        self.replay.run({(self.stack, layer) for layer in chosen},
-                        lambda _stack, layer, q0, k0, w: fn(layer, q0, k0, w.float().cpu().numpy()))
-
     def __getitem__(self, key):
         if self.kept is not None:
             return self.kept[key]
         key = key if isinstance(key, tuple) else (key,)
-        first = key[0] if key else None
-        if not isinstance(first, (int, np.integer)) or isinstance(first, bool):
+        if not key or not _is_int(key[0]):
             return np.asarray(self)[key]
         layers, n_heads, nq, nk = self.shape
         rest = key[1:]
-        heads = (0, n_heads) if not rest else _rows_of(rest[0], n_heads)
-        if heads is None:
-            return self.block(first)[rest]
-        rows = (0, nq) if len(rest) < 2 else _rows_of(rest[1], nq)
-        if rows is None:
-            return self.block(first, heads)[(slice(None),) + rest[1:]]
-        out = self.block(first, heads, rows)
-        # drop the axes given as integers, apply what is left to the key axis
-        picked = (0 if len(rest) and not isinstance(rest[0], slice) else slice(None),
-                  0 if len(rest) > 1 and not isinstance(rest[1], slice) else slice(None)) + tuple(rest[2:])
-        return out[picked]
+        heads = (0, n_heads) if not rest else _range_of(rest[0], n_heads, "head")
+        rows = (0, nq) if len(rest) < 2 else _range_of(rest[1], nq, "query row")
+        if heads is None or rows is None:
+            # any other index on the heads or rows: this layer whole, indexed as numpy would
+            return self.block(key[0])[None][(0,) + rest]
+        # the computed block stands in for the layer; what was a slice is now the whole axis, what was an int
+        # is index 0 (keeping each axis an int or a slice, so numpy places advanced indices the same way)
+        picked = [0, 0 if rest and _is_int(rest[0]) else slice(None),
+                  0 if len(rest) > 1 and _is_int(rest[1]) else slice(None), *rest[2:]]
+        return self.block(key[0], heads, rows)[None][tuple(picked)]
 
 
 class LazyMap(Mapping):
@@ -323,6 +352,8 @@ class MaskStack(LazyArray):
 
     def __init__(self, distinct: list[np.ndarray], index: list[int]):
         n_q, n_k = distinct[0].shape if distinct else (0, 0)
+        for mask in distinct:
+            mask.flags.writeable = False  # shared by every layer that was called with it
         self.distinct, self.index = distinct, list(index)
         self.shape, self.dtype = (len(index), n_q, n_k), np.dtype(bool)
 
@@ -330,8 +361,10 @@ class MaskStack(LazyArray):
         return np.stack([self.distinct[i] for i in self.index]) if self.index else np.zeros(self.shape, dtype=bool)
 
     def __getitem__(self, key):
-        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-            return self.distinct[self.index[int(key)]]
-        if isinstance(key, tuple) and key and isinstance(key[0], (int, np.integer)) and not isinstance(key[0], bool):
-            return self.distinct[self.index[int(key[0])]][key[1:]]
+        key = key if isinstance(key, tuple) else (key,)
+        if key and _is_int(key[0]):
+            layer = int(key[0]) + (self.shape[0] if key[0] < 0 else 0)
+            if not 0 <= layer < self.shape[0]:
+                raise IndexError(f"layer {key[0]} is out of range for {self.shape[0]} layers")
+            return self.distinct[self.index[layer]][None][(0,) + key[1:]]
         return np.asarray(self)[key]

@@ -104,3 +104,16 @@ def test_device_map_with_disk_offload_gives_the_same_weights_and_logits(tiny_fol
         np.testing.assert_array_equal(lazy[1], np.asarray(want.attentions["decoder"])[1])
     with pytest.raises(models.InvalidArgumentError):
         models.load(folder, device_map=3)
+
+
+def test_an_analysis_does_not_keep_a_dropped_model_and_loads_it_again(tiny_folder, monkeypatch):
+    import gc
+
+    monkeypatch.setattr(loading, "_LOADED", budget.ByteLRU(1))
+    folder = str(tiny_folder("llama"))
+    a = models.analyze(models.load(folder, device="cpu"), TEXT, keep=False)
+    want = np.asarray(models.analyze(models.load(folder, device="cpu"), TEXT, keep=True).attentions["decoder"])
+    models.load(str(tiny_folder("gpt2")), device="cpu")  # drops the Llama from the model cache
+    gc.collect()
+    assert a.attentions["decoder"].replay._loaded() is None  # the analysis did not keep it alive
+    assert np.array_equal(a.attentions["decoder"][1], want[1])  # loaded again, same weights

@@ -117,6 +117,7 @@ def test_pooled_overview_from_blocks_equals_pool():
     w[..., 40:] = 0  # keys after 40 masked in every row
     w /= w.sum(-1, keepdims=True)
     ov = hstats.Overview(2, 3, 50, 70, size=8)
+    on_device = hstats.Overview(2, 3, 50, 70, size=8)
     for layer in range(2):
         for q0 in range(0, 50, 7):
             block = w[layer, :, q0:q0 + 7]
@@ -125,7 +126,9 @@ def test_pooled_overview_from_blocks_equals_pool():
                 w[layer, :, q0:q0 + 7, :k0] = 0
                 block = w[layer, :, q0:q0 + 7]
             ov.add(layer, q0, k0, torch.from_numpy(np.ascontiguousarray(block[..., k0:40])))
+            on_device.add_on_device(layer, q0, k0, torch.from_numpy(np.ascontiguousarray(block[..., k0:40])))
     np.testing.assert_allclose(ov.result(), vt.pool(w, 8), atol=1e-6)
+    np.testing.assert_allclose(on_device.result(), vt.pool(w, 8), atol=1e-6)  # the accelerator's way
 
 
 def test_whole_stack_beyond_the_limit_raises_and_layers_still_work(tiny, monkeypatch):
@@ -163,3 +166,55 @@ def test_lm_head_in_blocks_gives_the_same_predictions_and_loss(tiny, monkeypatch
     np.testing.assert_allclose(parts.next_token.probs, whole.next_token.probs, atol=1e-6)
     assert parts.next_token.tokens == whole.next_token.tokens
     assert parts.loss == pytest.approx(whole.loss, rel=1e-6)
+
+
+def test_indexing_an_on_demand_stack_follows_numpy(tiny):
+    loaded = tiny("llama")
+    lazy = models.analyze(loaded, LONG, keep=False).attentions["decoder"]
+    full = np.asarray(models.analyze(loaded, LONG, keep=True).attentions["decoder"])
+    keys = [1, -1, (0,), (1, 2), (0, 2, 5), (0, -1, slice(3, 9)), (0, 2, [1, 3]), (0, 2, Ellipsis), (0, 2, slice(None, None, 2)),
+            (0, 1, None), (1, slice(0, 2), [0, 1]), (0, slice(None), slice(0, 5), [1, 3]), (0, [0, 3]), (1, Ellipsis, 4),
+            (0, 1, 2, 3), (slice(None), 0), (Ellipsis, 0, 0), (np.int64(1), np.int64(3))]
+    for key in keys:
+        got, want = lazy[key], full[key]
+        assert got.shape == want.shape and np.array_equal(got, want), key
+    with pytest.raises(IndexError):
+        lazy[0, 99]
+    with pytest.raises(IndexError):
+        lazy[5]
+    masks = models.analyze(tiny("gemma3"), LONG, keep=False).masks["decoder"]
+    whole = np.asarray(masks)
+    for key in [0, 1, (0, 3), (1, slice(None), [1, 2]), (0, Ellipsis, 2), (slice(None), 0)]:
+        assert np.array_equal(masks[key], whole[key]), key
+    with pytest.raises(ValueError):
+        masks[0][0, 0] = True  # shared by every layer called with it: read-only
+
+
+def test_concurrent_long_analyses_keep_their_own_hidden_states(tiny, monkeypatch):
+    """Blocked logits read this call's final hidden states only, though the model is shared by threads."""
+    import threading
+
+    from models import analysis
+
+    loaded = tiny("llama")
+    texts = [LONG, "the cat chased the mouse " * 8, "dün kedi fare " * 10, "a " * 30]
+    want = [models.analyze(loaded, t) for t in texts]
+    monkeypatch.setattr(analysis, "LOGITS_BYTES", 4 * 320 * 3)
+    got: dict[int, models.Analysis] = {}
+    errors = []
+
+    def run(i):
+        try:
+            for _ in range(3):
+                got[i] = models.analyze(loaded, texts[i])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(texts))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for i, w in enumerate(want):
+        assert np.array_equal(got[i].next_token.ids, w.next_token.ids) and got[i].loss == pytest.approx(w.loss, rel=1e-6)

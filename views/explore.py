@@ -197,7 +197,7 @@ def _matrix_csv(matrix: np.ndarray, q_labels: list[str], k_labels: list[str]):
 
 def _bin_labels(labels: list[str], bins: int) -> list[str]:
     """Labels of the pooled bins of :func:`viz.transforms.pool`: the positions they cover, ``first–last``."""
-    edges = np.linspace(0, len(labels), bins + 1).round().astype(int)
+    edges = tf.bin_edges(len(labels), bins)
     return [f"{a}–{b - 1}" if b - 1 > a else str(a) for a, b in zip(edges[:-1], edges[1:])]
 
 
@@ -350,14 +350,17 @@ try:
         if not long_mode:
             prep = prepare(*option_args)
         elif view == "head":
-            window = (min(hv_start, len(q_tokens)), min(len(q_tokens), hv_start + HEAD_VIEW_MAX))
-            prep = prepare(*option_args, layer=layer, rows=window if window[1] > window[0] else None)
+            # the window's query rows (cross-attention has fewer queries than keys: keep a full window)
+            r0 = max(0, min(hv_start, len(q_tokens) - HEAD_VIEW_MAX))
+            prep = prepare(*option_args, layer=layer, rows=(r0, min(len(q_tokens), r0 + HEAD_VIEW_MAX)))
+        elif view == "summary":
+            prep = None  # the summary reads the statistics only
         else:
             prep = prepare(*option_args, layer=layer, head=None if n_heads == 1 else head)
 except models.DikkatError as exc:
     shared.show_error(exc)
     st.stop()
-if not len(prep.q_labels) or not len(prep.k_labels):
+if prep is not None and (not len(prep.q_labels) or not len(prep.k_labels)):
     st.info(t("nothing_left"))
     st.stop()
 # index of the shown layer / head inside prep.weights
@@ -366,13 +369,13 @@ p_head = 0 if (long_mode and view != "head") else head
 
 with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
     st.write(" · ".join(x.label for x in q_tokens[:TOKENS_LISTED]) + (" …" if len(q_tokens) > TOKENS_LISTED else ""))
-    if options["words"] and not long_mode:
+    if options["words"] and not long_mode and prep is not None:
         st.write(t("words_line") + " " + " · ".join(prep.q_labels))
 
 stem = f"dikkat_{sel.model.replace('/', '_')}_{stack}_L{layer}" + (f"_H{head}" if n_heads > 1 else f"_{mode}")
-matrix = prep.weights[p_layer, p_head]
-nq, nk = len(prep.q_labels), len(prep.k_labels)
-matrix_q, matrix_k = prep.q_labels, prep.k_labels
+matrix = prep.weights[p_layer, p_head] if prep is not None else None
+nq, nk = (len(prep.q_labels), len(prep.k_labels)) if prep is not None else (len(q_tokens), len(k_tokens))
+matrix_q, matrix_k = (prep.q_labels, prep.k_labels) if prep is not None else ([], [])
 
 
 def draw_heatmap(title: str) -> None:
@@ -394,12 +397,15 @@ def draw_heatmap(title: str) -> None:
     st.caption(t("hm_pooled", n=max(nq, nk), c=HEATMAP_MAX))
     st.markdown("**" + t("hm_zoom_title", m=ZOOM) + "**")
     zc = st.columns(2)
-    with zc[0]:
-        _clamp("zoom_q", max(1, nq - ZOOM + 1))
-        zq = st.slider(t("hm_zoom_q"), 0, max(0, nq - ZOOM), value=0, key="zoom_q")
+    zq = zk = 0
+    with zc[0]:  # a slider only for a side longer than the window (cross-attention's queries may be short)
+        if nq > ZOOM:
+            _clamp("zoom_q", nq - ZOOM + 1)
+            zq = st.slider(t("hm_zoom_q"), 0, nq - ZOOM, value=0, key="zoom_q")
     with zc[1]:
-        _clamp("zoom_k", max(1, nk - ZOOM + 1))
-        zk = st.slider(t("hm_zoom_k"), 0, max(0, nk - ZOOM), value=0, key="zoom_k")
+        if nk > ZOOM:
+            _clamp("zoom_k", nk - ZOOM + 1)
+            zk = st.slider(t("hm_zoom_k"), 0, nk - ZOOM, value=0, key="zoom_k")
     matrix = matrix[zq:zq + ZOOM, zk:zk + ZOOM]
     matrix_q, matrix_k = prep.q_labels[zq:zq + ZOOM], prep.k_labels[zk:zk + ZOOM]
     zoom = head_heatmap(matrix, [f"{zq + i}: {x}" for i, x in enumerate(matrix_q)],
@@ -448,7 +454,12 @@ elif view == "model":
     title = _title(t("mv_title", stack=t(f"stack_{stack}"), layers=n_layers, heads=n_heads, n=n_shown), prep, options)
     layer_names = [str(i) for i in range(n_layers)]
     if long_mode:
-        overview = analysis.overview[stack]
+        try:
+            with st.spinner(t("computing_overview")):
+                overview = analysis.overview[stack]
+        except models.DikkatError as exc:
+            shared.show_error(exc)
+            st.stop()
         grid = overview.mean(axis=1, keepdims=True) if mode == "avg" else overview
     else:
         grid = prep.weights
@@ -467,7 +478,12 @@ elif view == "model":
 elif view == "heatmap":
     draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
 else:
-    stats = analysis.statistics[stack]
+    try:
+        with st.spinner(t("computing_overview")):
+            stats = analysis.statistics[stack]
+    except models.DikkatError as exc:
+        shared.show_error(exc)
+        st.stop()
     names = {k: t(f"stat_{k}") for k in tf.STATISTICS}
     table = head_summary_table(stats, column_names=names, layer_column=t("layer"), head_column=t("head"))
     st.caption(t("summary_intro"))
@@ -483,9 +499,10 @@ else:
 # exports of the numbers (C08)
 exp = st.columns(2)
 with exp[0]:
-    st.download_button(t("dl_csv", layer=layer, head=head_names[min(head, len(head_names) - 1)]),
-                       data=_matrix_csv(matrix, list(matrix_q), list(matrix_k)),
-                       file_name=stem + ".csv", mime="text/csv", on_click="ignore", key="dl_csv")
+    if matrix is not None:
+        st.download_button(t("dl_csv", layer=layer, head=head_names[min(head, len(head_names) - 1)]),
+                           data=_matrix_csv(matrix, list(matrix_q), list(matrix_k)),
+                           file_name=stem + ".csv", mime="text/csv", on_click="ignore", key="dl_csv")
 with exp[1]:
     st.download_button(t("dl_npz") if not long_mode else t("dl_npz_overview"), data=_npz(sel.model, sel.text, pair),
                        file_name=f"dikkat_{sel.model.replace('/', '_')}_attentions.npz",

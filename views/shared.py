@@ -126,12 +126,18 @@ def examples() -> list[dict]:
 
 def _measure(value) -> int:
     """Bytes an entry of :data:`CACHE` holds (its model not counted: the model cache counts it). For an
-    analysis, the part fixed at creation is measured once, the layers its on-demand stacks keep at each use."""
+    analysis, what it held when created is measured once; the layers its on-demand stacks keep and the
+    statistics and overview maps (filled when first read) at each use."""
     if isinstance(value, models.Analysis):
         fixed = value.__dict__.get("_fixed_nbytes")
         if fixed is None:
-            fixed = value.__dict__["_fixed_nbytes"] = budget.nbytes(value, skip=(models.LoadedModel, OrderedDict))
-        return fixed + sum(stack.cached_nbytes for stack in value.attentions.values())
+            fixed = value.__dict__["_fixed_nbytes"] = budget.nbytes(
+                value, skip=(models.LoadedModel, OrderedDict, models.store.LazyMap))
+        grown = sum(stack.cached_nbytes for stack in value.attentions.values())
+        for lazy in (value.statistics, value.overview):
+            if getattr(lazy, "computed", True):
+                grown += budget.nbytes(dict(lazy))
+        return fixed + grown
     return budget.nbytes(value, skip=(models.LoadedModel,))
 
 
@@ -152,8 +158,8 @@ def cached(fn):
         except TypeError:
             return fn(*args, **kwargs)
         value = CACHE.get_or_create(key, lambda: fn(*args, **kwargs))
-        if isinstance(value, models.Analysis) and not value.kept:
-            CACHE.remeasure(key)  # its stacks may have kept a layer since
+        if isinstance(value, models.Analysis):
+            CACHE.remeasure(key)  # it may hold more since: layers its stacks kept, statistics, overview
         return value
 
     return wrapper
@@ -169,8 +175,8 @@ def get_analysis(name: str, text: str, text_pair: str | None = None, target: str
     """``models.analyze`` cached in :data:`CACHE` by its (hashable) arguments; results are read-only.
 
     A ``max_tokens`` that does not cut this text is dropped from the key, so pages with different limits
-    share one analysis of a short text."""
-    if max_tokens is not None and text_pair is None and target is None:
+    share one analysis of a short text (not for encoder-decoders, where it also cuts the generated target)."""
+    if max_tokens is not None and text_pair is None and target is None and get_model(name).family != "encoder-decoder":
         n = len(get_model(name).tokenizer(text)["input_ids"])
         if n <= max_tokens:
             max_tokens = None

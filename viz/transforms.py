@@ -215,7 +215,8 @@ def rollout(weights: np.ndarray, residual: float = 0.5) -> np.ndarray:
     return out
 
 
-def _bin_edges(n: int, bins: int) -> np.ndarray:
+def bin_edges(n: int, bins: int) -> np.ndarray:
+    """``bins + 1`` integer edges splitting positions ``0 .. n`` into nearly equal runs (the bins of :func:`pool`)."""
     return np.linspace(0, n, bins + 1).round().astype(int)
 
 
@@ -241,10 +242,10 @@ def pool(weights: np.ndarray, size: int) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float32)
     nq, nk = w.shape[-2], w.shape[-1]
     if nk > size:
-        edges = _bin_edges(nk, size)
+        edges = bin_edges(nk, size)
         w = np.add.reduceat(w, edges[:-1], axis=-1)
     if nq > size:
-        edges = _bin_edges(nq, size)
+        edges = bin_edges(nq, size)
         counts = np.diff(edges).astype(np.float32)
         w = np.add.reduceat(w, edges[:-1], axis=-2) / counts[:, None]
     return w.astype(np.float32)
