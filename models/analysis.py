@@ -678,6 +678,8 @@ def analyze(
         )
     collector = _Collector(model, result, keep_all)
     call = dict(inputs, output_hidden_states=hidden_states, output_attentions=fallback, return_dict=True)
+    if model.family != "encoder" and _accepts(model.model, "use_cache"):
+        call["use_cache"] = False  # one pass over the whole text: a key/value cache would only hold memory
     head_blocks = _lm_blocks(model, len(tokens), keep_logits)
     if head_blocks:
         call["logits_to_keep"] = 1
@@ -767,17 +769,28 @@ class _Collector:
             for stack, (layers, heads) in self.model.stacks.items():
                 q_tokens, k_tokens = result.axis_tokens(stack)
                 shapes[stack] = (layers, heads, len(q_tokens), len(k_tokens))
-        for stack, shape in shapes.items():
-            result.attentions[stack] = AttentionStack(stack, shape, kept=self.kept.get(stack), replay=replay)
-        once = _Once(lambda: _summaries(result))
-        result.statistics = LazyMap(lambda: once()[0])
-        result.overview = LazyMap(lambda: once()[1])
+        attach_stacks(result, {stack: AttentionStack(stack, shape, kept=self.kept.get(stack), replay=replay)
+                               for stack, shape in shapes.items()})
         for stack, per in self.masks.items():
             layers = self.model.stacks[stack][0]
             index = [per["layers"].get(layer, 0) for layer in range(layers)]
             result.masks[stack] = MaskStack(per["distinct"], index)
         result.kept = self.keep
         self._alive.clear()
+
+
+def attach_stacks(result: Analysis, stacks: dict[str, AttentionStack | np.ndarray]) -> None:
+    """Set ``result.attentions`` (arrays are wrapped as held :class:`AttentionStack` s) and its lazily
+    computed ``statistics`` and ``overview`` (:func:`_summaries`). Used by :func:`analyze` and by
+    :func:`models.analyze_audio`."""
+    result.attentions = {
+        stack: s if isinstance(s, AttentionStack) else
+        AttentionStack(stack, s.shape, kept=np.ascontiguousarray(s, dtype=np.float32))
+        for stack, s in stacks.items()
+    }
+    once = _Once(lambda: _summaries(result))
+    result.statistics = LazyMap(lambda: once()[0])
+    result.overview = LazyMap(lambda: once()[1])
 
 
 class _Once:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from . import capture
-from .analysis import Analysis, Token, Word, _heads_to_gates, _topk, group_words
+from .analysis import Analysis, Token, Word, _heads_to_gates, _topk, attach_stacks, group_words
 from .errors import (
     EmptyTextError,
     InvalidAudioError,
@@ -448,6 +448,7 @@ def analyze_audio(
         target_words=target_words, truncated=truncated, max_tokens=total, next_token=next_token, loss=loss,
         heads_off=heads_off, mask="native", kv_heads=None,
     )
+    attach_stacks(analysis, attentions)  # held (cropped) weights, statistics and overview when read
     spectrogram = np.ascontiguousarray(np.asarray(feats, dtype=np.float32)[0, :, : 2 * n])
     pad = total - n
     if pad == 0:

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -97,6 +98,8 @@ class CaptureState:
             :func:`dikkat_attention`). Weights are never held for a whole layer unless ``record`` asks.
         made_masks: the additive masks built from ``masks``, one per stack and call shape, shared by the
             layers.
+        plans: the blocks of each mask and shape (:func:`plan_blocks`), with the mask they were made for
+            (kept alive so its id is not reused), shared by the layers.
     """
 
     sites: dict[int, Site] = field(default_factory=dict)
@@ -111,6 +114,7 @@ class CaptureState:
     pending: set | None = None
     chunk_bytes: int = 0
     made_masks: dict = field(default_factory=dict)
+    plans: dict = field(default_factory=dict)
 
 
 class StopForward(Exception):
@@ -174,22 +178,57 @@ def allowed_of(attention_mask: torch.Tensor | None, q_len: int, k_len: int) -> t
     return m.expand(q_len, k_len).cpu()
 
 
-def _key_range(mask: torch.Tensor | None, k_len: int) -> tuple[int, int]:
-    """``(k0, k1)``: the smallest range of key columns holding every allowed key of a block of rows.
-
-    ``mask`` is the block's additive float mask ``(batch, 1 or heads, rows, >= k_len)`` (allowed where it
-    is above half the dtype's minimum) or boolean (True allowed), or None. Outside ``k0 .. k1 - 1`` every
-    key is forbidden, so its softmax weight is exactly 0 (``exp`` of the dtype's minimum underflows to 0)
-    and leaving those keys out changes no allowed weight. A block with no allowed key keeps every key.
-    """
-    if mask is None:
-        return 0, k_len
+def _allowed(mask: torch.Tensor, k_len: int) -> torch.Tensor:
+    """Bool ``(..., q, k_len)``: True where an additive float mask (above half the dtype's minimum) or a
+    boolean mask lets a query attend a key."""
     m = mask[..., :k_len]
-    allowed = m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
-    cols = allowed.reshape(-1, allowed.shape[-1]).any(dim=0).nonzero()
-    if cols.numel() == 0:
-        return 0, k_len
-    return int(cols[0]), int(cols[-1]) + 1
+    return m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
+
+
+def plan_blocks(mask: torch.Tensor | None, q_len: int, k_len: int, per_cell: int, chunk_bytes: int,
+                min_rows: int = 0) -> list[tuple[int, int, int, int]]:
+    """Split an attention call into blocks ``(q0, q1, k0, k1)`` of query rows and the key columns they need.
+
+    Rows are grouped greedily, in order, while ``rows · (k1 - k0) · per_cell`` stays within ``chunk_bytes``
+    (``per_cell``: bytes of one query-key weight over batch and heads), with at least ``min_rows`` rows
+    (default :data:`MIN_ROWS`) per block. ``k0 .. k1 - 1`` is the smallest range holding every key some row
+    of the block may attend under ``mask`` (additive float or boolean, ``(batch, 1 or heads, q_len or 1,
+    >= k_len)``; None: every key): outside it every key is forbidden, so its softmax weight is exactly 0
+    (``exp`` of the dtype's minimum underflows to 0) and leaving it out changes no allowed weight. A row
+    with no allowed key needs every key. So a causal block reads only the keys up to its last row, and
+    blocks of equal size keep the memory allocator reusing the same buffers.
+
+    Returns:
+        the blocks, covering rows ``0 .. q_len - 1`` in order.
+    """
+    min_rows = min_rows or MIN_ROWS
+    if mask is None or mask.shape[-2] != q_len:
+        first = np.zeros(q_len, dtype=np.int64)
+        last = np.full(q_len, k_len - 1, dtype=np.int64)
+        if mask is not None:  # one row of mask for every query (a padding mask): its range for all
+            cols = _allowed(mask, k_len).reshape(-1, k_len).any(dim=0).nonzero()
+            if cols.numel():
+                first[:], last[:] = int(cols[0]), int(cols[-1])
+    else:
+        allowed = _allowed(mask, k_len).reshape(-1, q_len, k_len)
+        allowed = (allowed[0] if allowed.shape[0] == 1 else allowed.any(dim=0)).to(torch.uint8)  # (q, k)
+        some = allowed.amax(dim=-1) > 0
+        first = torch.where(some, allowed.argmax(dim=-1), 0).cpu().numpy()
+        last = torch.where(some, k_len - 1 - allowed.flip(-1).argmax(dim=-1), k_len - 1).cpu().numpy()
+    blocks = []
+    q0 = 0
+    first_l, last_l = first.tolist(), last.tolist()
+    while q0 < q_len:
+        k0, k1 = first_l[q0], last_l[q0] + 1
+        q1 = q0 + 1
+        while q1 < q_len:
+            n0, n1 = min(k0, first_l[q1]), max(k1, last_l[q1] + 1)
+            if q1 - q0 >= min_rows and (q1 + 1 - q0) * (n1 - n0) * per_cell > chunk_bytes:
+                break
+            k0, k1, q1 = n0, n1, q1 + 1
+        blocks.append((q0, q1, k0, k1))
+        q0 = q1
+    return blocks
 
 
 def _block(value, q_len: int, k_len: int, q0: int, q1: int, k0: int, k1: int):
@@ -202,16 +241,6 @@ def _block(value, q_len: int, k_len: int, q0: int, q1: int, k0: int, k1: int):
         if value.shape[-2] == 1:
             return value[..., k0:k1]
     return value
-
-
-def _rows_per_block(query: torch.Tensor, k_len: int, chunk_bytes: int) -> int:
-    """Query rows per eager call so that ``batch · heads · rows · k_len`` float32 weights stay within
-    ``chunk_bytes`` (at least :data:`MIN_ROWS`); the whole query length when it fits or ``chunk_bytes`` is 0."""
-    q_len = query.shape[-2]
-    if chunk_bytes <= 0:
-        return q_len
-    per_row = query.shape[0] * query.shape[1] * k_len * 4
-    return max(MIN_ROWS, min(q_len, chunk_bytes // max(per_row, 1)))
 
 
 def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs):
@@ -235,7 +264,7 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         Long inputs (weights above ``CaptureState.chunk_bytes``) are computed in blocks of query rows,
         each by the same eager function on its rows of the query, the mask and any ``(q, k)``-shaped
         argument (T5's position bias), and only on the key columns that some row of the block may attend
-        (:func:`_key_range`; a causal block skips the keys after its last row). Softmax and ``·V`` work
+        (:func:`plan_blocks`; a causal block skips the keys after its last row). Softmax and ``·V`` work
         row by row, so every weight is the eager weight; the sums inside may be grouped differently,
         so weights and outputs can differ from a single eager call in the last bits of float32 (below
         1e-6 in the tests). The weights of a blocked call are sent to the sink block by block and not
@@ -268,9 +297,10 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     q_len, k_len = query.shape[-2], key.shape[-2]
     if chosen and state.mask_sink is not None:
         state.mask_sink(site, attention_mask, q_len, k_len)
-    rows = _rows_per_block(query, k_len, state.chunk_bytes)
+    per_cell = query.shape[0] * query.shape[1] * 4
+    whole = state.chunk_bytes <= 0 or q_len * k_len * per_cell <= state.chunk_bytes
     keep = site is not None and state.record and not wanted
-    if rows >= q_len:
+    if whole:
         out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
         if empty_rows is not None:
             # A query with no allowed key attends to nothing: zero weights, zero output (no NaN, no
@@ -283,13 +313,16 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
             state.weights[(site.stack, site.layer)] = weights
     else:
         outs, full = [], None
-        for q0 in range(0, q_len, rows):
-            q1 = min(q_len, q0 + rows)
+        # the plan depends only on the mask and the shapes: one per mask, shared by the layers
+        plan_key = (id(attention_mask), q_len, k_len, per_cell, state.chunk_bytes)
+        plan = state.plans.get(plan_key)
+        if plan is None:
+            plan = state.plans[plan_key] = (plan_blocks(attention_mask, q_len, k_len, per_cell, state.chunk_bytes),
+                                            attention_mask)
+        for q0, q1, k0, k1 in plan[0]:
             m = attention_mask
             if m is not None:
                 m = m[..., q0:q1, :] if m.shape[-2] == q_len else m
-            k0, k1 = _key_range(m, k_len)
-            if m is not None:
                 m = m[..., k0:k1] if m.shape[-1] >= k1 else m
             sub_args = [_block(a, q_len, k_len, q0, q1, k0, k1) for a in args]
             sub_kwargs = {name: _block(v, q_len, k_len, q0, q1, k0, k1) for name, v in kwargs.items()}
