@@ -423,7 +423,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
         raise InvalidArgumentError(f"device_map must be 'auto', 'balanced', 'sequential' or a dict, got {device_map!r}.")
     placement = None
     if device_map is not None:
-        placement = {"device_map": device_map, "max_memory": max_memory,
+        placement = {"device_map": dict(device_map) if isinstance(device_map, dict) else device_map,
+                     "max_memory": dict(max_memory) if max_memory else max_memory,
                      "offload_folder": str(offload_folder or cache.cache_root() / "offload" / re.sub(r"\W", "_", name))}
     key = (name, str(dev), str(dt), repr(sorted(placement.items(), key=str)) if placement else None)
     with _LOCK:

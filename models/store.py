@@ -80,16 +80,16 @@ class LazyArray(NDArrayOperatorsMixin):
     def _check(self, nbytes: int, what: str) -> None:
         if nbytes > MATERIALIZE_BYTES:
             raise AttentionTooLargeError(
-                f"{what} of shape {self.shape} would take {_gib(nbytes)}, above the {_gib(MATERIALIZE_BYTES)} "
-                "allowed at once: index a layer or a head instead, e.g. a.attentions[stack][layer, head], "
-                "or a block of query rows, a.attentions[stack][layer, head, 0:256]."
+                f"{what} would take {_gib(nbytes)}, above the {_gib(MATERIALIZE_BYTES)} allowed at once: ask for "
+                "less, e.g. one head a.attentions[stack][layer, head] or a block of query rows "
+                "a.attentions[stack][layer, head, 0:256]."
             )
 
     def _build(self) -> np.ndarray:
         raise NotImplementedError
 
     def __array__(self, dtype=None, copy=None):
-        self._check(self.nbytes, f"The whole {self.what}")
+        self._check(self.nbytes, f"The whole {self.what} of shape {self.shape}")
         arr = self._build()
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
