@@ -4,9 +4,13 @@ The page scripts live in ``views/``, not ``pages/``: Streamlit treats a folder n
 the entry script as a legacy multipage app and runs its files without ``app.py`` on a deep link or the
 first run of a new server (no sidebar, lost widget state)."""
 
+from pathlib import Path
+
 import streamlit as st
 
-st.set_page_config(page_title="Dikkat", page_icon=":material/visibility:", layout="wide")
+# The icon is a shipped file: a ":material/...:" icon makes every page fetch it from an external font server.
+st.set_page_config(page_title="Dikkat", page_icon=str(Path(__file__).resolve().parent / "assets" / "icon.png"),
+                   layout="wide")
 
 from views import shared  # noqa: E402  (after set_page_config)
 

@@ -329,6 +329,17 @@ fmt = (st.session_state.get("img_fmt") or "PNG").lower()
 
 
 
+def _summary_or_stop(lazy, stack: str):
+    """``lazy[stack]`` of ``Analysis.statistics`` / ``overview`` (one more pass the first time, with a spinner);
+    an engine error is shown and the page stops."""
+    try:
+        with st.spinner(t("computing_overview")):
+            return lazy[stack]
+    except models.DikkatError as exc:
+        shared.show_error(exc)
+        st.stop()
+
+
 def _hv_slider(n_rows: int) -> int:
     """The head view's first row: a slider when ``n_rows`` exceeds HEAD_VIEW_MAX (long inputs are paged)."""
     if n_rows <= HEAD_VIEW_MAX:
@@ -454,12 +465,7 @@ elif view == "model":
     title = _title(t("mv_title", stack=t(f"stack_{stack}"), layers=n_layers, heads=n_heads, n=n_shown), prep, options)
     layer_names = [str(i) for i in range(n_layers)]
     if long_mode:
-        try:
-            with st.spinner(t("computing_overview")):
-                overview = analysis.overview[stack]
-        except models.DikkatError as exc:
-            shared.show_error(exc)
-            st.stop()
+        overview = _summary_or_stop(analysis.overview, stack)
         grid = overview.mean(axis=1, keepdims=True) if mode == "avg" else overview
     else:
         grid = prep.weights
@@ -478,12 +484,7 @@ elif view == "model":
 elif view == "heatmap":
     draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
 else:
-    try:
-        with st.spinner(t("computing_overview")):
-            stats = analysis.statistics[stack]
-    except models.DikkatError as exc:
-        shared.show_error(exc)
-        st.stop()
+    stats = _summary_or_stop(analysis.statistics, stack)
     names = {k: t(f"stat_{k}") for k in tf.STATISTICS}
     table = head_summary_table(stats, column_names=names, layer_column=t("layer"), head_column=t("head"))
     st.caption(t("summary_intro"))
