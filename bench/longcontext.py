@@ -1,9 +1,9 @@
 """Long contexts on smollm2-135m: ``models.analyze`` vs a plain forward pass, side by side in one run.
 
 For each length (512 and 2,048 tokens; 8,192 with ``--long``) it prints
-    analyze / plain   time(models.analyze: eager attention in blocks of query rows, per-head statistics,
-                      pooled overview, top-k and loss at every position) / time(plain forward:
-                      transformers' default attention (sdpa), no weights)
+    analyze / plain   time(models.analyze: nothing n^2 is kept at these lengths, so every layer runs the
+                      fused sdpa kernel; top-k and loss at every position, logits in blocks) /
+                      time(plain forward: transformers' default attention (sdpa), no weights)
     layer / plain     time(the exact weights of one head of the middle layer, a.attentions["decoder"][15, 0],
                       computed on demand) / time(plain forward)
     summary / plain   time(per-head statistics and pooled overview maps of every layer, computed the first

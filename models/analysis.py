@@ -691,6 +691,7 @@ def analyze(
             model.site_index, gates=gates, masks=masks, record=False,
             sink=collector.sink if (keep_all and not fallback) else None,
             mask_sink=None if fallback else collector.mask_sink, chunk_bytes=chunk_bytes,
+            fused=not keep_all and model.sdpa_ok,
         ) as state:
             if head_blocks:
                 # the model is shared between threads: keep only this call's final hidden states

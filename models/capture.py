@@ -100,6 +100,12 @@ class CaptureState:
             layers.
         plans: the blocks of each mask and shape (:func:`plan_blocks`), with the mask they were made for
             (kept alive so its id is not reused), shared by the layers.
+        fused: run every site whose weights nobody asks for (not sent to a sink, not recorded) through
+            transformers' ``sdpa_attention_forward`` (the fused kernel: no weights are materialised) instead
+            of the family's eager function. Only for models whose class supports sdpa
+            (``LoadedModel.sdpa_ok``); a call with a ``softcap`` or positional extra arguments still runs
+            eager. Outputs then equal eager's up to float rounding (~1e-6 relative in float32), not bit
+            for bit.
     """
 
     sites: dict[int, Site] = field(default_factory=dict)
@@ -115,6 +121,7 @@ class CaptureState:
     chunk_bytes: int = 0
     made_masks: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
+    fused: bool = False
 
 
 class StopForward(Exception):
@@ -300,7 +307,14 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     per_cell = query.shape[0] * query.shape[1] * 4
     whole = state.chunk_bytes <= 0 or q_len * k_len * per_cell <= state.chunk_bytes
     keep = site is not None and state.record and not wanted
-    if whole:
+    if state.fused and site is not None and not wanted and not keep and not args and kwargs.get("softcap") is None:
+        # nobody reads these weights: the fused kernel. With no mask the eager functions attend every key,
+        # so sdpa must not fall back to its own causal default.
+        call = dict(kwargs, is_causal=False) if attention_mask is None else kwargs
+        out, weights = _sdpa()(module, query, key, value, attention_mask, **call)
+        if empty_rows is not None:
+            out = out.masked_fill(empty_rows[None, :, None, None], 0.0)
+    elif whole:
         out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
         if empty_rows is not None:
             # A query with no allowed key attends to nothing: zero weights, zero output (no NaN, no
@@ -355,6 +369,13 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     return out, weights
 
 
+def _sdpa():
+    """transformers' ``sdpa_attention_forward`` (imported on first use)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward
+
+
 def _fallback_pre_hook(site: Site):
     """Forward pre-hook for the output projection of ``site`` on the fallback path: multiplies head
     ``h``'s slice ``[h*d, (h+1)*d)`` of the input (``(batch, query_len, heads*head_dim)``) by its gate."""
@@ -406,6 +427,7 @@ def capture(
     want: set | None = None,
     stop_after: bool = False,
     chunk_bytes: int | None = None,
+    fused: bool = False,
 ) -> Iterator[CaptureState]:
     """Context in which forward passes of a model loaded with ``"dikkat"`` record weights, apply
     head gates and replace masks. State is per context (thread / asyncio task), never global.
@@ -422,6 +444,8 @@ def capture(
         stop_after: stop the forward pass (:class:`StopForward`) once every pair in ``want`` was seen.
         chunk_bytes: largest block of weights per eager call, in bytes (default :data:`CHUNK_BYTES`;
             0 for one call per layer, whatever its size).
+        fused: sites whose weights nobody reads run the fused sdpa kernel (see :class:`CaptureState`);
+            only for models with ``LoadedModel.sdpa_ok``.
 
     Yields:
         The :class:`CaptureState`; read ``state.weights`` after the forward pass.
@@ -429,7 +453,7 @@ def capture(
     state = CaptureState(sites=sites, record=record, gates=dict(gates or {}), masks=dict(masks or {}), sink=sink,
                          mask_sink=mask_sink, want=set(want) if want is not None else None,
                          pending=set(want) if (stop_after and want) else None,
-                         chunk_bytes=CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes))
+                         chunk_bytes=CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes), fused=bool(fused))
     token = _STATE.set(state)
     try:
         yield state

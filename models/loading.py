@@ -93,6 +93,13 @@ class LoadedModel:
         return out
 
     @property
+    def sdpa_ok(self) -> bool:
+        """True when layers that record nothing may run transformers' ``sdpa_attention_forward`` (the fused
+        kernel) instead of the family's eager function: interface path and a model class that declares
+        sdpa support (``_supports_sdpa``; False e.g. for Gemma 2's softcapping or GPT-OSS's sinks)."""
+        return self.capture_path == "interface" and bool(getattr(self.model, "_supports_sdpa", False))
+
+    @property
     def config(self):
         """The model's transformers ``PretrainedConfig``."""
         return self.model.config

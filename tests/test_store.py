@@ -218,3 +218,47 @@ def test_concurrent_long_analyses_keep_their_own_hidden_states(tiny, monkeypatch
     assert not errors, errors
     for i, w in enumerate(want):
         assert np.array_equal(got[i].next_token.ids, w.next_token.ids) and got[i].loss == pytest.approx(w.loss, rel=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["bert-mlm", "llama", "gemma3", "t5", "bart"])
+def test_layers_nobody_reads_run_the_fused_kernel(tiny, arch, monkeypatch):
+    """A long analysis (nothing kept) runs every layer through sdpa; its outputs equal the kept analysis'
+    (all eager) to float rounding, with heads off and a replaced mask that leaves a row empty; weights
+    indexed afterwards are still the eager bits."""
+    loaded = tiny(arch)
+    calls = []
+    real = capture._sdpa()
+    monkeypatch.setattr(capture, "_sdpa", lambda: lambda *a, **k: (calls.append(k.get("is_causal")), real(*a, **k))[1])
+    stack = "decoder" if loaded.family == "decoder" else "encoder"
+    n = len(models.analyze(loaded, LONG, keep=True).axis_tokens(stack)[0])
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    allowed[3] = False  # a query that may attend nothing: zero output, not a uniform smear
+    kw = dict(heads_off=[(stack, 1, 2)], mask={stack: allowed}, keep_logits=loaded.head != "none",
+              hidden_states=True)
+    kept = models.analyze(loaded, LONG, keep=True, **kw)
+    assert calls == []
+    fused = models.analyze(loaded, LONG, keep=False, **kw)
+    assert len(calls) == len(loaded.sites)
+    if loaded.head != "none":
+        np.testing.assert_allclose(fused.logits, kept.logits, atol=2e-5, rtol=1e-5)
+    for name in kept.hidden_states:
+        np.testing.assert_allclose(fused.hidden_states[name], kept.hidden_states[name], atol=2e-5, rtol=1e-5)
+    # no replaced mask: an encoder's eager call gets None (every key), which sdpa must not read as causal
+    own = [models.analyze(loaded, LONG, keep=keep, keep_logits=loaded.head != "none", hidden_states=True)
+           for keep in (True, False)]
+    for name in own[0].hidden_states:
+        np.testing.assert_allclose(own[1].hidden_states[name], own[0].hidden_states[name], atol=2e-5, rtol=1e-5)
+    calls.clear()
+    for s in kept.attentions:  # replays (and the statistics pass) stay eager: the very bits kept
+        assert np.array_equal(fused.attentions[s][1], kept.attentions[s][1])
+    assert calls == []
+
+
+def test_models_without_sdpa_support_stay_eager(tiny, monkeypatch):
+    loaded = tiny("llama")
+    calls = []
+    monkeypatch.setattr(capture, "_sdpa", lambda: calls.append(1))
+    monkeypatch.setattr(type(loaded.model), "_supports_sdpa", False)  # as Gemma 2 (softcapping), GPT-OSS (sinks)
+    assert not loaded.sdpa_ok
+    models.analyze(loaded, LONG, keep=False)
+    assert calls == []
