@@ -19,7 +19,7 @@ from .errors import (
     ModelOutOfMemoryError,
     UnsupportedOperationError,
 )
-from .loading import LoadedModel
+from .loading import LoadedModel, accepts as _accepts
 from .masks import parse_mask
 from .store import MATERIALIZE_BYTES, AttentionStack, LazyMap, MaskStack, Replay
 
@@ -643,12 +643,10 @@ def analyze(
     labels = None
     if model.family == "encoder-decoder":
         if target is None:
-            target = _generate_target(model, inputs)
+            target = generate_target(model, inputs)
         tenc = tok(text_target=target, return_offsets_mapping=True, return_special_tokens_mask=True,
                    truncation=True, max_length=limit - 1)
-        start_id = model.config.decoder_start_token_id
-        if start_id is None:
-            start_id = model.config.pad_token_id or 0
+        start_id = model.decoder_start_id
         tgt_ids = list(tenc["input_ids"])
         dec_ids = [start_id] + tgt_ids[:-1]
         labels = torch.tensor([tgt_ids], device=model.device)
@@ -844,16 +842,6 @@ def _summaries(result: Analysis) -> tuple[dict, dict]:
             {stack: acc[1].result() for stack, acc in accs.items()})
 
 
-def _accepts(model, name: str) -> bool:
-    """True when ``model.forward`` takes a keyword argument ``name``."""
-    import inspect
-
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _lm_blocks(model: LoadedModel, n: int, keep_logits: bool) -> bool:
     """True when a causal LM's logits for ``n`` positions would exceed ``LOGITS_BYTES`` and the head can
     run on blocks of positions (the model takes ``logits_to_keep`` and the caller did not ask for them)."""
@@ -882,9 +870,11 @@ def _batched(enc):
     return _One(enc)
 
 
-def _generate_target(model: LoadedModel, inputs: dict) -> str:
+def generate_target(model: LoadedModel, inputs: dict) -> str:
+    """An encoder-decoder's greedy output (at most 32 tokens) for ``inputs``, as text ("." when empty)."""
     with torch.no_grad():
-        out = model.model.generate(**inputs, max_new_tokens=32, do_sample=False, num_beams=1)
+        out = model.model.generate(**inputs, max_new_tokens=32, do_sample=False, num_beams=1,
+                                   decoder_start_token_id=model.decoder_start_id)
     return model.tokenizer.decode(out[0], skip_special_tokens=True).strip() or "."
 
 

@@ -26,15 +26,17 @@ import numpy as np
 import torch
 
 from . import capture
-from .analysis import Analysis, Token, Word, _heads_to_gates, _topk, attach_stacks, group_words
+from .analysis import KEEP_BYTES, Analysis, Token, Word, _heads_to_gates, _topk, attach_stacks, group_words
 from .errors import (
     EmptyTextError,
+    InvalidArgumentError,
     InvalidAudioError,
     ModelOutOfMemoryError,
     UnknownLanguageError,
     UnsupportedOperationError,
 )
 from .loading import LoadedModel
+from .store import AttentionStack, Replay
 
 SAMPLE_RATE = 16000          # Hz, Whisper's input rate
 HOP_SECONDS = 0.01           # one mel frame (hop of 160 samples)
@@ -326,6 +328,7 @@ def analyze_audio(
     top_k: int = 10,
     padding: str = "column",
     word_seconds: float = 0.1,
+    keep: bool | None = None,
 ) -> AudioAnalysis:
     """Transcribe a clip with Whisper and capture every encoder, decoder and cross-attention head.
 
@@ -350,6 +353,12 @@ def analyze_audio(
             key (and the padding frames' encoder rows averaged into a last query row);
             ``"renormalize"``: dropped, and each cropped row rescaled to sum to 1.
         word_seconds: the encoder-side ``words`` group this many seconds of frames.
+        keep: hold every cropped weight (True), compute them when indexed (False), or decide by size
+            (None: kept while the cropped encoder weights take at most
+            :data:`models.analysis.KEEP_BYTES`, about 8 s of audio on whisper-base). Weights that are not
+            kept come from the same forward pass run again, cropped block by block the same way
+            (:class:`models.store.AttentionStack`; the ``<|padding|>`` row's mean may differ from the kept
+            one in the last bits of float32), and the passes that keep nothing run the fused sdpa kernel.
 
     Returns:
         :class:`AudioAnalysis`. ``analysis.loss`` is the mean cross-entropy (nats) of the transcript's
@@ -361,12 +370,15 @@ def analyze_audio(
             off on the fallback path.
         InvalidAudioError: empty or non-finite audio, a non-positive ``sample_rate``, or a bad ``padding``
             value.
+        InvalidArgumentError: ``keep`` not a bool or None.
         UnknownLanguageError: unknown ``language``.
         InvalidHeadError: bad ``heads_off``.
         EmptyTextError: a ``target`` with no text.
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     _check_whisper(loaded)
+    if keep is not None and not isinstance(keep, (bool, np.bool_)):
+        raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.")
     if padding not in ("column", "renormalize"):
         raise InvalidAudioError(f"padding must be 'column' or 'renormalize', got {padding!r}.")
     x = np.asarray(audio, dtype=np.float32)
@@ -397,13 +409,20 @@ def analyze_audio(
     if target is not None and (not isinstance(target, str) or not target.strip()):
         raise EmptyTextError("The target transcript is empty: type what is said, or leave it out.")
     model, fallback = loaded.model, loaded.capture_path == "fallback"
+    n_enc = n + (1 if keep_pad else 0)
+    enc_layers, enc_heads = loaded.stacks.get("encoder", (0, 0))
+    keep_all = fallback or (enc_layers * enc_heads * n_enc * n_enc * 4 <= KEEP_BYTES if keep is None else bool(keep))
+    record, fused = keep_all and not fallback, not keep_all and loaded.sdpa_ok
+    attentions: dict = {}
     try:
         # The encoder runs once (30 s, 1500 frames); its output feeds generation and the decoder pass.
-        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=not fallback) as state:
+        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=record, fused=fused) as state:
             encoded = model.get_encoder()(features, output_attentions=fallback, return_dict=True)
-        layers = _layer_weights(loaded, state, encoded, ("encoder",))
-        attentions = {"encoder": _stack([_crop(w, n, True, True, keep_pad) for w in layers.get("encoder", [])])}
-        del state, layers
+        if keep_all:
+            layers = _layer_weights(loaded, state, encoded, ("encoder",))
+            attentions["encoder"] = _stack([_crop(w, n, True, True, keep_pad) for w in layers.get("encoder", [])])
+            del layers
+        del state
         if fallback:
             encoded.attentions = None
         if target is None:
@@ -419,7 +438,7 @@ def analyze_audio(
 
         dec_ids = prompt + text_ids
         labels = prompt[1:] + text_ids + [eot]
-        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=not fallback) as state:
+        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=record, fused=fused) as state:
             outputs = model(
                 encoder_outputs=encoded, decoder_input_ids=torch.tensor([dec_ids], device=loaded.device),
                 output_attentions=fallback, return_dict=True,
@@ -427,9 +446,19 @@ def analyze_audio(
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(f"Out of memory running '{loaded.name}' on {duration:.1f} s of audio.") from exc
 
-    layers = _layer_weights(loaded, state, outputs, ("decoder", "cross"))
-    attentions["decoder"] = _stack(layers.get("decoder", []))
-    attentions["cross"] = _stack([_crop(w, n, False, True, keep_pad) for w in layers.get("cross", [])])
+    if keep_all:
+        layers = _layer_weights(loaded, state, outputs, ("decoder", "cross"))
+        attentions["decoder"] = _stack(layers.get("decoder", []))
+        attentions["cross"] = _stack([_crop(w, n, False, True, keep_pad) for w in layers.get("cross", [])])
+        del layers
+    else:
+        call = {"input_features": features, "decoder_input_ids": torch.tensor([dec_ids], device=loaded.device),
+                "use_cache": False}
+        replay = _CroppedReplay(Replay(loaded, call, gates, {}, capture.CHUNK_BYTES), n, keep_pad)
+        t = len(dec_ids)
+        shapes = {"encoder": (n_enc, n_enc), "decoder": (t, t), "cross": (t, n_enc)}
+        attentions = {stack: AttentionStack(stack, (layers_, heads_) + shapes[stack], replay=replay)
+                      for stack, (layers_, heads_) in loaded.stacks.items()}
     logits = outputs.logits[0]
     label_t = torch.tensor(labels, device=logits.device)
     first = len(prompt) - 1  # the <|notimestamps|> position predicts the first text token
@@ -504,6 +533,46 @@ def _layer_weights(loaded: LoadedModel, state, outputs, stacks: tuple[str, ...])
     return per_stack
 
 
+class _CroppedReplay:
+    """A :class:`models.store.Replay` whose blocks are cropped to the first ``n`` encoder frames as
+    :func:`_crop` crops a whole layer: encoder keys and cross-attention keys (summed into a padding column,
+    or renormalised), encoder queries (the padding frames' rows averaged into one last row)."""
+
+    CROPS = {"encoder": (True, True), "cross": (False, True), "decoder": (False, False)}  # (queries, keys)
+
+    def __init__(self, inner: Replay, n: int, padding: bool):
+        self.inner, self.n, self.padding = inner, n, padding
+
+    def run(self, want: set, visit) -> None:
+        """As :meth:`models.store.Replay.run`, in cropped coordinates.
+
+        Raises:
+            RuntimeError: a block of a cropped stack that does not hold whole rows (the encoder and
+                cross-attention have no mask, so every block does); ModelOutOfMemoryError as ``Replay.run``.
+        """
+        n, pads = self.n, {}
+
+        def cropped(stack, layer, q0, k0, w):
+            crop_q, crop_k = self.CROPS[stack]
+            if crop_k:
+                if k0 != 0 or w.shape[-1] < n:
+                    raise RuntimeError(f"{stack} layer {layer}: a block without whole rows cannot be cropped")
+                w, k0 = _crop(w, n, False, True, self.padding), 0
+            if not crop_q:
+                visit(stack, layer, q0, k0, w)
+                return
+            rows = max(0, min(w.shape[1], n - q0))
+            if rows:
+                visit(stack, layer, q0, k0, w[:, :rows])
+            if self.padding and rows < w.shape[1]:
+                total, count = pads.get((stack, layer), (0.0, 0))
+                pads[(stack, layer)] = (total + w[:, rows:].float().sum(dim=1, keepdim=True), count + w.shape[1] - rows)
+
+        self.inner.run(want, cropped)
+        for (stack, layer), (total, count) in pads.items():
+            visit(stack, layer, n, 0, total / count)
+
+
 def _stack(layers: list[torch.Tensor]) -> np.ndarray:
     """Layers ``(heads, q, k)`` -> float32 numpy ``(layers, heads, q, k)``."""
     return torch.stack([w.float() for w in layers]).cpu().numpy()
@@ -526,7 +595,7 @@ def cross_attention_peaks(result: AudioAnalysis, heads: Iterable[tuple[int, int]
     if heads is None:
         layers = cross.shape[0]
         heads = [(l, h) for l in range(layers // 2, layers) for h in range(cross.shape[1])]
-    avg = np.mean([cross[l, h] for l, h in heads], axis=0)[:, : result.frames]
+    avg = cross.heads(heads).mean(axis=0)[:, : result.frames]
     return avg.argmax(axis=-1).astype(np.int64)
 
 

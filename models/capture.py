@@ -58,6 +58,10 @@ class Site:
         name: the module's dotted name in the model.
         out_proj: fallback path only: dotted name of the output projection whose input holds the
             per-head outputs, concatenated head after head; ``None`` if unknown.
+        index: the layer's own number in the model (the index in its module name), when it differs from
+            ``layer``: in a hybrid model only some blocks have attention (Jamba's block 4 may be its
+            attention layer 0). None when the module is called several times per forward pass (ALBERT's
+            shared layer: its calls are layers ``0 .. n - 1`` by depth).
     """
 
     stack: str
@@ -65,6 +69,12 @@ class Site:
     heads: int
     name: str
     out_proj: str | None = None
+    index: int | None = None
+
+    @property
+    def label(self) -> int:
+        """The number to show for this layer: ``index`` when known, else ``layer``."""
+        return self.layer if self.index is None else self.index
 
 
 @dataclass
@@ -72,7 +82,9 @@ class CaptureState:
     """Per-call state read by :func:`dikkat_attention` and the fallback hooks.
 
     Attributes:
-        sites: ``id(module) -> Site`` of the model being run (empty while probing).
+        sites: ``id(module) -> Site`` of the model being run (empty while probing), or a tuple of sites for
+            a module called several times per forward pass (one per call, in call order).
+        calls: ``id(module) -> calls so far`` in this context, for modules with several sites.
         record: keep the attention weights of every call in ``weights`` (sites not sent to ``sink``).
         weights: ``(stack, layer) -> tensor (batch, heads, query_len, key_len)`` in compute dtype; for a
             module called several times in one context (generation), the last call wins.
@@ -81,7 +93,8 @@ class CaptureState:
         masks: ``stack -> bool tensor (n, n)``, True where a query may attend a key; replaces the
             model's own mask for that self-attention stack. Rows with no allowed key give zero weights
             and a zero per-head output (never NaN).
-        probe: when not None, every attention module called is appended (used at load time).
+        probe: when not None, ``(module, query heads)`` of every attention call is appended, in call
+            order (used at load time).
         sink: when not None, ``sink(site, q0, k0, weights, q_len, k_len)`` receives the weights of every
             wanted site block by block, as they are computed: ``weights`` is ``(batch, heads, rows, cols)`` in
             compute dtype for queries ``q0 .. q0 + rows - 1`` of ``q_len`` and keys ``k0 .. k0 + cols - 1`` of
@@ -108,7 +121,8 @@ class CaptureState:
             for bit.
     """
 
-    sites: dict[int, Site] = field(default_factory=dict)
+    sites: dict[int, Site | tuple[Site, ...]] = field(default_factory=dict)
+    calls: dict[int, int] = field(default_factory=dict)
     record: bool = True
     weights: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
     gates: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
@@ -287,8 +301,12 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     if state is None:
         return eager(module, query, key, value, attention_mask, *args, **kwargs)
     if state.probe is not None:
-        state.probe.append(module)
+        state.probe.append((module, int(query.shape[1])))
     site = state.sites.get(id(module))
+    if isinstance(site, tuple):  # a module called several times per forward pass: one site per call
+        count = state.calls.get(id(module), 0)
+        state.calls[id(module)] = count + 1
+        site = site[count % len(site)]
     empty_rows = None
     if site is not None and site.stack in state.masks:
         # one additive mask per stack and shape, reused by every layer (a long text's mask is large)
@@ -310,8 +328,17 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     if state.fused and site is not None and not wanted and not keep and not args and kwargs.get("softcap") is None:
         # nobody reads these weights: the fused kernel. With no mask the eager functions attend every key,
         # so sdpa must not fall back to its own causal default.
-        call = dict(kwargs, is_causal=False) if attention_mask is None else kwargs
-        out, weights = _sdpa()(module, query, key, value, attention_mask, **call)
+        mask, causal = attention_mask, False
+        if mask is not None and q_len == k_len and empty_rows is None:
+            # the plain causal mask: sdpa's own is_causal skips the blocks above the diagonal (2x fewer
+            # products on a long text than with the same mask written out)
+            found = state.plans.get(("causal", id(mask), q_len))
+            if found is None:
+                found = state.plans[("causal", id(mask), q_len)] = (_is_causal(mask, q_len), mask)
+            if found[0]:
+                mask, causal = None, True
+        call = dict(kwargs, is_causal=causal) if mask is None else kwargs
+        out, weights = _sdpa()(module, query, key, value, mask, **call)
         if empty_rows is not None:
             out = out.masked_fill(empty_rows[None, :, None, None], 0.0)
     elif whole:
@@ -367,6 +394,15 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
             if not state.pending:
                 raise StopForward
     return out, weights
+
+
+def _is_causal(mask: torch.Tensor, n: int) -> bool:
+    """True when ``mask`` (additive float or boolean, ``(batch, 1 or heads, n, >= n)``) lets every query
+    attend exactly the keys up to its own position, in every batch row and head."""
+    allowed = _allowed(mask, n)
+    if allowed.shape[-2] != n:
+        return False
+    return torch.equal(allowed, torch.ones(n, n, dtype=torch.bool, device=mask.device).tril().expand_as(allowed))
 
 
 def _sdpa():

@@ -62,8 +62,9 @@ class LoadedModel:
         folder: where the weights were read from.
         processor: the ``AutoProcessor`` of a speech model (Whisper: feature extractor + tokenizer), else None.
         load_seconds: wall time of :func:`load`, in seconds.
-        site_index: interface path: ``id(attention module) -> Site`` (what :func:`models.capture.capture`
-            takes); empty on the fallback path.
+        site_index: interface path: ``id(attention module) -> Site``, or a tuple of sites (one per call) for a
+            module called several times per forward pass (what :func:`models.capture.capture` takes); empty
+            on the fallback path.
         load_args: the arguments of :func:`load` that gave this model (to load it again).
     """
 
@@ -98,6 +99,17 @@ class LoadedModel:
         kernel) instead of the family's eager function: interface path and a model class that declares
         sdpa support (``_supports_sdpa``; False e.g. for Gemma 2's softcapping or GPT-OSS's sinks)."""
         return self.capture_path == "interface" and bool(getattr(self.model, "_supports_sdpa", False))
+
+    @property
+    def decoder_start_id(self) -> int:
+        """The token an encoder-decoder's decoder starts from: the config's ``decoder_start_token_id``, else
+        the generation config's, else the pad token, else 0 (some configs set none of them)."""
+        for source in (self.model.config, getattr(self.model, "generation_config", None)):
+            value = getattr(source, "decoder_start_token_id", None)
+            if isinstance(value, int):
+                return value
+        pad = getattr(self.model.config, "pad_token_id", None)
+        return pad if isinstance(pad, int) else 0
 
     @property
     def config(self):
@@ -212,6 +224,16 @@ def _auto_class(family: str, head: str, config):
     return tf.AutoModel
 
 
+def accepts(model, name: str) -> bool:
+    """True when ``model.forward`` takes a keyword argument ``name``."""
+    import inspect
+
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _probe_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     """A tiny input that exercises every attention module once."""
     model, tok = loaded.model, loaded.tokenizer
@@ -223,11 +245,12 @@ def _probe_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     else:
         inputs["input_ids"] = ids
     if loaded.family == "encoder-decoder":
-        start = model.config.decoder_start_token_id
-        if start is None:
-            start = getattr(model.generation_config, "decoder_start_token_id", 0) or 0
+        start = loaded.decoder_start_id
         inputs["decoder_input_ids"] = torch.tensor([[start, start]])
-    return {k: v.to(loaded.device) for k, v in inputs.items()}
+    inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
+    if loaded.family != "encoder" and accepts(model, "use_cache"):
+        inputs["use_cache"] = False  # one pass: a hybrid model's cache may not even answer get_seq_length
+    return inputs
 
 
 def _discover_sites(loaded: LoadedModel) -> None:
@@ -242,29 +265,30 @@ def _discover_sites(loaded: LoadedModel) -> None:
     inputs = _probe_inputs(loaded)
     with torch.no_grad(), capture.probing() as state:
         outputs = model(**inputs)
-    seen: dict[int, capture.Site] = {}
-    for module in state.probe or []:
-        if id(module) in seen:
-            continue
-        name = names.get(id(module), type(module).__name__)
-        heads = None
-        for attr in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
-            heads = getattr(module, attr, None) or getattr(getattr(module, "config", None), attr, None)
-            if isinstance(heads, int):
-                break
-        seen[id(module)] = capture.Site(
-            stack=capture.stack_of(name, loaded.family), layer=capture.layer_of(name), heads=int(heads or 0), name=name
-        )
-    if seen:
-        # Heads from the recorded weights where the module does not say.
+    calls: dict[int, list] = {}  # id(module) -> [(module, query heads)] per call, in call order
+    order = []
+    for module, heads in state.probe or []:
+        calls.setdefault(id(module), []).append(heads)
+        order.append(module)
+    if calls:
+        # One site per call, numbered by depth within its stack: a hybrid model's attention layers are
+        # 0 .. n - 1 (with their own block index kept as ``index``), a module called k times is k layers.
         loaded.capture_path = "interface"
-        fixed = {}
-        for mid, site in seen.items():
-            w = state.weights.get((site.stack, site.layer))
-            heads = site.heads or (int(w.shape[1]) if w is not None else 0)
-            fixed[mid] = capture.Site(site.stack, site.layer, heads, site.name)
-        loaded.site_index = fixed
-        loaded.sites = sorted(fixed.values(), key=lambda s: (("encoder", "decoder", "cross").index(s.stack), s.layer))
+        depth: dict[str, int] = {}
+        per_module: dict[int, list[capture.Site]] = {}
+        for module in order:
+            mid = id(module)
+            name = names.get(mid, type(module).__name__)
+            stack = capture.stack_of(name, loaded.family)
+            layer = depth.get(stack, 0)
+            depth[stack] = layer + 1
+            heads = calls[mid][len(per_module.get(mid, []))]
+            index = capture.layer_of(name) if len(calls[mid]) == 1 else None
+            per_module.setdefault(mid, []).append(
+                capture.Site(stack, layer, heads, name, index=None if index == layer else index))
+        loaded.site_index = {mid: sites[0] if len(sites) == 1 else tuple(sites) for mid, sites in per_module.items()}
+        loaded.sites = sorted((s for sites in per_module.values() for s in sites),
+                              key=lambda s: (("encoder", "decoder", "cross").index(s.stack), s.layer))
         return
 
     # Fallback path: eager + output_attentions.

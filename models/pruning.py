@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from . import capture
-from .analysis import default_max_tokens, validate_heads
+from .analysis import default_max_tokens, generate_target, validate_heads
 from .errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from .loading import LoadedModel
 
@@ -197,14 +197,9 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
             )
         prep.labels = ids.clone()
     elif kind == "seq2seq_loss":
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=32, do_sample=False, num_beams=1)
-        target = tok.decode(out[0], skip_special_tokens=True).strip() or "."
+        target = generate_target(loaded, inputs)
         tgt = tok(text_target=target, truncation=True, max_length=limit - 1)["input_ids"]
-        start = model.config.decoder_start_token_id
-        if start is None:
-            start = model.config.pad_token_id or 0
-        inputs["decoder_input_ids"] = torch.tensor([[start] + list(tgt[:-1])], device=loaded.device)
+        inputs["decoder_input_ids"] = torch.tensor([[loaded.decoder_start_id] + list(tgt[:-1])], device=loaded.device)
         prep.labels = torch.tensor([list(tgt)], device=loaded.device)
     elif kind == "mask_loss":
         mask_id = tok.mask_token_id
@@ -288,14 +283,15 @@ def _layer_blocks(loaded: LoadedModel) -> dict[int, torch.nn.Module]:
         if model in _BLOCKS:
             return _BLOCKS[model]
         blocks: dict[int, torch.nn.Module] = {}
-        if loaded.capture_path == "interface" and len(loaded.stacks) == 1:
+        shared = len({s.name for s in loaded.sites}) < len(loaded.sites)  # a module called at several depths
+        if loaded.capture_path == "interface" and len(loaded.stacks) == 1 and not shared:
             modules = dict(model.named_modules())
             for site in loaded.sites:
                 parts = site.name.split(".")
-                if str(site.layer) not in parts:
+                if str(site.label) not in parts:
                     blocks = {}
                     break
-                name = ".".join(parts[: parts.index(str(site.layer)) + 1])
+                name = ".".join(parts[: parts.index(str(site.label)) + 1])
                 if name not in modules:
                     blocks = {}
                     break

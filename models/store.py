@@ -269,9 +269,11 @@ class AttentionStack(LazyArray):
             return self.kept[layer, h0:h1, r0:r1]
         key = (layer, h0, h1, r0, r1)
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
+            for have in reversed(self._cache):  # a computed block that holds these heads and rows serves them
+                l_, a0, a1, b0, b1 = have
+                if l_ == layer and a0 <= h0 and h1 <= a1 and b0 <= r0 and r1 <= b1:
+                    self._cache.move_to_end(have)
+                    return self._cache[have][h0 - a0:h1 - a0, r0 - b0:r1 - b0]
         size = (h1 - h0) * (r1 - r0) * nk * 4
         self._check(size, f"Layer {layer}'s weights ({h1 - h0} heads x {r1 - r0} rows x {nk} keys)")
         out = np.zeros((h1 - h0, r1 - r0, nk), dtype=np.float32)
@@ -288,6 +290,25 @@ class AttentionStack(LazyArray):
             while sum(v.nbytes for v in self._cache.values()) > LAYER_CACHE_BYTES and len(self._cache) > 1:
                 self._cache.popitem(last=False)
         return out
+
+    def heads(self, pairs) -> np.ndarray:
+        """The maps of chosen heads, float32 ``(len(pairs), q, k)``, computing each layer once.
+
+        Args:
+            pairs: ``(layer, head)`` pairs (e.g. Whisper's alignment heads).
+
+        Raises:
+            IndexError: a layer or head out of range. AttentionTooLargeError: a layer above
+            :data:`MATERIALIZE_BYTES`.
+        """
+        pairs = [(int(layer), int(head)) for layer, head in pairs]
+        layers = {layer: self.block(layer) for layer in dict.fromkeys(layer for layer, _ in pairs)}
+        for layer, head in pairs:
+            if not -self.shape[1] <= head < self.shape[1]:
+                raise IndexError(f"head {head} is out of range for {self.shape[1]} heads")
+        if not pairs:
+            return np.zeros((0,) + self.shape[2:], dtype=np.float32)
+        return np.stack([layers[layer][head] for layer, head in pairs])
 
     def __getitem__(self, key):
         if self.kept is not None:

