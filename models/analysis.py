@@ -145,6 +145,9 @@ class Analysis:
             Both are computed together the first time either is read: from the kept weights, or by one
             more forward pass that sees every layer's weights block by block.
         kept: True when every weight is held in memory (inputs up to ``KEEP_BYTES`` of weights).
+        layer_labels: ``stack -> [the model's own block number of each attention layer]`` where it differs
+            from the layer index (hybrid models: Jamba's attention layer 0 is its block 4; the other blocks
+            have no attention and no map); empty when every layer is its own block.
         truncated: how many tokens were dropped from the end (0 if none); ``max_tokens`` the limit used.
         next_token: decoders/encoder-decoders: top-k next-token predictions at each position.
         loss: mean next-token cross-entropy of the text in nats (decoders, encoder-decoders); else None.
@@ -188,6 +191,7 @@ class Analysis:
     statistics: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     overview: dict[str, np.ndarray] = field(default_factory=dict)
     kept: bool = True
+    layer_labels: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def perplexity(self) -> float | None:
@@ -662,7 +666,7 @@ def analyze(
         model=model.name, family=model.family, capture_path=model.capture_path, text=text, tokens=tokens,
         words=words, attentions={}, text_pair=text_pair, target=target, target_tokens=target_tokens,
         target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
-        kv_heads=model.num_key_value_heads,
+        kv_heads=model.num_key_value_heads, layer_labels=model.layer_labels(),
     )
     total = sum(layers * heads * len(result.axis_tokens(stack)[0]) * len(result.axis_tokens(stack)[1]) * 4
                 for stack, (layers, heads) in model.stacks.items())
@@ -676,8 +680,10 @@ def analyze(
         )
     collector = _Collector(model, result, keep_all)
     call = dict(inputs, output_hidden_states=hidden_states, output_attentions=fallback, return_dict=True)
-    if model.family != "encoder" and _accepts(model.model, "use_cache"):
-        call["use_cache"] = False  # one pass over the whole text: a key/value cache would only hold memory
+    if model.family == "decoder" and _accepts(model.model, "use_cache"):
+        # one pass over a (long) text: a key/value cache would only hold memory. Encoder-decoders keep their
+        # default: some (T5Gemma) mask their decoder's pad tokens only when they run without a cache.
+        call["use_cache"] = False
     head_blocks = _lm_blocks(model, len(tokens), keep_logits)
     if head_blocks:
         call["logits_to_keep"] = 1

@@ -84,7 +84,12 @@ class CaptureState:
     Attributes:
         sites: ``id(module) -> Site`` of the model being run (empty while probing), or a tuple of sites for
             a module called several times per forward pass (one per call, in call order).
-        calls: ``id(module) -> calls so far`` in this context, for modules with several sites.
+        forwards: ``id(module) -> forward calls so far`` of each attention module in this context (counted
+            by :func:`install_call_counters`' pre-hooks).
+        seen: ``id(module) -> the forward call`` its last attention call belonged to: a second attention call
+            within one forward call of the module (DiffLlama computes its two softmax maps with shared
+            queries and keys, so the second equals the first) runs with the same gates but is not recorded,
+            sent to a sink or counted as a layer.
         record: keep the attention weights of every call in ``weights`` (sites not sent to ``sink``).
         weights: ``(stack, layer) -> tensor (batch, heads, query_len, key_len)`` in compute dtype; for a
             module called several times in one context (generation), the last call wins.
@@ -93,8 +98,8 @@ class CaptureState:
         masks: ``stack -> bool tensor (n, n)``, True where a query may attend a key; replaces the
             model's own mask for that self-attention stack. Rows with no allowed key give zero weights
             and a zero per-head output (never NaN).
-        probe: when not None, ``(module, query heads)`` of every attention call is appended, in call
-            order (used at load time).
+        probe: when not None, ``(module, query heads, query_len, key_len)`` of every attention call is
+            appended, in call order (used at load time).
         sink: when not None, ``sink(site, q0, k0, weights, q_len, k_len)`` receives the weights of every
             wanted site block by block, as they are computed: ``weights`` is ``(batch, heads, rows, cols)`` in
             compute dtype for queries ``q0 .. q0 + rows - 1`` of ``q_len`` and keys ``k0 .. k0 + cols - 1`` of
@@ -122,7 +127,8 @@ class CaptureState:
     """
 
     sites: dict[int, Site | tuple[Site, ...]] = field(default_factory=dict)
-    calls: dict[int, int] = field(default_factory=dict)
+    forwards: dict[int, int] = field(default_factory=dict)
+    seen: dict[int, int] = field(default_factory=dict)
     record: bool = True
     weights: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
     gates: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
@@ -300,13 +306,22 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     state = _STATE.get()
     if state is None:
         return eager(module, query, key, value, attention_mask, *args, **kwargs)
-    if state.probe is not None:
-        state.probe.append((module, int(query.shape[1])))
-    site = state.sites.get(id(module))
+    mid = id(module)
+    forward = state.forwards.get(mid, 0)
+    again = state.seen.get(mid) == forward  # a second attention call within one forward call of the module
+    state.seen[mid] = forward
+    if state.probe is not None and not again:
+        state.probe.append((module, int(query.shape[1]), int(query.shape[-2]), int(key.shape[-2])))
+    site = state.sites.get(mid)
     if isinstance(site, tuple):  # a module called several times per forward pass: one site per call
-        count = state.calls.get(id(module), 0)
-        state.calls[id(module)] = count + 1
-        site = site[count % len(site)]
+        site = site[(forward - 1) % len(site)]
+    if again and site is not None:
+        gate = state.gates.get((site.stack, site.layer))
+        site = None
+        if gate is not None:
+            out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
+            gate = gate.to(device=out.device, dtype=out.dtype)
+            return out * (gate[:, None, :, None] if gate.dim() == 2 else gate[None, None, :, None]), weights
     empty_rows = None
     if site is not None and site.stack in state.masks:
         # one additive mask per stack and shape, reused by every layer (a long text's mask is large)
@@ -439,6 +454,23 @@ def install_fallback_hooks(model: nn.Module, sites: list[Site]) -> None:
     for site in sites:
         if site.out_proj and site.out_proj in modules:
             modules[site.out_proj].register_forward_pre_hook(_fallback_pre_hook(site))
+
+
+def _count_forward(module, args) -> None:
+    state = _STATE.get()
+    if state is not None:
+        state.forwards[id(module)] = state.forwards.get(id(module), 0) + 1
+
+
+def install_call_counters(modules) -> None:
+    """Register a forward pre-hook on each attention module (once per module) that counts its forward calls
+    in the current :class:`CaptureState` (``forwards``): how a module called at several depths (ALBERT's
+    shared layer) gets one site per call, and a second attention call inside one forward call is told
+    apart."""
+    for module in modules:
+        if not getattr(module, "_dikkat_counted", False):
+            module.register_forward_pre_hook(_count_forward)
+            module._dikkat_counted = True
 
 
 def register() -> None:

@@ -36,7 +36,9 @@ class NoUsableModelError(DikkatError):
 
 
 class NoAttentionWeightsError(DikkatError):
-    """The architecture computes no attention weights (state-space models, ...) or refuses to return them."""
+    """The architecture computes no attention weights (state-space models, ...), refuses to return them, or
+    returns something that is not a map over the tokens (local windows, recurrent states, extra key slots,
+    layers of different head counts)."""
 
 
 class ModelOutOfMemoryError(DikkatError, MemoryError):

@@ -29,19 +29,6 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # Fallback path: output projections (relative to the attention module's layer block) of families
 # whose attention does not route through transformers' AttentionInterface.
-_FALLBACK_OUT_PROJ = {
-    "gpt_neo": "attn.attention.out_proj",
-    "gptj": "attn.out_proj",
-    "codegen": "attn.out_proj",
-    "falcon": "self_attention.dense",
-    "bloom": "self_attention.dense",
-    "deberta": "attention.output.dense",
-    "deberta-v2": "attention.output.dense",
-    "longformer": "attention.output.dense",
-    "big_bird": "attention.output.dense",
-}
-
-
 @dataclass
 class LoadedModel:
     """A model ready for :func:`models.analyze`, cached per process and shared between threads.
@@ -99,6 +86,17 @@ class LoadedModel:
         kernel) instead of the family's eager function: interface path and a model class that declares
         sdpa support (``_supports_sdpa``; False e.g. for Gemma 2's softcapping or GPT-OSS's sinks)."""
         return self.capture_path == "interface" and bool(getattr(self.model, "_supports_sdpa", False))
+
+    def layer_labels(self) -> dict[str, list[int]]:
+        """``stack -> [block number of each attention layer]`` for stacks whose attention layers are not
+        blocks ``0 .. n - 1`` (hybrid models, see :attr:`models.capture.Site.index`); other stacks are left
+        out."""
+        out: dict[str, list[int]] = {}
+        for stack in self.stacks:
+            labels = [s.label for s in sorted((s for s in self.sites if s.stack == stack), key=lambda s: s.layer)]
+            if labels != list(range(len(labels))):
+                out[stack] = labels
+        return out
 
     @property
     def decoder_start_id(self) -> int:
@@ -200,6 +198,11 @@ def _family_and_head(config) -> tuple[str, str]:
     archs = " ".join(config.architectures or [])
     if getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder", "seq2seq"
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    causal = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if not causal and config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return "encoder", "mlm"  # a masked LM whose class is called ...WithLMHeadModel (Flaubert)
     if re.search(r"CausalLM|LMHeadModel", archs) or (getattr(config, "is_decoder", False) and "ForMaskedLM" not in archs):
         return "decoder", "lm"
     if re.search(r"ForMaskedLM|ForPreTraining", archs):
@@ -248,7 +251,7 @@ def _probe_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
         start = loaded.decoder_start_id
         inputs["decoder_input_ids"] = torch.tensor([[start, start]])
     inputs = {k: v.to(loaded.device) for k, v in inputs.items()}
-    if loaded.family != "encoder" and accepts(model, "use_cache"):
+    if loaded.family == "decoder" and accepts(model, "use_cache"):
         inputs["use_cache"] = False  # one pass: a hybrid model's cache may not even answer get_seq_length
     return inputs
 
@@ -258,17 +261,23 @@ def _discover_sites(loaded: LoadedModel) -> None:
 
     Raises:
         NoAttentionWeightsError: no attention module routes through the interface and the model
-            returns no attention weights with ``output_attentions=True`` either.
+            returns no attention weights with ``output_attentions=True`` either; or what it has is not a
+            token-by-token map (self-attention with extra keys, layers of a stack with different head
+            counts, fallback tensors that are not probability maps: :func:`_check_maps`).
     """
     model = loaded.model
     names = {id(m): n for n, m in model.named_modules()}
     inputs = _probe_inputs(loaded)
     with torch.no_grad(), capture.probing() as state:
         outputs = model(**inputs)
+    if state.probe:  # count each attention module's forward calls, then look again
+        capture.install_call_counters(dict.fromkeys(m for m, *_ in state.probe))
+        with torch.no_grad(), capture.probing() as state:
+            outputs = model(**inputs)
     calls: dict[int, list] = {}  # id(module) -> [(module, query heads)] per call, in call order
     order = []
-    for module, heads in state.probe or []:
-        calls.setdefault(id(module), []).append(heads)
+    for module, heads, q_len, k_len in state.probe or []:
+        calls.setdefault(id(module), []).append((heads, q_len, k_len))
         order.append(module)
     if calls:
         # One site per call, numbered by depth within its stack: a hybrid model's attention layers are
@@ -282,10 +291,24 @@ def _discover_sites(loaded: LoadedModel) -> None:
             stack = capture.stack_of(name, loaded.family)
             layer = depth.get(stack, 0)
             depth[stack] = layer + 1
-            heads = calls[mid][len(per_module.get(mid, []))]
+            heads, q_len, k_len = calls[mid][len(per_module.get(mid, []))]
+            if stack != "cross" and q_len != k_len:
+                raise NoAttentionWeightsError(
+                    f"Model '{loaded.name}' ({model.config.model_type}): {name} attends {k_len} keys from {q_len} "
+                    "tokens (it adds keys of its own, e.g. compressed or memory slots), so its weights are not a "
+                    "token-by-token map; Dikkat cannot show this architecture's attention."
+                )
             index = capture.layer_of(name) if len(calls[mid]) == 1 else None
             per_module.setdefault(mid, []).append(
                 capture.Site(stack, layer, heads, name, index=None if index == layer else index))
+        for stack in depth:
+            counts = sorted({s.heads for sites in per_module.values() for s in sites if s.stack == stack})
+            if len(counts) > 1:
+                raise NoAttentionWeightsError(
+                    f"Model '{loaded.name}' ({model.config.model_type}) has {stack} layers with different numbers of "
+                    f"query heads ({', '.join(map(str, counts))}); Dikkat shows a stack as layers x heads maps of one "
+                    "size and cannot show this architecture's attention yet."
+                )
         loaded.site_index = {mid: sites[0] if len(sites) == 1 else tuple(sites) for mid, sites in per_module.items()}
         loaded.sites = sorted((s for sites in per_module.values() for s in sites),
                               key=lambda s: (("encoder", "decoder", "cross").index(s.stack), s.layer))
@@ -305,15 +328,145 @@ def _discover_sites(loaded: LoadedModel) -> None:
             f"Model '{loaded.name}' ({model.config.model_type}) returns no attention weights: its architecture "
             "either has no softmax attention (e.g. state-space models) or cannot expose it."
         )
-    suffix = _FALLBACK_OUT_PROJ.get(model.config.model_type)
-    blocks = _layer_blocks(model)
+    _check_maps(loaded, stacks, inputs)
+    out_projs = _find_out_projs(model, stacks, inputs) if loaded.family != "encoder-decoder" else {}
     sites = []
     for stack, tensors in stacks.items():
         for layer, w in enumerate(tensors):
-            out_proj = f"{blocks[layer]}.{suffix}" if suffix and layer < len(blocks) and stack != "cross" else None
-            sites.append(capture.Site(stack, layer, int(w.shape[1]), name=f"{stack}.{layer}", out_proj=out_proj))
+            sites.append(capture.Site(stack, layer, int(w.shape[1]), name=f"{stack}.{layer}",
+                                      out_proj=out_projs.get(layer)))
     loaded.sites = sites
     capture.install_fallback_hooks(model, sites)
+
+
+def _check_maps(loaded: LoadedModel, stacks: dict[str, tuple], inputs: dict) -> None:
+    """Refuse what a fallback-path model returns as attention unless every tensor is a ``(batch, heads,
+    queries, keys)`` probability map over the probe's own tokens: finite, each row summing to 1 (or 0 for a
+    query with no allowed key). Local-window tensors (Longformer), pooled queries (Funnel), recurrent states
+    (RWKV) and n-gram streams (ProphetNet) fail here instead of being shown as attention.
+
+    Raises:
+        NoAttentionWeightsError: naming the first tensor that is not such a map, and why.
+    """
+    n_in = next((int(v.shape[-1]) for k, v in inputs.items() if k == "input_ids"), None)
+    n_dec = int(inputs["decoder_input_ids"].shape[-1]) if "decoder_input_ids" in inputs else None
+    lengths = {"encoder": (n_in, n_in), "decoder": (n_dec, n_dec) if n_dec else (n_in, n_in), "cross": (n_dec, None)}
+    for stack, tensors in stacks.items():
+        for layer, w in enumerate(tensors):
+            why = None
+            q_len, k_len = lengths[stack]
+            if not isinstance(w, torch.Tensor) or w.dim() != 4:
+                why = f"a {getattr(w, 'shape', type(w).__name__)} value, not (batch, heads, queries, keys)"
+            elif (q_len and w.shape[-2] != q_len) or (k_len and w.shape[-1] != k_len):
+                why = f"shape {tuple(w.shape)} for {q_len} queries and {k_len or '?'} keys"
+            else:
+                sums = w.float().sum(-1)
+                if not torch.isfinite(sums).all() or not ((sums - 1).abs().lt(1e-3) | sums.abs().lt(1e-6)).all():
+                    why = f"rows summing to {float(sums.min()):.3g} .. {float(sums.max()):.3g}, not 1"
+            if why:
+                raise NoAttentionWeightsError(
+                    f"Model '{loaded.name}' ({loaded.model.config.model_type}) returns {stack} layer {layer}'s "
+                    f"'attentions' as {why}: they are not attention weights over the tokens, so Dikkat cannot "
+                    "show them as attention."
+                )
+
+
+def _linear_width(module) -> tuple[int, int] | None:
+    """``(in, out)`` features of a ``nn.Linear`` or transformers' ``Conv1D`` (GPT-2 style), else None."""
+    if isinstance(module, torch.nn.Linear):
+        return module.in_features, module.out_features
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return int(weight.shape[0]), int(weight.shape[1])
+    return None
+
+
+def _find_out_projs(model, stacks: dict[str, tuple], inputs: dict) -> dict[int, str]:
+    """Fallback path: for each layer of the (one) self-attention stack, the output projection whose input
+    holds the heads' outputs side by side, found by a probe and proven on it.
+
+    One probe pass records the input and output of every linear map in each layer's block. A map ``o`` is
+    the output projection when, for some linear map ``v`` of the same block (or a third of a fused
+    query/key/value map), ``o``'s input equals ``A_h · V_h`` for every head ``h`` (``A_h``: the layer's
+    returned weights, ``V_h``: head ``h``'s slice of ``v``'s output; Vaswani et al. 2017, eq. 1-2) within
+    1e-4. Zeroing head ``h``'s slice of that input then removes exactly that head's output. A layer with
+    no such pair (a norm between attention and projection, an interleaved fused map) gets none, and its
+    heads cannot be switched off.
+
+    Returns:
+        ``layer -> dotted name of the output projection`` for the layers where one was proven.
+    """
+    if len(stacks) != 1:
+        return {}
+    weights = next(iter(stacks.values()))
+    blocks = _layer_blocks(model)
+    modules = dict(model.named_modules())
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def keep(name):
+        def hook(_module, args, out) -> None:  # returns None: the output stays as it is
+            if args and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor):
+                seen.setdefault(name, (args[0].detach(), out.detach()))
+        return hook
+
+    hooks = []
+    for layer in range(min(len(weights), len(blocks))):
+        prefix = blocks[layer] + "."
+        for name, module in modules.items():
+            if name.startswith(prefix) and _linear_width(module):
+                hooks.append(module.register_forward_hook(keep(name)))
+    try:
+        with torch.no_grad():
+            model(**inputs, output_attentions=True)
+    except Exception:  # noqa: BLE001 - no projection found is a refusal later, never a failed load
+        return {}
+    finally:
+        for hook in hooks:
+            hook.remove()
+    found: dict[int, str] = {}
+    for layer in range(min(len(weights), len(blocks))):
+        a = weights[layer][0].float()  # (heads, q, k)
+        heads, q_len, k_len = a.shape
+        names = [n for n in seen if n.startswith(blocks[layer] + ".")]
+        for o_name in names:
+            x = seen[o_name][0]
+            width = x.shape[-1]
+            if x.dim() != 3 or x.shape[1] != q_len or width % heads:
+                continue
+            d = width // heads
+            for v_name in names:
+                v_out = seen[v_name][1]
+                if v_out.dim() != 3 or v_out.shape[1] != k_len or v_out.shape[-1] % d:
+                    continue
+                for v in _value_layouts(v_out[0].float(), heads, d):
+                    want = torch.einsum("hqk,khd->qhd", a, v).reshape(q_len, width)
+                    if torch.allclose(want, x[0].float(), atol=1e-4, rtol=1e-3):
+                        found[layer] = o_name
+                        break
+                if layer in found:
+                    break
+            if layer in found:
+                break
+    return found
+
+
+def _value_layouts(out: torch.Tensor, heads: int, d: int):
+    """Candidate per-head values ``(keys, heads, d)`` inside a linear map's output ``(keys, width)``: a
+    contiguous block of ``heads · d`` columns (separate value map, or a third of a fused query/key/value map),
+    head-interleaved ``(heads, parts, d)`` groups (BLOOM, DeBERTa), or one ``d``-wide block shared by every
+    head (multi-query attention: Falcon)."""
+    keys, width = out.shape
+    full = heads * d
+    if width % full == 0:
+        for j in range(width // full):
+            yield out[:, j * full:(j + 1) * full].reshape(keys, heads, d)
+        parts = width // full
+        if parts > 1:
+            grouped = out.reshape(keys, heads, parts, d)
+            for j in range(parts):
+                yield grouped[:, :, j]
+    for j in range(width // d):
+        yield out[:, j * d:(j + 1) * d][:, None, :].expand(keys, heads, d)
 
 
 def _layer_blocks(model) -> list[str]:

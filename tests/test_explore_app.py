@@ -367,3 +367,21 @@ def test_explore_and_pruning_share_one_analysis_in_the_byte_bounded_cache():
     (size,) = analyses.values()
     n = 10  # about ten tokens: held weights 30·9·n²·4 B plus tokens and predictions, far below a MiB
     assert 30 * 9 * n * n * 4 / 2 < size < 2 ** 20
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_hybrid_model_shows_its_attention_blocks(tmp_path_factory, lang):
+    """A Jamba folder (attention only in block 4 of 8): one attention layer, the page says which block it
+    is, and the model view labels the layer with its block."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import archsweep
+
+    folder = tmp_path_factory.mktemp("jamba") / "jamba"
+    archsweep.build("jamba", folder)
+    at = run_app({"lang": lang, "model_custom": str(folder), "view": "model"}, {"text": "the cat chased the mouse"})
+    captions = " ".join(c.value for c in at.caption)
+    assert ("blocks 4" in captions) if lang == "en" else ("4 numaralı" in captions), captions
+    grid = next(f for f in figures(at) if f["data"][0]["type"] == "heatmap")
+    assert "0 (4)" in json.dumps(grid["layout"])

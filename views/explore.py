@@ -311,6 +311,8 @@ with sel_cols[0]:
     if n_layers > 1:
         st.slider(t("rollout_layer") if mode == "rollout" else t("layer"), 0, n_layers - 1, value=0, key="layer")
     shared.url_sync("layer", 0)
+    if analysis.layer_labels.get(stack):
+        st.caption(t("hybrid_layers", blocks=", ".join(map(str, analysis.layer_labels[stack]))))
 layer = int(st.session_state.get("layer") or 0)
 with sel_cols[1]:
     shared.url_init("head", list(range(n_heads_raw)))
@@ -463,7 +465,8 @@ if view == "head":
 elif view == "model":
     n_shown = max(len(q_tokens), len(k_tokens))
     title = _title(t("mv_title", stack=t(f"stack_{stack}"), layers=n_layers, heads=n_heads, n=n_shown), prep, options)
-    layer_names = [str(i) for i in range(n_layers)]
+    blocks = analysis.layer_labels.get(stack)
+    layer_names = [str(i) if blocks is None else f"{i} ({blocks[i]})" for i in range(n_layers)]
     if long_mode:
         overview = _summary_or_stop(analysis.overview, stack)
         grid = overview.mean(axis=1, keepdims=True) if mode == "avg" else overview
