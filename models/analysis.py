@@ -137,7 +137,10 @@ class Analysis:
             layer or head is computed exactly when indexed (``a.attentions[stack][layer, head]``).
             Stacks: ``encoder`` (queries and keys: ``tokens``), ``decoder`` (decoders: ``tokens``;
             encoder-decoders: ``target_tokens``), ``cross`` (queries ``target_tokens``, keys ``tokens``).
-            Each row sums to 1 (0 for a query with no allowed key under a replaced mask).
+            Each row sums to 1 (0 for a query with no allowed key under a replaced mask), except in layers
+            with an attention sink (``sinks``), whose rows sum to ``1 - sink_share``.
+        sinks: ``stack -> [layers with a learned attention sink]`` (:attr:`models.capture.Site.sink`;
+            GPT-OSS); empty for models without one. See :meth:`sink_share`.
         statistics: ``stack -> name -> float32 (layers, heads)``: the per-head statistics of the raw
             weights (:class:`models.statistics.HeadStatistics`; names as ``viz.transforms.STATISTICS``).
         overview: ``stack -> float32 (layers, heads, min(q, 64), min(k, 64))``: every head's map pooled
@@ -192,6 +195,30 @@ class Analysis:
     overview: dict[str, np.ndarray] = field(default_factory=dict)
     kept: bool = True
     layer_labels: dict[str, list[int]] = field(default_factory=dict)
+    sinks: dict[str, list[int]] = field(default_factory=dict)
+
+    def sink_share(self, stack: str, layer: int, head: int | None = None) -> np.ndarray:
+        """The attention each query gives its layer's learned sink instead of a token.
+
+        A sink is one more logit per head in the softmax with no value (Xiao et al. 2024, §3.2; GPT-OSS),
+        so ``weights[q].sum() + share[q] = 1`` exactly as the model computed it. Layers without a sink
+        give zeros.
+
+        Args:
+            stack: a stack of ``attentions``. layer: its layer index. head: one head, or None for all.
+
+        Returns:
+            float32 ``(heads, query_len)`` (``(query_len,)`` for one head), in [0, 1]: ``1 - row sum`` of
+            the layer's weights (computed when indexed, like ``attentions``).
+
+        Raises:
+            KeyError: an unknown stack. IndexError: a layer or head out of range.
+        """
+        layer = range(len(self.attentions[stack]))[layer]
+        weights = self.attentions[stack][layer] if head is None else self.attentions[stack][layer, head]
+        if layer not in self.sinks.get(stack, ()):
+            return np.zeros(weights.shape[:-1], dtype=np.float32)
+        return np.clip(1.0 - weights.sum(-1, dtype=np.float64), 0.0, 1.0).astype(np.float32)
 
     @property
     def perplexity(self) -> float | None:
@@ -667,6 +694,8 @@ def analyze(
         words=words, attentions={}, text_pair=text_pair, target=target, target_tokens=target_tokens,
         target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
         kv_heads=model.num_key_value_heads, layer_labels=model.layer_labels(),
+        sinks={stack: sorted(s.layer for s in model.sites if s.stack == stack and s.sink)
+               for stack in model.stacks if any(s.sink and s.stack == stack for s in model.sites)},
     )
     total = sum(layers * heads * len(result.axis_tokens(stack)[0]) * len(result.axis_tokens(stack)[1]) * 4
                 for stack, (layers, heads) in model.stacks.items())

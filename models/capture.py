@@ -62,6 +62,11 @@ class Site:
             ``layer``: in a hybrid model only some blocks have attention (Jamba's block 4 may be its
             attention layer 0). None when the module is called several times per forward pass (ALBERT's
             shared layer: its calls are layers ``0 .. n - 1`` by depth).
+        sink: the module has a learned attention sink (a ``sinks`` parameter: GPT-OSS, MiMo-V2-Flash's
+            sliding layers): one extra logit per head that joins the softmax but attends no token, so a
+            query's weights over the tokens sum to ``1 - sink share`` (Xiao et al. 2024, "Efficient
+            Streaming Language Models with Attention Sinks", §3.2: a learnable sink token; here without
+            a value).
     """
 
     stack: str
@@ -70,6 +75,7 @@ class Site:
     name: str
     out_proj: str | None = None
     index: int | None = None
+    sink: bool = False
 
     @property
     def label(self) -> int:

@@ -299,8 +299,9 @@ def _discover_sites(loaded: LoadedModel) -> None:
                     "token-by-token map; Dikkat cannot show this architecture's attention."
                 )
             index = capture.layer_of(name) if len(calls[mid]) == 1 else None
-            per_module.setdefault(mid, []).append(
-                capture.Site(stack, layer, heads, name, index=None if index == layer else index))
+            per_module.setdefault(mid, []).append(capture.Site(
+                stack, layer, heads, name, index=None if index == layer else index,
+                sink=isinstance(getattr(module, "sinks", None), torch.Tensor)))
         for stack in depth:
             counts = sorted({s.heads for sites in per_module.values() for s in sites if s.stack == stack})
             if len(counts) > 1:

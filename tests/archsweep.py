@@ -6,10 +6,12 @@ built with random weights, saved as safetensors with the tests' word-level token
 :func:`models.load` and checked against plain transformers (eager attention) by :func:`check`:
 
 * ``weights``: every recorded map equals eager ``output_attentions`` of the same layer (atol 1e-5), rows
-  sum to 1 (0 for a query with no allowed key), nothing is NaN;
+  sum to 1 (0 for a query with no allowed key; ``1 - sink_share`` in a layer with an attention sink),
+  nothing is NaN;
 * ``outputs``: the analysis' logits equal eager's;
 * ``heads``: switching one head off changes the output, and switching it back on restores it bit for bit;
-* ``mask``: a replaced (diagonal) mask gives weights that are exactly the identity.
+* ``mask``: a replaced (diagonal) mask gives weights that are exactly the identity (times ``1 - sink
+  share`` in a layer with an attention sink).
 
 ``python tests/archsweep.py [--out docs/architectures.md] [types ...]`` writes the coverage table;
 ``tests/test_archsweep.py`` runs the same checks under pytest.
@@ -50,7 +52,23 @@ SIZE = {  # attribute name -> tiny value
     "head_dim": 8, "d_kv": 8, "attention_head_size": 8, "kv_channels": 8,
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
     "max_position_embeddings": 128, "n_positions": 128, "max_source_positions": 128, "max_target_positions": 128,
-    "vocab_size": VOCAB,
+    "vocab_size": VOCAB, "n_shared_experts": 1,
+    "mamba_n_heads": 4, "mamba_d_head": 16, "n_mamba_heads": 4, "mamba_headdim": 16, "mamba_d_state": 16,
+}
+LAYERS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+# sizes whose None means "not used" (no low-rank query, no expert groups), not "derive from the rest"
+OPTIONAL = {"q_lora_rank", "kv_lora_rank", "n_group", "topk_group"}
+# types whose defaults hold a size that SIZE cannot shrink by name
+EXTRA = {
+    "gpt_neo": {"attention_types": [[["global", "local"], 4]]},
+    "mobilebert": {"embedding_size": 16, "intra_bottleneck_size": 16, "true_hidden_size": 16},
+    "squeezebert": {"embedding_size": 32},
+    "bamba": {"attn_layer_indices": [4]},
+    "lfm2_moe": {"layer_types": ["conv"] * 4 + ["full_attention"] + ["conv"] * 3},
+    "esm": {"pad_token_id": 0, "mask_token_id": 4},
+    "mamba2": {"head_dim": 16},
+    "xmod": {"default_language": "en_XX"},
+    "reformer": {"axial_pos_embds_dim": [16, 16], "axial_pos_shape": [8, 16]},
 }
 # a type in several mappings is tried as its first: BART as a seq-to-seq model, BERT as a masked LM
 MAPPINGS = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
@@ -77,6 +95,16 @@ def _overrides(config) -> dict:
     for name, value in vars(config).items():
         if name in SIZE and isinstance(value, int) and not isinstance(value, bool):
             kw[name] = SIZE[name] if name == "vocab_size" else min(value, SIZE[name])
+        elif name in SIZE and value is None and name not in OPTIONAL:  # derived later from a default that is not tiny
+            kw[name] = SIZE[name]
+        elif isinstance(value, list) and len(value) > SIZE["num_hidden_layers"] and any(
+                getattr(config, n, None) == len(value) for n in LAYERS):  # one entry per layer (layer_types ...)
+            short = list(value[:SIZE["num_hidden_layers"]])
+            for i, kind in enumerate(k for k in dict.fromkeys(value) if k not in short):  # keep every kind of layer
+                short[SIZE["num_hidden_layers"] // 2 + i] = kind
+            kw[name] = short
+        elif name.endswith("layer_ids") and isinstance(value, list):
+            kw[name] = [i for i in value if isinstance(i, int) and i < SIZE["num_hidden_layers"]]
         elif isinstance(value, PretrainedConfig):
             try:
                 kw[name] = type(value)(**_overrides(value)).to_dict()
@@ -98,7 +126,7 @@ def tiny_config(model_type: str):
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type)
-    return AutoConfig.for_model(model_type, **_overrides(default))
+    return AutoConfig.for_model(model_type, **{**_overrides(default), **EXTRA.get(model_type, {})})
 
 
 @dataclass
@@ -145,6 +173,9 @@ def build(model_type: str, folder: Path) -> str:
     mapping, cls_name = model_types()[model_type]
     config = tiny_config(model_type)
     cls = getattr(tf, cls_name)
+    wanted = getattr(cls, "config_class", None)
+    if isinstance(wanted, type) and not isinstance(config, wanted):  # a text model of a composite config
+        config = next(v for v in vars(config).values() if isinstance(v, wanted))
     torch.manual_seed(0)
     model = cls(config).eval()
     with torch.no_grad():  # sharpen the near-uniform random init so maps are informative
@@ -195,7 +226,11 @@ def check(model_type: str, workdir: Path) -> Result:
         for stack, w in a.attentions.items():
             w = np.asarray(w)
             sums = w.sum(-1)
-            ok = np.isfinite(w).all() and ((np.abs(sums - 1) < 1e-4) | (np.abs(sums) < 1e-6)).all()
+            no_sink = ~np.isin(np.arange(w.shape[0]), a.sinks.get(stack, []))
+            # a layer with an attention sink: rows sum to 1 - the sink's share, which sink_share reports
+            shares = np.stack([a.sink_share(stack, layer) for layer in range(w.shape[0])])
+            ok = np.isfinite(w).all() and ((np.abs(sums + shares - 1) < 1e-4) | (np.abs(sums) < 1e-6)).all() \
+                and (shares[no_sink] == 0).all()
             res.checks["rows"] = True if ok else f"{stack}: row sums {sums.min():.3g}..{sums.max():.3g}"
             if res.checks["rows"] is not True:
                 break
@@ -242,7 +277,9 @@ def check(model_type: str, workdir: Path) -> Result:
             n = len(a.tokens)
             diag = models.analyze(loaded, TEXT, mask={stack: np.eye(n, dtype=bool)} if stack != "cross" else None)
             w = np.asarray(diag.attentions[stack])
-            res.checks["mask"] = True if np.allclose(w, np.eye(n)[None, None], atol=1e-6) else "mask not applied"
+            # a layer with a sink gives itself 1 - the sink's share
+            want = np.eye(n)[None, None] * (1 - np.stack([diag.sink_share(stack, i) for i in range(w.shape[0])]))[..., None]
+            res.checks["mask"] = True if np.allclose(w, want, atol=1e-6) else "mask not applied"
         except models.DikkatError as exc:
             res.checks["mask"] = f"refused: {str(exc)[:100]}"
     except models.DikkatError as exc:

@@ -11,6 +11,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from plotly_json import decode
 
+import models
+
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 SENTENCE = "Kedi fareyi kovaladı"
 VIEWS = ["head", "model", "heatmap", "summary"]
@@ -385,3 +387,31 @@ def test_hybrid_model_shows_its_attention_blocks(tmp_path_factory, lang):
     assert ("blocks 4" in captions) if lang == "en" else ("4 numaralı" in captions), captions
     grid = next(f for f in figures(at) if f["data"][0]["type"] == "heatmap")
     assert "0 (4)" in json.dumps(grid["layout"])
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_attention_sink_is_a_column_of_the_heatmap(tmp_path_factory, lang):
+    """GPT-OSS (a learned sink per head): the heatmap gets a last "sink" column equal to 1 - each row's
+    weight on the tokens, so every drawn row sums to 1, and a caption says what it is."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import archsweep
+
+    folder = tmp_path_factory.mktemp("gpt_oss") / "gpt_oss"
+    archsweep.build("gpt_oss", folder)
+    at = run_app({"lang": lang, "model_custom": str(folder), "view": "heatmap", "layer": "1", "head": "2"},
+                 {"text": "the cat chased the mouse"})
+    assert not at.exception
+    captions = " ".join(c.value for c in at.caption)
+    assert ("attention sink" in captions) if lang == "en" else ("dikkat yutağı" in captions), captions
+    fig = next(f for f in figures(at) if f["data"][0]["type"] == "heatmap")
+    z = decode(fig["data"][0]["z"]).astype(np.float64)
+    a = models.analyze(models.load(str(folder)), "the cat chased the mouse")
+    weights = a.attentions["decoder"][1, 2]
+    share = a.sink_share("decoder", 1, 2)
+    assert share.min() > 0.01  # the sink takes a visible share of every row
+    np.testing.assert_allclose(z[:, -1], share, atol=1e-6)
+    np.testing.assert_allclose(z[:, :-1], weights, atol=1e-6)
+    np.testing.assert_allclose(z.sum(1), 1, atol=1e-5)
+    assert ("⟂ sink" if lang == "en" else "⟂ yutak") in json.dumps(fig, ensure_ascii=False)

@@ -395,8 +395,16 @@ def draw_heatmap(title: str) -> None:
     """The chosen head: in full when it fits, else pooled to HEATMAP_MAX cells a side plus a window at full
     resolution (long inputs)."""
     global matrix, matrix_q, matrix_k
+    sink = layer in analysis.sinks.get(stack, ()) and mode != "rollout"
+    if sink:  # the share of each query's attention that went to the layer's learned sink, not to a token
+        share = np.clip(1.0 - matrix.sum(-1), 0.0, 1.0)
+        st.caption(t("sink_renormalised") if prep.renormalised else
+                   t("sink_note", mean=100 * float(share.mean()), max=100 * float(share.max())))
     if max(nq, nk) <= HEATMAP_MAX:
-        fig = head_heatmap(matrix, prep.q_labels, prep.k_labels, title=title, query_title=t("query"),
+        shown, k_shown = matrix, prep.k_labels
+        if sink and not prep.renormalised:
+            shown, k_shown = np.concatenate([matrix, share[:, None]], axis=1), list(prep.k_labels) + [t("sink_key")]
+        fig = head_heatmap(shown, prep.q_labels, k_shown, title=title, query_title=t("query"),
                            key_title=t("key"), weight_title=t("weight"))
         shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
         if max(nq, nk) > 128:
