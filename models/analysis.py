@@ -139,6 +139,8 @@ class Analysis:
             encoder-decoders: ``target_tokens``), ``cross`` (queries ``target_tokens``, keys ``tokens``).
             Each row sums to 1 (0 for a query with no allowed key under a replaced mask), except in layers
             with an attention sink (``sinks``), whose rows sum to ``1 - sink_share``.
+        missing_stacks: ``stack -> why it is not in attentions``: a stack of the model that is not shown
+            (:attr:`models.loading.LoadedModel.missing_stacks`; Pegasus-X's local/global encoder).
         sinks: ``stack -> [layers with a learned attention sink]`` (:attr:`models.capture.Site.sink`;
             GPT-OSS); empty for models without one. See :meth:`sink_share`.
         statistics: ``stack -> name -> float32 (layers, heads)``: the per-head statistics of the raw
@@ -164,8 +166,8 @@ class Analysis:
         masks: ``stack -> MaskStack``, read like bool ``(layers, query_len, key_len)`` (each distinct mask
             stored once), True where the layer's mask let the query
             attend the key, read from the mask each layer was actually called with (the native one, or the
-            replacement; per layer, so Gemma 3's sliding layers differ from its full ones). Interface path
-            only: empty on the fallback path, whose attention modules build their masks internally.
+            replacement; per layer, so Gemma 3's sliding layers differ from its full ones). On the fallback
+            path, whose attention modules build their masks internally, only a replaced mask is listed.
     """
 
     model: str
@@ -196,6 +198,7 @@ class Analysis:
     kept: bool = True
     layer_labels: dict[str, list[int]] = field(default_factory=dict)
     sinks: dict[str, list[int]] = field(default_factory=dict)
+    missing_stacks: dict[str, str] = field(default_factory=dict)
 
     def sink_share(self, stack: str, layer: int, head: int | None = None) -> np.ndarray:
         """The attention each query gives its layer's learned sink instead of a token.
@@ -436,8 +439,9 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
                 f"({stack}, {layer}, {head}) is out of range: '{stack}' has {n_layers} layers x {n_heads} heads."
             )
         out.add((stack, layer, head))
-    if out and loaded.capture_path == "fallback":
-        missing = [s for s in loaded.sites if not s.out_proj and any(h[:2] == (s.stack, s.layer) for h in out)]
+    if out and (loaded.capture_path == "fallback" or loaded.fallback_stacks):
+        missing = [s for s in loaded.sites if not s.out_proj and any(h[:2] == (s.stack, s.layer) for h in out)
+                   and (loaded.capture_path == "fallback" or s.stack in loaded.fallback_stacks)]
         if missing:
             raise UnsupportedOperationError(
                 f"Model '{loaded.name}' uses the fallback capture path and Dikkat does not know its output "
@@ -503,7 +507,7 @@ def default_max_tokens(loaded: LoadedModel) -> int:
     Returns:
         int >= 1.
     """
-    if loaded.capture_path == "fallback":
+    if loaded.capture_path == "fallback" or loaded.fallback_stacks:
         return weight_budget_tokens(loaded)
     return max(1, loaded.max_positions)
 
@@ -545,12 +549,74 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
         if matrix is not None:
             out[stack] = torch.from_numpy(np.ascontiguousarray(matrix))
     if out and loaded.capture_path == "fallback":
+        _check_fallback_masks(loaded, out)
+    if set(out) & set(loaded.fallback_stacks):
         raise UnsupportedOperationError(
-            f"Model '{loaded.name}' uses the fallback capture path (its attention does not route through "
-            "transformers' AttentionInterface): its mask cannot be replaced."
-        )
+            f"The {', '.join(sorted(set(out) & set(loaded.fallback_stacks)))} stack of '{loaded.name}' does not route "
+            "through transformers' AttentionInterface (its weights are the model's own output_attentions): its mask "
+            "cannot be replaced.")
     desc = ", ".join(f"{s}={m}" for s, m in items.items()) if isinstance(mask, dict) else str(next(iter(items.values())))
     return out, desc
+
+
+def _truncate(tok, text: str, text_pair: str | None, enc_full, limit: int):
+    """``tok(text, text_pair, truncation=True, max_length=limit)`` with offsets and special-token mask.
+
+    For a long pair the fast tokenizer builds every combination of the two texts' overflowing pieces
+    (memory grows with the product of their lengths: 1.1 GiB for two 20,000-character texts). So each text
+    is first cut just after the tokens the truncation keeps (``longest_first``: the longer text loses tokens
+    until both fit, as the tokenizers library does, read from ``enc_full``'s per-text counts) and the cut pair
+    is tokenized without truncation. The result is used only when its ids equal the kept tokens of the
+    uncut text; otherwise (a cut that changed how the last word splits) the tokenizer truncates the whole
+    texts itself."""
+    kwargs = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
+    if text_pair is not None and hasattr(enc_full, "sequence_ids"):
+        seq = enc_full.sequence_ids()
+        ids = [[i for i, s in zip(enc_full["input_ids"], seq) if s == k] for k in (0, 1)]
+        offsets = [[o for o, s in zip(enc_full["offset_mapping"], seq) if s == k] for k in (0, 1)]
+        budget = limit - tok.num_special_tokens_to_add(pair=True)
+        n1, n2 = len(ids[0]), len(ids[1])
+        swap = n1 > n2
+        if swap:
+            n1, n2 = n2, n1
+        n2 = n1 if n1 > budget else max(n1, budget - n1)
+        if n1 + n2 > budget:
+            n1 = budget // 2
+            n2 = n1 + budget % 2
+        keep = (n2, n1) if swap else (n1, n2)
+        if min(keep) > 0:
+            cut = [t[:offsets[k][keep[k] - 1][1]] for k, t in enumerate((text, text_pair))]
+            enc = tok(cut[0], cut[1], truncation=False, **kwargs)
+            got = enc.sequence_ids()
+            if all([i for i, s in zip(enc["input_ids"], got) if s == k] == ids[k][:keep[k]] for k in (0, 1)):
+                return enc
+    return tok(text, text_pair, truncation=True, max_length=limit, **kwargs)
+
+
+def _check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) -> None:
+    """Refuse replaced masks a fallback-path model cannot take through its ``attention_mask`` argument
+    (:func:`models.fallback_masks.mask_support`), with the reason."""
+    from .fallback_masks import mask_support
+
+    base = (f"Model '{loaded.name}' uses the fallback capture path (its attention does not route through "
+            "transformers' AttentionInterface)")
+    if loaded.family not in ("encoder", "decoder"):
+        raise UnsupportedOperationError(f"{base}: the masks of an encoder-decoder on this path cannot be replaced.")
+    support = mask_support(loaded)
+    if support is None:
+        raise UnsupportedOperationError(
+            f"{base}, and its attention_mask argument does not take a per-query mask (a probe found that the "
+            "weights did not follow one): its mask cannot be replaced.")
+    for stack, allowed in masks.items():
+        if not allowed.any(-1).all():
+            raise UnsupportedOperationError(
+                f"{base}: it cannot give zero weights to a query whose mask allows no key; allow at least one "
+                "key per query.")
+        if support[1] == "causal" and (allowed & ~torch.ones_like(allowed).tril()).any():
+            raise UnsupportedOperationError(
+                f"{base}, and it combines the mask it is given with its own causal mask: only masks within the "
+                "causal mask (causal, sliding_window:W, strided:S, or an array with nothing above the diagonal) "
+                "can be applied.")
 
 
 def analyze(
@@ -581,7 +647,9 @@ def analyze(
         mask: ``native`` | ``bidirectional`` | ``causal`` | ``sliding_window:w`` | ``strided:s`` |
             boolean ``(n, n)`` array | dict ``stack -> mask`` (see :mod:`models.masks`).
         max_tokens: cut the input after this many tokens, special tokens included (default
-            :func:`default_max_tokens`); ``Analysis.truncated`` counts the tokens dropped.
+            :func:`default_max_tokens`), and never after the model's position limit
+            (:attr:`LoadedModel.max_positions`; ``Analysis.max_tokens`` is the limit used);
+            ``Analysis.truncated`` counts the tokens dropped.
         top_k: how many predictions to keep per position.
         hidden_states: also return every layer's hidden states, float32 ``(layers + 1, seq_len, hidden)``.
         keep_logits: also return the full logits of the prediction head, float32 ``(positions, vocab)``.
@@ -648,7 +716,8 @@ def analyze(
         )
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
         raise InvalidArgumentError(f"top_k must be a whole number of at least 1, got {top_k!r}.")
-    limit = int(max_tokens if max_tokens is not None else default_max_tokens(model))
+    # never past the model's position limit (a longer input has no position embeddings: an index error)
+    limit = int(min(max_tokens, model.max_positions) if max_tokens is not None else default_max_tokens(model))
     heads_off = validate_heads(model, heads_off)
     gates = _heads_to_gates(model, heads_off)
 
@@ -656,10 +725,7 @@ def analyze(
     enc_full = tok(text, text_pair, return_offsets_mapping=True, return_special_tokens_mask=True, truncation=False)
     n_full = len(enc_full["input_ids"])
     if n_full > limit:
-        enc = tok(
-            text, text_pair, return_offsets_mapping=True, return_special_tokens_mask=True, truncation=True,
-            max_length=limit,
-        )
+        enc = _truncate(tok, text, text_pair, enc_full, limit)
     else:
         enc = enc_full
     truncated = max(0, n_full - len(enc["input_ids"]))
@@ -689,11 +755,17 @@ def analyze(
 
     masks, mask_desc = resolve_masks(model, mask, len(tokens), len(target_tokens) if target_tokens else None)
     fallback = model.capture_path == "fallback"
+    eager_stacks = set(model.stacks) if fallback else set(model.fallback_stacks)  # read from output_attentions
+    if fallback and masks:  # proven by resolve_masks' probe: the model's own attention_mask argument takes it
+        from .fallback_masks import as_argument
+
+        form = model.probes["fallback_mask"][0]
+        inputs["attention_mask"] = as_argument(next(iter(masks.values())), form, model.dtype, model.device)
     result = Analysis(
         model=model.name, family=model.family, capture_path=model.capture_path, text=text, tokens=tokens,
         words=words, attentions={}, text_pair=text_pair, target=target, target_tokens=target_tokens,
         target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
-        kv_heads=model.num_key_value_heads, layer_labels=model.layer_labels(),
+        kv_heads=model.num_key_value_heads, layer_labels=model.layer_labels(), missing_stacks=dict(model.missing_stacks),
         sinks={stack: sorted(s.layer for s in model.sites if s.stack == stack and s.sink)
                for stack in model.stacks if any(s.sink and s.stack == stack for s in model.sites)},
     )
@@ -701,14 +773,14 @@ def analyze(
                 for stack, (layers, heads) in model.stacks.items())
     if keep is not None and not isinstance(keep, (bool, np.bool_)):
         raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.")
-    keep_all = fallback or (total <= KEEP_BYTES if keep is None else bool(keep))
-    if keep_all and not fallback and total > MATERIALIZE_BYTES:
+    keep_all = bool(eager_stacks) or (total <= KEEP_BYTES if keep is None else bool(keep))
+    if keep_all and not eager_stacks and total > MATERIALIZE_BYTES:
         raise InvalidArgumentError(
             f"keep=True would hold {total / 2 ** 30:.1f} GiB of weights ({len(tokens)} tokens); the limit is "
             f"{MATERIALIZE_BYTES / 2 ** 30:.1f} GiB. Leave keep=None: weights are then computed when indexed."
         )
     collector = _Collector(model, result, keep_all)
-    call = dict(inputs, output_hidden_states=hidden_states, output_attentions=fallback, return_dict=True)
+    call = dict(inputs, output_hidden_states=hidden_states, output_attentions=bool(eager_stacks), return_dict=True)
     if model.family == "decoder" and _accepts(model.model, "use_cache"):
         # one pass over a (long) text: a key/value cache would only hold memory. Encoder-decoders keep their
         # default: some (T5Gemma) mask their decoder's pad tokens only when they run without a cache.
@@ -742,18 +814,23 @@ def analyze(
         if hook is not None:
             hook.remove()
 
-    if fallback:
+    if eager_stacks:
         from .loading import _attention_tuples
 
         for stack, tensors in _attention_tuples(outputs, model.family).items():
+            if stack not in eager_stacks:
+                continue
             for layer, t in enumerate(tensors):
                 collector.sink(capture.Site(stack, layer, t.shape[1], ""), 0, 0, t, t.shape[-2], t.shape[-1])
         collector.keep = True
+    fallback_masks = {stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0]) for stack, m in masks.items()} \
+        if fallback else {}
     replay_call = {k: v for k, v in call.items() if k not in ("output_hidden_states", "output_attentions")}
     if "logits_to_keep" not in replay_call and model.head == "lm" and _accepts(model.model, "logits_to_keep"):
         replay_call["logits_to_keep"] = 1
     replay = None if keep_all else Replay(model, replay_call, gates, masks, chunk_bytes)
     collector.finish(result, replay)
+    result.masks.update(fallback_masks)
     _fill_outputs(model, result, outputs, input_ids, labels, top_k, keep_logits,
                   last_hidden[0] if last_hidden else None)
     if hidden_states:
@@ -796,8 +873,8 @@ class _Collector:
         per["layers"][site.layer] = index
 
     def finish(self, result: Analysis, replay: Replay | None) -> None:
-        if self.keep:
-            shapes = {stack: arr.shape for stack, arr in self.kept.items()}
+        if self.keep:  # in the model's order of stacks (encoder, decoder, cross), whatever ran first
+            shapes = {stack: self.kept[stack].shape for stack in self.model.stacks if stack in self.kept}
         else:
             shapes = {}
             for stack, (layers, heads) in self.model.stacks.items():

@@ -53,6 +53,14 @@ class LoadedModel:
             module called several times per forward pass (what :func:`models.capture.capture` takes); empty
             on the fallback path.
         load_args: the arguments of :func:`load` that gave this model (to load it again).
+        probes: answers of probes run when first needed, e.g. ``fallback_mask`` (how a fallback-path model
+            takes a replaced mask: :func:`models.fallback_masks.mask_support`).
+        fallback_stacks: interface path: stacks whose attention does not route through the interface and
+            whose eager ``output_attentions`` are token-by-token maps (BigBird-Pegasus' encoder): they are
+            read from those in the same forward pass; their heads cannot be switched off, their masks not
+            replaced.
+        missing_stacks: ``stack -> why it is not shown``: a stack that neither routes through the interface
+            nor returns token-by-token maps (Pegasus-X's local/global encoder).
     """
 
     name: str
@@ -70,6 +78,9 @@ class LoadedModel:
     load_seconds: float = 0.0
     site_index: dict[int, capture.Site] = field(default_factory=dict)
     load_args: dict = field(default_factory=dict)
+    probes: dict = field(default_factory=dict)
+    fallback_stacks: tuple[str, ...] = ()
+    missing_stacks: dict[str, str] = field(default_factory=dict)
 
     @property
     def stacks(self) -> dict[str, tuple[int, int]]:
@@ -311,8 +322,10 @@ def _discover_sites(loaded: LoadedModel) -> None:
                     "size and cannot show this architecture's attention yet."
                 )
         loaded.site_index = {mid: sites[0] if len(sites) == 1 else tuple(sites) for mid, sites in per_module.items()}
-        loaded.sites = sorted((s for sites in per_module.values() for s in sites),
-                              key=lambda s: (("encoder", "decoder", "cross").index(s.stack), s.layer))
+        sites = [s for sites in per_module.values() for s in sites]
+        if loaded.family == "encoder-decoder" and "encoder" not in depth:
+            sites += _encoder_from_outputs(loaded, inputs)
+        loaded.sites = sorted(sites, key=lambda s: (("encoder", "decoder", "cross").index(s.stack), s.layer))
         return
 
     # Fallback path: eager + output_attentions.
@@ -338,6 +351,35 @@ def _discover_sites(loaded: LoadedModel) -> None:
                                       out_proj=out_projs.get(layer)))
     loaded.sites = sites
     capture.install_fallback_hooks(model, sites)
+
+
+def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[capture.Site]:
+    """An encoder-decoder whose decoder routes through the interface but whose encoder does not (LongT5,
+    BigBird-Pegasus, Pegasus-X): the encoder's sites when its eager ``output_attentions`` are token-by-token
+    maps (:func:`_check_maps`), read in the same forward pass (``fallback_stacks``); else none, with the
+    reason in ``missing_stacks``."""
+    with torch.no_grad():
+        outputs = loaded.model(**inputs, output_attentions=True)
+    tensors = _attention_tuples(outputs, loaded.family).get("encoder")
+    why = None
+    if not tensors:
+        why = f"Model '{loaded.name}' ({loaded.model.config.model_type}) returns no encoder attention weights."
+    else:
+        try:
+            _check_maps(loaded, {"encoder": tensors}, inputs)
+        except NoAttentionWeightsError as exc:
+            why = str(exc)
+    if why:
+        loaded.missing_stacks["encoder"] = (
+            f"{why} Its encoder does not route through transformers' AttentionInterface either, so the encoder "
+            "is not shown; the decoder and cross-attention are.")
+        return []
+    loaded.fallback_stacks = ("encoder",)
+    out_projs = _find_out_projs(loaded.model, {"encoder": tensors}, inputs)  # proven, or none
+    sites = [capture.Site("encoder", layer, int(w.shape[1]), name=f"encoder.{layer}", out_proj=out_projs.get(layer))
+             for layer, w in enumerate(tensors)]
+    capture.install_fallback_hooks(loaded.model, sites)
+    return sites
 
 
 def _check_maps(loaded: LoadedModel, stacks: dict[str, tuple], inputs: dict) -> None:

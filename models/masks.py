@@ -24,6 +24,7 @@ import numpy as np
 
 from .errors import InvalidMaskError
 
+MAX_WIDTH = 10 ** 9  # tokens; a wider window or stride is the same as the whole text
 KINDS = ("native", "bidirectional", "causal", "sliding_window", "strided", "custom")
 
 
@@ -93,49 +94,67 @@ def parse_mask(mask) -> MaskMode:
         :class:`MaskMode` (the matrix size is only checked by :meth:`MaskMode.matrix`).
 
     Raises:
-        InvalidMaskError: unknown kind, missing, non-integer or non-positive width (in tokens), a width
-            given to a kind that takes none, a non-square matrix.
+        InvalidMaskError: unknown kind, missing, non-integer, non-positive or above ``MAX_WIDTH`` width
+            (in tokens), a width given to a kind that takes none, a matrix that is not square (ragged rows
+            too) or whose values are not true/false.
     """
     if isinstance(mask, MaskMode):
         return mask
     if mask is None:
         return MaskMode("native")
-    if isinstance(mask, np.ndarray) or (isinstance(mask, list) and mask and isinstance(mask[0], (list, np.ndarray))):
-        arr = np.asarray(mask)
-        if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
-            raise InvalidMaskError(f"A custom mask must be a square boolean matrix, got shape {arr.shape}.")
-        return MaskMode("custom", custom=arr.astype(bool))
+    if isinstance(mask, np.ndarray) or (isinstance(mask, list) and mask and isinstance(mask[0], (list, tuple, np.ndarray))):
+        try:
+            arr = np.asarray(mask)
+            if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.dtype.kind not in "biuf":
+                raise ValueError
+            custom = arr.astype(bool)
+        except (ValueError, TypeError):  # ragged rows, or values that are not true/false
+            raise InvalidMaskError(
+                f"A custom mask must be a square boolean matrix (n rows of n true/false values), got "
+                f"{_short(mask)}.") from None
+        return MaskMode("custom", custom=custom)
     if isinstance(mask, tuple) and len(mask) == 2 and isinstance(mask[0], str):
         kind, width = mask
         kind = kind.strip().lower()
     elif isinstance(mask, str):
         match = re.fullmatch(r"\s*([a-z_]+)\s*(?:[:=(]\s*(.*?)\s*\)?)?\s*", mask.lower())
         if not match:
-            raise InvalidMaskError(f"Unknown mask '{mask}'. Use one of: {', '.join(KINDS)}.")
+            raise InvalidMaskError(f"Unknown mask {_short(mask)}. Use one of: {', '.join(KINDS)}.")
         kind, width = match.group(1), match.group(2)
     else:
-        raise InvalidMaskError(f"Unknown mask {mask!r}. Use one of: {', '.join(KINDS)}.")
+        raise InvalidMaskError(f"Unknown mask {_short(mask)}. Use one of: {', '.join(KINDS)}.")
     kind = {"sliding": "sliding_window", "window": "sliding_window", "sparse": "strided"}.get(kind, kind)
     if kind not in KINDS or kind == "custom":
-        raise InvalidMaskError(f"Unknown mask '{kind}'. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.")
+        raise InvalidMaskError(f"Unknown mask {_short(kind)}. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.")
     if kind in ("sliding_window", "strided"):
         return MaskMode(kind, width=_width(kind, width))
-    if width not in (None, ""):
-        raise InvalidMaskError(f"Mask '{kind}' takes no width, got '{kind}:{width}'. Use '{kind}'.")
+    if not (width is None or (isinstance(width, str) and width == "")):
+        raise InvalidMaskError(f"Mask '{kind}' takes no width, got {_short(width)}. Use '{kind}'.")
     return MaskMode(kind)
+
+
+def _short(value, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages about what the caller passed."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _width(kind: str, raw) -> int:
     """The whole-number width (or stride) >= 1 of a ``sliding_window``/``strided`` mask."""
     value = None
     if isinstance(raw, str):
-        value = int(raw) if re.fullmatch(r"[+-]?\d+", raw.strip()) else None
+        digits = raw.strip()
+        value = int(digits) if re.fullmatch(r"[+-]?\d{1,18}", digits) else None
+        if value is None and re.fullmatch(r"\+?\d+", digits):
+            value = MAX_WIDTH + 1  # more digits than any text has tokens
     elif raw is not None and not isinstance(raw, bool):
         try:
             value = operator.index(raw)
         except TypeError:
             value = None
     if value is None or value < 1:
-        got = "" if raw in (None, "") else f", got {raw!r}"
+        got = "" if raw is None or (isinstance(raw, str) and raw == "") else f", got {_short(raw)}"
         raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1 (a whole number){got}, e.g. '{kind}:4'.")
+    if value > MAX_WIDTH:
+        raise InvalidMaskError(f"Mask '{kind}' takes a width of at most {MAX_WIDTH:,} tokens, got {_short(raw)}.")
     return value

@@ -11,10 +11,6 @@ import archsweep
 
 # Known faults, each asserted to be still what it is (fixing one means moving it out of this table).
 KNOWN = {
-    # only some stacks route through the AttentionInterface: the encoder stack is missing
-    "bigbird_pegasus": "WRONG", "longt5": "WRONG", "pegasus_x": "WRONG",
-    # learned attention sinks take part of each row: rows sum to less than 1
-    "flint": "WRONG", "gpt_oss": "WRONG", "hy_v4": "WRONG", "mimo_v2_flash": "WRONG",
     # eager returns no encoder maps for BigBird's block-sparse attention; Dikkat's fallback shows some
     "big_bird": "WRONG",
     # a generic EncoderDecoderModel: switching encoder layer 0 head 1 off changes nothing
@@ -91,3 +87,33 @@ def test_fallback_output_projection_is_found_and_proven(tmp_path):
         v.bias[8:16] = 0
         want = ref(input_ids=torch.tensor([[t.id for t in a.tokens]])).logits[0].numpy()
     np.testing.assert_allclose(a.logits, want, atol=1e-5)
+
+
+def test_a_stack_that_does_not_route_comes_from_eager_outputs_or_says_why(tmp_path):
+    """BigBird-Pegasus: decoder and cross-attention route through the interface, the encoder does not; its
+    maps come from eager output_attentions in the same pass (equal to a plain eager run), and its heads switch
+    off through the proven output projection. Pegasus-X: its encoder returns local/global dicts, so the
+    encoder is left out with the reason, never silently."""
+    import numpy as np
+
+    import models
+
+    archsweep.build("bigbird_pegasus", tmp_path / "bp")
+    loaded = models.load(str(tmp_path / "bp"))
+    assert loaded.capture_path == "interface" and loaded.fallback_stacks == ("encoder",)
+    a = models.analyze(loaded, archsweep.TEXT, keep_logits=True)
+    assert list(a.attentions) == ["encoder", "decoder", "cross"]
+    ref = archsweep._eager_reference(tmp_path / "bp", "BigBirdPegasusForConditionalGeneration", a)
+    for layer, want in enumerate(ref.encoder_attentions):
+        np.testing.assert_allclose(a.attentions["encoder"][layer], want[0].numpy(), atol=1e-6)
+    assert all(s.out_proj for s in loaded.sites if s.stack == "encoder")
+    off = models.analyze(loaded, archsweep.TEXT, heads_off={("encoder", 0, 1)}, keep_logits=True)
+    assert not np.array_equal(off.logits, a.logits)
+    with pytest.raises(models.UnsupportedOperationError, match="encoder stack"):
+        models.analyze(loaded, archsweep.TEXT, mask={"encoder": "causal"})
+
+    archsweep.build("pegasus_x", tmp_path / "px")
+    loaded = models.load(str(tmp_path / "px"))
+    a = models.analyze(loaded, archsweep.TEXT)
+    assert "encoder" not in a.attentions and {"decoder", "cross"} <= set(a.attentions)
+    assert "dict" in a.missing_stacks["encoder"] and "not shown" in a.missing_stacks["encoder"]

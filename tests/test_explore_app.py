@@ -415,3 +415,21 @@ def test_attention_sink_is_a_column_of_the_heatmap(tmp_path_factory, lang):
     np.testing.assert_allclose(z[:, :-1], weights, atol=1e-6)
     np.testing.assert_allclose(z.sum(1), 1, atol=1e-5)
     assert ("⟂ sink" if lang == "en" else "⟂ yutak") in json.dumps(fig, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_a_stack_that_is_not_shown_says_so(tmp_path_factory, lang):
+    """Pegasus-X's encoder returns local/global dicts, not maps: the page warns which stack is missing and
+    why, in the interface language, instead of leaving it out silently."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import archsweep
+
+    folder = tmp_path_factory.mktemp("pegasus_x") / "pegasus_x"
+    archsweep.build("pegasus_x", folder)
+    at = run_app({"lang": lang, "model_custom": str(folder)}, {"text": "the cat chased the mouse"})
+    assert not at.exception
+    warnings = " ".join(w.value for w in at.warning)
+    head = "This model's encoder self-attention is not shown." if lang == "en" else "Bu modelin kodlayıcı öz-dikkati gösterilmiyor."
+    assert head in warnings and "dict" in warnings, warnings

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 import models
-from models import compare
+from models import compare, fallback_masks
 from models.masks import MaskMode
 from views import shared
 from viz import alignment as va
@@ -155,7 +155,7 @@ def section_compare(sel: shared.Selection) -> None:
     loaded = shared.load_model_ui(sel.model)
     if loaded is None or not _text_model_ok(loaded):
         return
-    if loaded.capture_path == "fallback":
+    if loaded.capture_path == "fallback" and fallback_masks.mask_support(loaded) is None:
         st.error(t("masks_fallback_no_masks", model=loaded.name))
         return
     if not sel.text.strip():
