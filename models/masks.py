@@ -94,7 +94,7 @@ def parse_mask(mask) -> MaskMode:
         :class:`MaskMode` (the matrix size is only checked by :meth:`MaskMode.matrix`).
 
     Raises:
-        InvalidMaskError: unknown kind, missing, non-integer, non-positive or above ``MAX_WIDTH`` width
+        InvalidMaskError: unknown kind, missing, non-integer or non-positive width (widths above ``MAX_WIDTH`` are the whole text and are clamped to it)
             (in tokens), a width given to a kind that takes none, a matrix that is not square (ragged rows
             too) or whose values are not true/false.
     """
@@ -146,7 +146,7 @@ def _width(kind: str, raw) -> int:
         digits = raw.strip()
         value = int(digits) if re.fullmatch(r"[+-]?\d{1,18}", digits) else None
         if value is None and re.fullmatch(r"\+?\d+", digits):
-            value = MAX_WIDTH + 1  # more digits than any text has tokens
+            value = MAX_WIDTH  # more digits than any text has tokens: the whole text
     elif raw is not None and not isinstance(raw, bool):
         try:
             value = operator.index(raw)
@@ -155,6 +155,4 @@ def _width(kind: str, raw) -> int:
     if value is None or value < 1:
         got = "" if raw is None or (isinstance(raw, str) and raw == "") else f", got {_short(raw)}"
         raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1 (a whole number){got}, e.g. '{kind}:4'.")
-    if value > MAX_WIDTH:
-        raise InvalidMaskError(f"Mask '{kind}' takes a width of at most {MAX_WIDTH:,} tokens, got {_short(raw)}.")
-    return value
+    return min(value, MAX_WIDTH)  # any width >= the text's length is the same mask

@@ -271,7 +271,8 @@ def test_width_longer_than_the_text_equals_causal(tiny):
     """A huge width raised OverflowError from numpy; any width >= n is the causal mask."""
     loaded = tiny("gpt2")
     causal = models.analyze(loaded, "kedi fare", mask="causal").attentions["decoder"]
-    for mask in ("sliding_window:99999999999999999999", "strided:99999999999999999999"):
+    for mask in ("sliding_window:99999999999999999999", "strided:99999999999999999999", "sliding_window:" + "9" * 4300,
+                 ("strided", 10 ** 40)):
         w = models.analyze(loaded, "kedi fare", mask=mask).attentions["decoder"]
         np.testing.assert_array_equal(w, causal)
     assert models.parse_mask("sliding_window:99999999999999999999").matrix(3).tolist() == np.tril(np.ones((3, 3), bool)).tolist()
