@@ -31,6 +31,14 @@ class HubUnreachableError(DikkatError):
     """A Hugging Face id was asked for while the hub cannot be reached (offline, or the id does not exist)."""
 
 
+class HubDownloadTooLargeError(HubUnreachableError):
+    """A Hugging Face repository whose files to download pass the size cap (``DIKKAT_HUB_MAX_GIB``)."""
+
+
+class ModelNotAllowedError(UnknownModelError):
+    """A model this server does not offer (classroom mode: only the catalog and the teacher's list)."""
+
+
 class NoUsableModelError(DikkatError):
     """A folder (or hub repository) without a usable model: no config, only pickle weights, corrupt files."""
 

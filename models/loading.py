@@ -16,6 +16,7 @@ from . import budget, cache, capture
 from .catalog import CATALOG, ModelSpec, get_spec
 from .errors import (
     DikkatError,
+    HubDownloadTooLargeError,
     HubUnreachableError,
     InvalidArgumentError,
     ModelOutOfMemoryError,
@@ -534,7 +535,8 @@ def _attention_tuples(outputs, family: str) -> dict[str, tuple]:
     return stacks
 
 
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards _LOADING (and clear_cache); held only for a lookup, never while loading
+_LOADING: dict[tuple, threading.Lock] = {}  # one lock per model being loaded
 # Loaded models, least recently used dropped first when their measured parameters, buffers and tokenizer
 # pass DIKKAT_MODEL_CACHE_GIB (default 6 GiB); a dropped model is loaded again when next asked for.
 _LOADED = budget.ByteLRU(budget.budget_from_env("DIKKAT_MODEL_CACHE_GIB", 6))
@@ -548,8 +550,8 @@ def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
         if spec.locate:
             return spec, spec.folder(), None
         return spec, cache.cached_folder(spec.key, spec.build_version, spec.build), None
-    path = Path(name).expanduser()
-    if path.exists():
+    path = _existing_path(name)
+    if path is not None:
         if not path.is_dir():
             if path.suffix == ".gguf":
                 from .builders import convert_gguf
@@ -559,24 +561,81 @@ def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
                     lambda out: convert_gguf(path, out),
                 )
                 return _adhoc_spec(name, "folder"), folder, None
-            raise NoUsableModelError(f"{name} is a file; give a model folder (config.json + safetensors) or a .gguf file.")
+            raise NoUsableModelError(f"{_quoted(name)} is a file; give a model folder (config.json + safetensors) or a .gguf file.")
         ggufs = sorted(path.glob("*.gguf"))
         if not (path / "config.json").exists() and len(ggufs) == 1:
             return _resolve(str(ggufs[0]))
         _check_folder(path)
         return _adhoc_spec(name, "folder"), path, None
     if name.startswith(("/", "./", "../", "~")) or name.endswith((".gguf", ".safetensors")):
-        raise UnknownModelError(f"Folder or file '{name}' does not exist on this machine.")
-    if _HUB_ID.match(name):
+        raise UnknownModelError(f"Folder or file {_quoted(name)} does not exist on this machine.")
+    if _HUB_ID.match(name) and len(name) <= 96:  # the hub's limit on a repository id
         return _adhoc_spec(name, "hub"), None, name
     raise UnknownModelError(
-        f"Unknown model '{name}': not a catalog key ({', '.join(CATALOG)}), not an existing folder, "
+        f"Unknown model {_quoted(name)}: not a catalog key ({', '.join(CATALOG)}), not an existing folder, "
         "and not a Hugging Face id of the form owner/name."
     )
 
 
+def _existing_path(name: str) -> Path | None:
+    """The file or folder ``name`` names on this machine, or None when there is none, including names no
+    path can have: ``~user`` of an unknown user (RuntimeError), a component over the file system's 255
+    bytes (OSError ENAMETOOLONG), a NUL character (ValueError)."""
+    try:
+        path = Path(name).expanduser()
+        return path if path.exists() else None
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _quoted(name: str, limit: int = 80) -> str:
+    """``'name'`` for a message, cut to ``limit`` characters."""
+    return repr(name if len(name) <= limit else name[:limit - 1] + "…")
+
+
 def _adhoc_spec(name: str, source: str) -> ModelSpec:
     return ModelSpec(key=name, title=name, family="", source=source)
+
+
+HUB_ENDPOINT: str | None = None  # None: huggingface_hub's (HF_ENDPOINT); tests point it at a local server
+
+
+def hub_timeout() -> float:
+    """Seconds a hub request may wait to connect or for the next bytes (``DIKKAT_HUB_TIMEOUT_S``, default 20)."""
+    try:
+        return max(0.1, float(os.environ.get("DIKKAT_HUB_TIMEOUT_S", "20")))
+    except ValueError:
+        return 20.0
+
+
+def _hub_timeouts() -> None:
+    """Give huggingface_hub's shared HTTP client connect/read/write timeouts (:func:`hub_timeout`): its
+    default client has none, so a server that accepts the connection and never answers stalls a download
+    forever. A client factory the caller set is left alone."""
+    import huggingface_hub.constants as hub_constants
+    from huggingface_hub.utils import _http
+
+    hub_constants.HF_HUB_DOWNLOAD_TIMEOUT = hub_timeout()
+    factory = _http._GLOBAL_CLIENT_FACTORY
+    if factory is _http.default_client_factory or (factory is _timed_client and _timed_client.seconds != hub_timeout()):
+        _timed_client.seconds = hub_timeout()
+        _http.set_client_factory(_timed_client)
+
+
+def _timed_client():
+    """huggingface_hub's default HTTP client with :func:`hub_timeout` on every phase of every request. Set
+    per request (a request hook): huggingface_hub passes ``timeout=None`` (no limit) to some calls, which
+    overrides a client-wide default."""
+    from huggingface_hub.utils import _http
+
+    client = _http.default_client_factory()
+    limits = {phase: _timed_client.seconds for phase in ("connect", "read", "write", "pool")}
+
+    def limit(request):
+        request.extensions["timeout"] = dict(limits)
+
+    client.event_hooks = {**client.event_hooks, "request": [*client.event_hooks.get("request", []), limit]}
+    return client
 
 
 def _download(hub_id: str) -> Path:
@@ -585,14 +644,27 @@ def _download(hub_id: str) -> Path:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja", "*.py.none"]
+    _hub_timeouts()
+    cap = budget.budget_from_env("DIKKAT_HUB_MAX_GIB", 8)
     try:
-        folder = Path(snapshot_download(hub_id, allow_patterns=patterns))
+        planned = snapshot_download(hub_id, allow_patterns=patterns, dry_run=True, endpoint=HUB_ENDPOINT,
+                                    etag_timeout=hub_timeout())
+        size = sum(f.file_size or 0 for f in planned if f.will_download)
+        if size > cap:
+            raise HubDownloadTooLargeError(
+                f"Hugging Face model '{hub_id}' would download {size / 2 ** 30:.1f} GiB, more than this "
+                f"machine allows ({cap / 2 ** 30:.1f} GiB, DIKKAT_HUB_MAX_GIB).")
+        folder = Path(snapshot_download(hub_id, allow_patterns=patterns, endpoint=HUB_ENDPOINT,
+                                        etag_timeout=hub_timeout()))
+    except HubDownloadTooLargeError:
+        raise
     except RepositoryNotFoundError as exc:
         raise HubUnreachableError(f"Hugging Face model '{hub_id}' does not exist (or is private).") from exc
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
         raise HubUnreachableError(
-            f"Cannot reach the Hugging Face hub for '{hub_id}' (offline?) and it is not in the local "
-            "hub cache. Connect to the internet once, or give a local folder."
+            f"Cannot reach the Hugging Face hub for '{hub_id}' (offline, or no answer within "
+            f"{hub_timeout():g} s) and it is not in the local hub cache. Connect to the internet once, or give "
+            "a local folder."
         ) from exc
     except Exception as exc:  # connection errors from httpx/requests
         raise HubUnreachableError(f"Cannot download '{hub_id}' from the Hugging Face hub: {exc}") from exc
@@ -655,6 +727,11 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
                      "offload_folder": str(offload_folder or cache.cache_root() / "offload" / re.sub(r"\W", "_", name))}
     key = (name, str(dev), str(dt), repr(sorted(placement.items(), key=str)) if placement else None)
     with _LOCK:
+        cached = _LOADED.get(key)
+        if cached is not None:
+            return cached
+        key_lock = _LOADING.setdefault(key, threading.Lock())
+    with key_lock:  # one load per model at a time; other models load and serve meanwhile
         cached = _LOADED.get(key)
         if cached is not None:
             return cached
