@@ -4,9 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PORT ?= 8501
+ADDRESS ?= 0.0.0.0
+REPLICAS ?= 1
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install install-dev install-gemma browser bench bench-render clean
+.PHONY: run serve nginx test install install-dev install-gemma browser bench bench-render clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,7 +41,27 @@ run: install
 	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true \
 		--server.fileWatcherType none --browser.gatherUsageStats false
 
-test: install-dev install-gemma /usr/bin/chromium
+## Classroom mode (issue 12): one server for a class. Only catalog models and the teacher's list
+## (classroom.toml, see classroom.example.toml), no folder paths or hub ids from the browser or a link,
+## texts cut at max_chars, no server path in any message, no traceback in the browser.
+## `make serve REPLICAS=2` runs two app processes behind nginx (one core each).
+serve: install
+ifeq ($(REPLICAS),1)
+	DIKKAT_MODE=classroom $(BIN)/python -m streamlit run app.py \
+		--server.port $(PORT) --server.address $(ADDRESS) --server.headless true \
+		--server.fileWatcherType none --server.runOnSave false --browser.gatherUsageStats false \
+		--client.showErrorDetails none --client.toolbarMode viewer --server.maxUploadSize 10
+else
+	$(MAKE) nginx
+	DIKKAT_MODE=classroom $(BIN)/python deploy/replicas.py --replicas $(REPLICAS) --port $(PORT) --address $(ADDRESS)
+endif
+
+## REPLICAS > 1: N app processes behind Debian's nginx with sticky sessions (deploy/replicas.py).
+nginx:
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx)
+
+test: install-dev install-gemma /usr/bin/chromium nginx
 	$(BIN)/python -m pytest -q tests
 
 ## Benchmarks print ratios measured side by side in one run (never timed assertions in tests).

@@ -31,7 +31,7 @@ from .errors import (
     UnknownModelError,
     UnsupportedOperationError,
 )
-from .loading import LoadedModel, clear_cache, load
+from .loading import LoadedModel, clear_cache, is_hub_id, load
 from .masks import MaskMode, parse_mask
 from .store import AttentionStack, MaskStack
 
@@ -42,5 +42,5 @@ __all__ = [
     "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubDownloadTooLargeError", "HubUnreachableError", "InvalidArgumentError",
     "InvalidAudioError", "InvalidHeadError", "InvalidMaskError", "ModelNotAllowedError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
     "NoUsableModelError", "UnknownLanguageError", "UnknownModelError", "UnsupportedOperationError",
-    "LoadedModel", "clear_cache", "load", "MaskMode", "parse_mask", "AttentionStack", "MaskStack",
+    "LoadedModel", "clear_cache", "is_hub_id", "load", "MaskMode", "parse_mask", "AttentionStack", "MaskStack",
 ]

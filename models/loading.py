@@ -569,7 +569,7 @@ def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
         return _adhoc_spec(name, "folder"), path, None
     if name.startswith(("/", "./", "../", "~")) or name.endswith((".gguf", ".safetensors")):
         raise UnknownModelError(f"Folder or file {_quoted(name)} does not exist on this machine.")
-    if _HUB_ID.match(name) and len(name) <= 96:  # the hub's limit on a repository id
+    if is_hub_id(name):  # owner/name, at most the hub's 96 characters
         return _adhoc_spec(name, "hub"), None, name
     raise UnknownModelError(
         f"Unknown model {_quoted(name)}: not a catalog key ({', '.join(CATALOG)}), not an existing folder, "
@@ -586,6 +586,13 @@ def _existing_path(name: str) -> Path | None:
         return path if path.exists() else None
     except (OSError, RuntimeError, ValueError):
         return None
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether :func:`load` would fetch ``name`` from the Hugging Face hub: not a catalog key, not an existing
+    file or folder, and of the form ``owner/name``. Never raises."""
+    return (isinstance(name, str) and name not in CATALOG and _existing_path(name) is None
+            and bool(_HUB_ID.match(name)) and len(name) <= 96)
 
 
 def _quoted(name: str, limit: int = 80) -> str:

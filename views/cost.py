@@ -36,7 +36,7 @@ for n in (1_000, 100_000, 1_000_000):
     entries, one = teaching.attention_matrix_size(n, bytes_per_value=4)
     _, whole = teaching.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
     rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries),
-                 t("cost_col_one"): nb.human_bytes(one, L), t("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
+                 t("cost_col_one"): nb.human_bytes(one, L), shared.t_plain("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
 st.table(pd.DataFrame(rows))
 
 # ---- 2. measured -----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import streamlit as st
 
 import models
 from models import teaching
-from views import shared
+from views import hosting, shared
 from viz import cost as vc
 from viz import numbers as nb
 
@@ -107,7 +107,8 @@ gen_name = sel.model if loaded.family == "decoder" else GENERATION_MODEL
 if gen_name != sel.model:
     st.caption(t("kv_uses_other", model=gen_name))
 p1, p2 = st.columns([3, 1])
-prompt = p1.text_input(t("kv_prompt"), sel.text if sel.text.strip() else "Kedi fareyi kovaladı", key="kv_prompt")
+prompt = p1.text_input(t("kv_prompt"), sel.text if sel.text.strip() else "Kedi fareyi kovaladı", key="kv_prompt",
+                       max_chars=hosting.current().max_chars)
 new_tokens = p2.slider(t("kv_new_tokens"), 4, 64, 16, key="kv_new_tokens")
 gen_key = "kv_generation"
 if st.button(t("kv_run"), key="kv_run", type="primary"):
@@ -134,6 +135,6 @@ if result:
     else:
         same = next((i for i, (a, b) in enumerate(zip(w.tokens, wo.tokens)) if a != b), min(len(w.tokens), len(wo.tokens)))
         st.warning(t("kv_different_tokens", i=same))
-    st.markdown(f"**{t('kv_prompt')}:** {result['prompt']}")
+    st.markdown(f"**{t('kv_prompt')}:** {shared.md(result['prompt'])}")
     st.code(w.text, language=None, wrap_lines=True)
     st.caption(t("kv_measured", model=result["model"], device=result["device"], n=len(w.tokens)))

@@ -16,7 +16,7 @@ import streamlit as st
 import models
 from models import compare, fallback_masks
 from models.masks import MaskMode
-from views import shared
+from views import hosting, shared
 from viz import alignment as va
 from viz import audio_alignment as vaa
 from viz import masks as vm
@@ -318,6 +318,9 @@ def _three_panels(a: models.Analysis, panels, layer: int, head: int | None, hide
 def _encdec_model() -> str:
     """The encoder-decoder chosen: a preset, or the free text box when filled."""
     presets = [m for m in ENCDEC_PRESETS if m != "whisper-base" or models.get_spec(m).installed]
+    classroom = hosting.current().classroom
+    if classroom:  # the catalog's and the teacher's models only, nothing typed
+        presets = [m for m in presets if m in models.CATALOG] + list(hosting.current().extra)
     if "whisper-base" in presets and "masks_encdec_choice" not in st.session_state:
         st.session_state["masks_encdec_choice"] = "whisper-base"  # works offline: a sensible first view
     c1, c2 = st.columns(2)
@@ -325,13 +328,18 @@ def _encdec_model() -> str:
         choice = st.selectbox(t("masks_encdec_model"), presets, key="masks_encdec_choice",
                               format_func=lambda m: t("masks_encdec_preset_" + ("local" if m in models.CATALOG else "hub"),
                                                       model=m))
+    if classroom:
+        return choice
     with c2:
         custom = st.text_input(t("masks_encdec_custom"), key="masks_encdec_model").strip()
     return custom or choice
 
 
 def _needs_hub(name: str) -> bool:
-    return name not in models.CATALOG and not Path(name).expanduser().exists()
+    try:
+        return models.is_hub_id(hosting.source(name))
+    except models.DikkatError:
+        return False  # not offered here: loading it says so
 
 
 def section_encdec(sel: shared.Selection) -> None:
@@ -354,15 +362,17 @@ def section_encdec(sel: shared.Selection) -> None:
         return
     c1, c2 = st.columns(2)
     with c1:
-        source = st.text_input(t("masks_source_text"), value=sel.text or "Kedi fareyi kovaladı", key="masks_src")
+        source = st.text_input(t("masks_source_text"), value=sel.text or "Kedi fareyi kovaladı", key="masks_src",
+                               max_chars=hosting.current().max_chars)
     with c2:
-        target = st.text_input(t("masks_target_text"), value="The cat chased the mouse.", key="masks_tgt")
+        target = st.text_input(t("masks_target_text"), value="The cat chased the mouse.", key="masks_tgt",
+                               max_chars=hosting.current().max_chars)
     target = target.strip() or None
     a = shared.analysis_ui(name, source, target=target, max_tokens=MAX_TOKENS)
     if a is None:
         return
     if target is None:
-        st.caption(f"{t('masks_target')}: {a.target}")
+        st.caption(f"{t('masks_target')}: {shared.md(a.target)}")
     hide = st.toggle(t("masks_hide_special"), value=True, key="masks_encdec_hide")
     layers, heads = loaded.stacks["cross"]
     layer, head = _layer_head("masks_ed", layers, heads, allow_mean=True)
@@ -462,7 +472,8 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
             st.session_state["masks_audio_lang"] = CLIPS.get(clip, "en")
         language = st.selectbox(t("masks_audio_language"), LANGUAGES, key="masks_audio_lang")
     with c3:
-        target = st.text_input(t("masks_audio_target"), key="masks_audio_tgt").strip() or None
+        target = st.text_input(t("masks_audio_target"), key="masks_audio_tgt",
+                               max_chars=hosting.current().max_chars).strip() or None
         if clip.endswith("_tr.wav"):
             st.caption(t("masks_audio_tr_hint"))
     if clip == "record":
@@ -481,7 +492,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
         shared.show_error(exc)
         return
     a = r.analysis
-    st.markdown(f"**{t('masks_transcript')}:** {r.transcript}")
+    st.markdown(f"**{t('masks_transcript')}:** {shared.md(r.transcript)}")
     st.caption(_audio_note(r))
     hide = st.toggle(t("masks_hide_special"), value=True, key="masks_encdec_hide")
     layers, heads = loaded.stacks["cross"]

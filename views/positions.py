@@ -7,7 +7,7 @@ import streamlit as st
 
 import models
 from models import teaching
-from views import shared
+from views import hosting, shared
 from viz import numbers as nb
 from viz import positions as vp
 
@@ -116,8 +116,8 @@ st.markdown(t("pos_s4_text"))
 if not shared.reads_text(loaded):
     st.stop()
 w1, w2 = st.columns(2)
-text_a = w1.text_input(t("pos_sentence_a"), "Kedi fareyi kovaladı", key="pos_text_a")
-text_b = w2.text_input(t("pos_sentence_b"), "Fareyi kedi kovaladı", key="pos_text_b")
+text_a = w1.text_input(t("pos_sentence_a"), "Kedi fareyi kovaladı", key="pos_text_a", max_chars=hosting.current().max_chars)
+text_b = w2.text_input(t("pos_sentence_b"), "Fareyi kedi kovaladı", key="pos_text_b", max_chars=hosting.current().max_chars)
 try:
     with st.spinner(t("analysing")):
         wo = _word_order(sel.model, text_a, text_b)

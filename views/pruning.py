@@ -87,16 +87,11 @@ def _shown(token: str) -> str:
     return "␣" * lead + stripped + "␣" * trail if stripped else "␣" * len(text)
 
 
-def _md(text: str) -> str:
-    """Escape markdown so model output shows as typed."""
-    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!|<>~$" else c for c in text)
-
-
 def _continued(prompt: str, continuation: str) -> str:
     """Markdown: the prompt as typed, an arrow, then the continuation in bold (newlines as ⏎)."""
     cont = continuation.replace("\n", " ⏎ ").strip()
-    body = f"**{_md(cont)}**" if cont else "—"
-    return f"{_md(prompt.replace(chr(10), ' ⏎ '))} → {body}"
+    body = f"**{shared.md(cont)}**" if cont else "—"
+    return f"{shared.md(prompt.replace(chr(10), ' ⏎ '))} → {body}"
 
 
 # ---------------------------------------------------------------- cached computations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ import streamlit as st
 import models
 from models import budget
 from viz import numbers as nb
+
+from . import hosting
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -50,18 +53,49 @@ class _LocalNumber:
         return nb.localise(format(self.value, spec), self.language)
 
 
+class Md(str):
+    """A string that is markdown on purpose (the app's own): :func:`t` inserts it as it is."""
+
+
+# What makes text markdown or HTML in Streamlit: emphasis, code, links and images ([...](...)), HTML tags
+# and autolinks (<...>), headings, tables, strike-through, LaTeX ($), directives and icons (:red[...],
+# :material/...:), bare URLs (GFM autolinks "http://" and "www.") and the backslash itself.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~$:])|(?<=www)(\.)", re.IGNORECASE)
+
+
+def md(text) -> Md:
+    """``text`` (anything the user typed or chose, a model's output, an engine message) escaped so that
+    Streamlit's markdown (``st.markdown``, ``st.caption``, ``st.error`` ..., widget labels) shows it as
+    the same characters and never as a link, image, HTML, formatting or LaTeX. Newlines are kept."""
+    if isinstance(text, Md):
+        return text
+    return Md(_MD_SPECIAL.sub(lambda m: "\\" + (m.group(1) or m.group(2)), str(text)))
+
+
 def t(key: str, **fmt) -> str:
-    """UI string ``key`` in the current language (English if the Turkish one is missing). Numbers among
-    ``fmt`` are written in the language's style (decimal comma and thousands dot in Turkish)."""
+    """UI string ``key`` in the current language (English if the Turkish one is missing), for markdown
+    (``st.markdown``, captions, messages, labels). String arguments are shown as text (:func:`md`), unless
+    marked :class:`Md`; numbers are written in the language's style (decimal comma and thousands dot in
+    Turkish). For a place that is not markdown (a figure's title, a table's header) use :func:`t_plain`."""
+    return _t(key, fmt, escape=True)
+
+
+def t_plain(key: str, **fmt) -> str:
+    """:func:`t` for places that show text as it is (figure titles, table headers): arguments unescaped."""
+    return _t(key, fmt, escape=False)
+
+
+def _t(key: str, fmt: dict, escape: bool) -> str:
     entry = _strings().get(key)
     if entry is None:
         return key
     text = entry.get(lang()) or entry.get("en") or key
     if not fmt:
-        return text
+        return Md(text) if escape else text
+    fmt = {k: (md(v) if escape and isinstance(v, str) else v) for k, v in fmt.items()}
     if lang() != "en":
         fmt = {k: _LocalNumber(v, lang()) if isinstance(v, (float, np.floating)) else v for k, v in fmt.items()}
-    return text.format(**fmt)
+    return Md(text.format(**fmt)) if escape else text.format(**fmt)
 
 
 PLOTLY_SEPARATORS = {"en": ".,", "tr": ",."}  # decimal mark, then thousands separator
@@ -106,12 +140,13 @@ def error_text(exc: models.DikkatError) -> str:
     """An engine error as the interface shows it: the engine's own message in English; in Turkish, a
     translated headline chosen by the exception's class (the nearest class in its MRO with one), followed by
     the engine's message, which names the model or input at fault."""
+    detail = hosting.scrub(str(exc))
     for cls in type(exc).__mro__:
         entry = _strings().get(f"err_{cls.__name__}")
         if entry is not None:
             headline = entry.get(lang())
-            return t("err_detail", headline=headline, detail=str(exc)) if headline else str(exc)
-    return str(exc)
+            return t("err_detail", headline=headline, detail=detail) if headline else md(detail)
+    return md(detail)
 
 
 def show_error(exc: models.DikkatError) -> None:
@@ -166,8 +201,10 @@ def cached(fn):
 
 
 def get_model(name: str) -> models.LoadedModel:
-    """``models.load(name)``: cached per process (bounded by bytes) and shared by all sessions."""
-    return models.load(name)
+    """``models.load`` of the model a page names (:func:`hosting.source`: in classroom mode only the catalog and
+    the teacher's list, else :class:`models.ModelNotAllowedError`): cached per process (bounded by bytes) and
+    shared by all sessions."""
+    return models.load(hosting.source(name))
 
 
 def get_analysis(name: str, text: str, text_pair: str | None = None, target: str | None = None,
@@ -211,7 +248,8 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
         show_error(exc)
         return None
     except OSError as exc:  # a folder or hub id transformers cannot read
-        st.error(t("load_failed", model=name, reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+        reason = hosting.scrub(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+        st.error(t("load_failed", model=name, reason=reason))
         return None
     elapsed = time.perf_counter() - start
     if elapsed > 1.0:
@@ -315,6 +353,12 @@ def spec_text(spec: models.ModelSpec, field: str) -> str:
 
 
 def _model_label(key: str) -> str:
+    if key not in models.CATALOG:  # a model from the classroom teacher's list
+        return f"{key} · {t('classroom_teacher_model')}"
+    return _catalog_label(key)
+
+
+def _catalog_label(key: str) -> str:
     """The picker's label of a catalog entry. It must not depend on the interface language: the browser
     keeps the label of the chosen option, and a label that changes with the language would no longer match
     on the next run, resetting the model to the first entry. The caption under the picker is translated."""
@@ -378,31 +422,45 @@ def sidebar() -> Selection:
         st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True, on_change=_language_changed,
                  format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
         url_sync("lang", "en")
-        keys = [s.key for s in models.list_models()]
+        keys = hosting.offered()
         url_init("model_key", keys)
         if "model_key" not in st.session_state:
             # Turkish interface -> multilingual-e5-small when installed (issue 7), else minilm-l6
             st.session_state["model_key"] = models.default_model_for_language(lang())
         st.selectbox(t("model"), keys, key="model_key", format_func=_model_label, on_change=_model_chosen)
         url_sync("model_key", models.default_model_for_language(lang()))
-        spec = models.get_spec(st.session_state["model_key"])
-        state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
-        st.caption(f"{spec_text(spec, 'title')} · {t(f'teach_family_{spec.family}')} · {spec.layers}×{spec.heads} · "
-                   f"{spec_text(spec, 'languages')} · {t('licence')}: {spec_text(spec, 'licence')} · {state}")
-        url_init("model_custom")
-        custom = st.text_input(t("model_custom"), key="model_custom",
-                               placeholder="owner/name · /path/to/folder").strip()
-        url_sync("model_custom", "")
-        if custom:
-            st.caption(t("custom_note", name=custom))
+        if st.session_state["model_key"] in models.CATALOG:
+            spec = models.get_spec(st.session_state["model_key"])
+            state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
+            st.caption(md(f"{spec_text(spec, 'title')} · {t(f'teach_family_{spec.family}')} · {spec.layers}×{spec.heads} · "
+                          f"{spec_text(spec, 'languages')} · {t('licence')}: {spec_text(spec, 'licence')} · {state}"))
+        else:
+            st.caption(t("classroom_teacher_model_note"))
+        custom = ""
+        if hosting.current().classroom:
+            # no folder paths or hub ids from the browser or a link: the server's disk is not an oracle
+            url_drop("model_custom")
+            st.session_state.pop("model_custom", None)
+            st.caption(t("classroom_note"))
+        else:
+            url_init("model_custom")
+            custom = st.text_input(t("model_custom"), key="model_custom",
+                                   placeholder="owner/name · /path/to/folder").strip()
+            url_sync("model_custom", "")
+            if custom:
+                st.caption(t("custom_note", name=custom))
         st.selectbox(t("examples"), [e["text"] for e in examples()], index=None, key="example",
                      placeholder=t("examples_pick"), on_change=_use_example)
         # the default must stay the same on every run: a widget whose default changes is a new widget
         url_init("text")
-        st.text_area(t("sentence"), value=DEFAULT_TEXT, key="text", help=t("sentence_help"))
+        if isinstance(st.session_state.get("text"), str):  # a link's text, cut like a typed one
+            st.session_state["text"] = hosting.clip(st.session_state["text"])
+        st.text_area(t("sentence"), value=DEFAULT_TEXT, key="text", help=t("sentence_help"),
+                     max_chars=hosting.current().max_chars)
         url_sync("text", DEFAULT_TEXT)
         st.session_state["_device_slot"] = st.empty()
-    return Selection(model=custom or st.session_state["model_key"], text=st.session_state.get("text", ""), lang=lang())
+    return Selection(model=custom or st.session_state["model_key"], text=hosting.clip(st.session_state.get("text", "")),
+                     lang=lang())
 
 
 def selection() -> Selection:

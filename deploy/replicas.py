@@ -1,0 +1,181 @@
+"""Serve a class from several app processes behind nginx (``make serve REPLICAS=N``).
+
+One Streamlit process runs every session's script under one GIL, so a class of 30 saturates one core. This
+starts N classroom-mode app processes on ``127.0.0.1:PORT+1 .. PORT+N`` and nginx (Debian's ``nginx``) on
+``ADDRESS:PORT`` in front of them, with sticky sessions: the first response sets a cookie
+``dikkat_replica`` naming a random route, and nginx hashes that route to a replica (``hash ...
+consistent``), so a browser's websocket, its download links (``/media/...``, kept by the process that made
+them) and its reconnects all reach the same process. A cookie, not the client's address: a class behind
+one school router shares one address and would all land on one replica.
+
+Several machines: run ``make serve`` on each (e.g. ``make serve PORT=8501``), then on the machine students
+open ``python deploy/replicas.py --port 80 --backends host1:8501,host2:8501`` (nginx only). Give every
+machine the same ``classroom.toml`` and the same ``DIKKAT_COOKIE_SECRET``, so that a form posted after a
+reconnect is accepted by any of them.
+
+Usage::
+
+    python deploy/replicas.py --replicas 2 --port 8501 [--address 0.0.0.0] [--backends h:p,...]
+
+Stops every process it started on Ctrl-C or SIGTERM. Raises SystemExit with the reason when nginx is not
+installed (``apt-get install nginx``) or a process does not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The flags of `make serve`: classroom mode, no file watcher, no traceback or toolbar for students.
+STREAMLIT_FLAGS = ["--server.headless", "true", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
+                   "--browser.gatherUsageStats", "false", "--client.showErrorDetails", "none",
+                   "--client.toolbarMode", "viewer", "--server.maxUploadSize", "10"]
+
+NGINX_CONF = """\
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    client_max_body_size 10m;
+    map $http_upgrade $connection_upgrade {{ default upgrade; "" close; }}
+    # sticky sessions: a browser without the cookie gets a random route, kept in the cookie afterwards
+    map $cookie_dikkat_replica $dikkat_route {{ "" $request_id; default $cookie_dikkat_replica; }}
+    map $cookie_dikkat_replica $dikkat_set_cookie {{
+        "" "dikkat_replica=$request_id; Path=/; HttpOnly; SameSite=Lax";
+        default "";
+    }}
+    upstream dikkat {{
+        hash $dikkat_route consistent;
+{servers}
+    }}
+    server {{
+        listen {address}:{port};
+        location / {{
+            proxy_pass http://dikkat;
+            proxy_http_version 1.1;
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection $connection_upgrade;
+            proxy_set_header Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_read_timeout 1d;
+            proxy_send_timeout 1d;
+            proxy_buffering off;
+            add_header Set-Cookie $dikkat_set_cookie always;
+            add_header X-Dikkat-Replica $upstream_addr always;
+        }}
+    }}
+}}
+"""
+
+
+def nginx_conf(backends: list[str], address: str, port: int, tmp: Path) -> str:
+    """The nginx configuration that spreads sessions over ``backends`` (``host:port``) with sticky cookies."""
+    servers = "\n".join(f"        server {b} max_fails=0;" for b in backends)
+    return NGINX_CONF.format(tmp=tmp, servers=servers, address=address, port=port)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if (proc is not None and proc.poll() is not None) or time.time() > deadline:
+            raise SystemExit(f"Dikkat: {url} did not start")
+        time.sleep(0.5)
+
+
+def start(replicas: int, port: int, address: str, backends: list[str] | None = None,
+          python: str = sys.executable) -> list[subprocess.Popen]:
+    """Start the replicas (unless ``backends`` are given) and nginx; return the processes, nginx last.
+
+    Raises:
+        SystemExit: nginx is not installed, or a replica or nginx did not start.
+    """
+    nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+    if nginx is None:
+        raise SystemExit("Dikkat: nginx is not installed (Debian: apt-get install nginx).")
+    procs: list[subprocess.Popen] = []
+    env = dict(os.environ, DIKKAT_MODE=os.environ.get("DIKKAT_MODE", "classroom"))
+    # one cookie secret for every replica (Streamlit signs its XSRF cookie with it)
+    env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", os.environ.get("DIKKAT_COOKIE_SECRET") or secrets.token_hex(32))
+    try:
+        if not backends:
+            backends = []
+            for i in range(1, replicas + 1):
+                backends.append(f"127.0.0.1:{port + i}")
+                procs.append(subprocess.Popen(
+                    [python, "-m", "streamlit", "run", "app.py", "--server.port", str(port + i),
+                     "--server.address", "127.0.0.1", *STREAMLIT_FLAGS], cwd=ROOT, env=env))
+            for proc, backend in zip(procs, backends):
+                _wait_healthy(f"http://{backend}", proc)
+        tmp = Path(tempfile.mkdtemp(prefix="dikkat-nginx-"))
+        tmp.chmod(0o755)  # nginx's workers (user nobody when started as root) create their temp files inside
+        (tmp / "nginx.conf").write_text(nginx_conf(backends, address, port, tmp), encoding="utf-8")
+        procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")]))
+        _wait_healthy(f"http://127.0.0.1:{port}", procs[-1], timeout=30)
+    except BaseException:
+        stop(procs)
+        raise
+    return procs
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate ``procs`` (nginx first), killing any that does not exit within 15 s."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replicas", type=int, default=2, help="app processes on this machine (default 2)")
+    parser.add_argument("--port", type=int, default=8501, help="the port students open (default 8501)")
+    parser.add_argument("--address", default="0.0.0.0", help="the address nginx listens on (default 0.0.0.0)")
+    parser.add_argument("--backends", default="", help="host:port,... of app servers already running "
+                                                       "(nginx only; no replica is started)")
+    args = parser.parse_args(argv)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.replicas < 1 and not backends:
+        raise SystemExit("Dikkat: --replicas must be at least 1.")
+    procs = start(args.replicas, args.port, args.address, backends or None)
+    print(f"Dikkat: {len(backends) or args.replicas} app servers behind nginx on http://{args.address}:{args.port}",
+          flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: (stop(procs), sys.exit(0)))
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop(procs)
+
+
+if __name__ == "__main__":
+    main()

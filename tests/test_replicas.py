@@ -1,0 +1,91 @@
+"""`make serve REPLICAS=N` (issue 12): app processes behind nginx with sticky sessions (deploy/replicas.py)."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "deploy"))
+
+import replicas  # noqa: E402
+
+
+def _free_ports(n: int) -> int:
+    """A port p with p .. p + n free on 127.0.0.1."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        try:
+            held = []
+            for p in range(base, base + n + 1):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError("no free port range")
+
+
+def _get(port: int, path: str = "/", cookie: str | None = None, headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path, headers={**({"Cookie": cookie} if cookie else {}), **(headers or {})})
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response
+
+
+@pytest.fixture(scope="module")
+def two_replicas():
+    port = _free_ports(2)
+    procs = replicas.start(2, port, "127.0.0.1")
+    try:
+        yield port
+    finally:
+        replicas.stop(procs)
+        assert all(p.poll() is not None for p in procs)
+
+
+def test_sessions_stick_to_one_replica(two_replicas):
+    """A browser without the cookie is given one; every request that carries it (page, websocket, download
+    links) reaches the same app process, and different browsers are spread over both."""
+    port = two_replicas
+    first = _get(port)
+    assert first.status == 200
+    cookie = first.getheader("Set-Cookie")
+    assert cookie and cookie.startswith("dikkat_replica=") and "HttpOnly" in cookie
+    route = cookie.split(";")[0]
+    seen = {_get(port, "/_stcore/health", cookie=route).getheader("X-Dikkat-Replica") for _ in range(12)}
+    assert len(seen) == 1
+    again = _get(port, cookie=route)
+    assert again.getheader("Set-Cookie") is None  # the route is kept, not replaced
+    spread = {_get(port, "/_stcore/health", cookie=f"dikkat_replica=browser{i}").getheader("X-Dikkat-Replica")
+              for i in range(24)}
+    assert spread == {f"127.0.0.1:{port + 1}", f"127.0.0.1:{port + 2}"}
+
+
+def test_websocket_upgrade_passes_through(two_replicas):
+    """Streamlit's websocket (/_stcore/stream) is upgraded through nginx."""
+    response = _get(two_replicas, "/_stcore/stream", cookie="dikkat_replica=a",
+                    headers={"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                             "Sec-WebSocket-Protocol": "streamlit"})
+    assert response.status == 101
+
+
+def test_nginx_conf_lists_every_backend():
+    conf = replicas.nginx_conf(["10.0.0.1:8501", "10.0.0.2:8501"], "0.0.0.0", 80, Path("/tmp/x"))
+    assert "server 10.0.0.1:8501" in conf and "server 10.0.0.2:8501" in conf
+    assert "hash $dikkat_route consistent" in conf and "listen 0.0.0.0:80" in conf
