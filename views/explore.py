@@ -385,9 +385,10 @@ p_layer = 0 if long_mode else layer
 p_head = 0 if (long_mode and view != "head") else head
 
 with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
-    st.write(" · ".join(x.label for x in q_tokens[:TOKENS_LISTED]) + (" …" if len(q_tokens) > TOKENS_LISTED else ""))
+    st.markdown(shared.md(" · ".join(x.label for x in q_tokens[:TOKENS_LISTED])
+                          + (" …" if len(q_tokens) > TOKENS_LISTED else "")))
     if options["words"] and not long_mode and prep is not None:
-        st.write(t("words_line") + " " + " · ".join(prep.q_labels))
+        st.markdown(t("words_line") + " " + shared.md(" · ".join(prep.q_labels)))
 
 stem = f"dikkat_{sel.model.replace('/', '_')}_{stack}_L{layer}" + (f"_H{head}" if n_heads > 1 else f"_{mode}")
 matrix = prep.weights[p_layer, p_head] if prep is not None else None
