@@ -8,7 +8,7 @@ ADDRESS ?= 0.0.0.0
 REPLICAS ?= 1
 STAMP := $(VENV)/.installed
 
-.PHONY: run serve nginx test install install-dev install-gemma browser bench bench-render clean
+.PHONY: run serve nginx test install install-dev install-gemma browser bench bench-classroom bench-render clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -70,6 +70,11 @@ bench: install
 	$(BIN)/python bench/longcontext.py
 	$(BIN)/python bench/ablation.py
 	$(BIN)/python bench/teaching.py
+
+## A class on one server (issue 12): 1 / 10 / 30 simulated students, then one replica against two.
+bench-classroom: install nginx
+	$(BIN)/python bench/classroom.py --clients 1,10,30
+	$(BIN)/python bench/classroom.py --replicas 1,2 --clients 30 --think 0 --stagger 0 --rounds 6
 
 ## Explore page vs BertViz 1.4.1 (bench-only dependencies, not needed to run the app).
 bench-render: install-dev /usr/bin/chromium

@@ -118,6 +118,8 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
         raise SystemExit("Dikkat: nginx is not installed (Debian: apt-get install nginx).")
     procs: list[subprocess.Popen] = []
     env = dict(os.environ, DIKKAT_MODE=os.environ.get("DIKKAT_MODE", "classroom"))
+    # the cores shared out: replicas that each start one torch thread per core would fight over them
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, replicas))))
     # one cookie secret for every replica (Streamlit signs its XSRF cookie with it)
     env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", os.environ.get("DIKKAT_COOKIE_SECRET") or secrets.token_hex(32))
     try:
