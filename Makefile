@@ -47,8 +47,8 @@ run: install
 ## `make serve REPLICAS=2` runs two app processes behind nginx (one core each).
 serve: install
 ifeq ($(REPLICAS),1)
-	DIKKAT_MODE=classroom $(BIN)/python -m streamlit run app.py \
-		--server.port $(PORT) --server.address $(ADDRESS) --server.headless true \
+	env $${DIKKAT_COOKIE_SECRET:+STREAMLIT_SERVER_COOKIE_SECRET=$$DIKKAT_COOKIE_SECRET} \
+		DIKKAT_MODE=classroom $(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.address $(ADDRESS) --server.headless true \
 		--server.fileWatcherType none --server.runOnSave false --browser.gatherUsageStats false \
 		--client.showErrorDetails none --client.toolbarMode viewer --server.maxUploadSize 10
 else
@@ -57,9 +57,11 @@ else
 endif
 
 ## REPLICAS > 1: N app processes behind Debian's nginx with sticky sessions (deploy/replicas.py).
+## (Debian's package also enables its own site on port 80 where systemd runs: `systemctl disable --now nginx`.)
 nginx:
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || \
-		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx)
+		{ test "$$(id -u)" = 0 || { echo "nginx is missing: sudo apt-get install nginx" >&2; exit 1; }; \
+		  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx; }
 
 test: install-dev install-gemma /usr/bin/chromium nginx
 	$(BIN)/python -m pytest -q tests

@@ -12,7 +12,10 @@ import streamlit as st
 st.set_page_config(page_title="Dikkat", page_icon=str(Path(__file__).resolve().parent / "assets" / "icon.png"),
                    layout="wide")
 
-from views import shared  # noqa: E402  (after set_page_config)
+from views import hosting, shared  # noqa: E402  (after set_page_config)
+
+if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
+    st.set_option("client.showErrorDetails", "none")
 
 st.session_state["_selection"] = shared.sidebar()
 

@@ -17,7 +17,7 @@ Usage::
 
     python deploy/replicas.py --replicas 2 --port 8501 [--address 0.0.0.0] [--backends h:p,...]
 
-Stops every process it started on Ctrl-C or SIGTERM. Raises SystemExit with the reason when nginx is not
+Stops every process it started on Ctrl-C or SIGTERM; a replica that exits is started again. Raises SystemExit with the reason when nginx is not
 installed (``apt-get install nginx``) or a process does not start.
 """
 
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ http {{
     fastcgi_temp_path {tmp}/fastcgi;
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
-    client_max_body_size 10m;
+    client_max_body_size 12m;  # the app's 10 MB upload limit plus the form's own bytes
     map $http_upgrade $connection_upgrade {{ default upgrade; "" close; }}
     # sticky sessions: a browser without the cookie gets a random route, kept in the cookie afterwards
     map $cookie_dikkat_replica $dikkat_route {{ "" $request_id; default $cookie_dikkat_replica; }}
@@ -73,23 +74,25 @@ http {{
             proxy_http_version 1.1;
             proxy_set_header Upgrade $http_upgrade;
             proxy_set_header Connection $connection_upgrade;
-            proxy_set_header Host $host;
+            proxy_set_header Host $http_host;  # with the port: Streamlit checks the Origin against it
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
             proxy_read_timeout 1d;
             proxy_send_timeout 1d;
             proxy_buffering off;
             add_header Set-Cookie $dikkat_set_cookie always;
-            add_header X-Dikkat-Replica $upstream_addr always;
-        }}
+{debug}        }}
     }}
 }}
 """
 
 
-def nginx_conf(backends: list[str], address: str, port: int, tmp: Path) -> str:
-    """The nginx configuration that spreads sessions over ``backends`` (``host:port``) with sticky cookies."""
+def nginx_conf(backends: list[str], address: str, port: int, tmp: Path, debug: bool = False) -> str:
+    """The nginx configuration that spreads sessions over ``backends`` (``host:port``) with sticky cookies;
+    ``debug`` adds a response header ``X-Dikkat-Replica`` naming the backend (tests only: it shows students
+    the servers' addresses)."""
     servers = "\n".join(f"        server {b} max_fails=0;" for b in backends)
-    return NGINX_CONF.format(tmp=tmp, servers=servers, address=address, port=port)
+    header = "            add_header X-Dikkat-Replica $upstream_addr always;\n" if debug else ""
+    return NGINX_CONF.format(tmp=tmp, servers=servers, address=address, port=port, debug=header)
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:
@@ -106,45 +109,72 @@ def _wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float = 120)
         time.sleep(0.5)
 
 
+@dataclass
+class Cluster:
+    """What :func:`start` started: the replicas (with the command that restarts each), nginx and its folder."""
+
+    replicas: list[subprocess.Popen] = field(default_factory=list)
+    commands: list[list[str]] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    nginx: subprocess.Popen | None = None
+    folder: Path | None = None
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        return self.replicas + ([self.nginx] if self.nginx else [])
+
+    def restart_dead(self) -> int:
+        """Start again every replica that exited (its students reconnect to it); returns how many."""
+        restarted = 0
+        for i, proc in enumerate(self.replicas):
+            if proc.poll() is not None:
+                print(f"Dikkat: replica {i + 1} exited ({proc.returncode}); starting it again", file=sys.stderr,
+                      flush=True)
+                self.replicas[i] = subprocess.Popen(self.commands[i], cwd=ROOT, env=self.env)
+                restarted += 1
+        return restarted
+
+
 def start(replicas: int, port: int, address: str, backends: list[str] | None = None,
-          python: str = sys.executable) -> list[subprocess.Popen]:
-    """Start the replicas (unless ``backends`` are given) and nginx; return the processes, nginx last.
+          python: str = sys.executable, debug: bool = False) -> Cluster:
+    """Start the replicas (unless ``backends`` are given) and nginx.
 
     Raises:
         SystemExit: nginx is not installed, or a replica or nginx did not start.
     """
     nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
     if nginx is None:
-        raise SystemExit("Dikkat: nginx is not installed (Debian: apt-get install nginx).")
-    procs: list[subprocess.Popen] = []
+        raise SystemExit("Dikkat: nginx is not installed (Debian: sudo apt-get install nginx).")
     env = dict(os.environ, DIKKAT_MODE=os.environ.get("DIKKAT_MODE", "classroom"))
     # the cores shared out: replicas that each start one torch thread per core would fight over them
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, replicas))))
     # one cookie secret for every replica (Streamlit signs its XSRF cookie with it)
     env.setdefault("STREAMLIT_SERVER_COOKIE_SECRET", os.environ.get("DIKKAT_COOKIE_SECRET") or secrets.token_hex(32))
+    cluster = Cluster(env=env)
     try:
         if not backends:
-            backends = []
+            backends = [f"127.0.0.1:{port + i}" for i in range(1, replicas + 1)]
             for i in range(1, replicas + 1):
-                backends.append(f"127.0.0.1:{port + i}")
-                procs.append(subprocess.Popen(
-                    [python, "-m", "streamlit", "run", "app.py", "--server.port", str(port + i),
-                     "--server.address", "127.0.0.1", *STREAMLIT_FLAGS], cwd=ROOT, env=env))
-            for proc, backend in zip(procs, backends):
+                cluster.commands.append([python, "-m", "streamlit", "run", "app.py", "--server.port", str(port + i),
+                                         "--server.address", "127.0.0.1", *STREAMLIT_FLAGS])
+                cluster.replicas.append(subprocess.Popen(cluster.commands[-1], cwd=ROOT, env=env))
+            for proc, backend in zip(cluster.replicas, backends):
                 _wait_healthy(f"http://{backend}", proc)
-        tmp = Path(tempfile.mkdtemp(prefix="dikkat-nginx-"))
-        tmp.chmod(0o755)  # nginx's workers (user nobody when started as root) create their temp files inside
-        (tmp / "nginx.conf").write_text(nginx_conf(backends, address, port, tmp), encoding="utf-8")
-        procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")]))
-        _wait_healthy(f"http://127.0.0.1:{port}", procs[-1], timeout=30)
+        cluster.folder = Path(tempfile.mkdtemp(prefix="dikkat-nginx-"))
+        cluster.folder.chmod(0o755)  # nginx's workers (user nobody when started as root) write inside
+        conf = cluster.folder / "nginx.conf"
+        conf.write_text(nginx_conf(backends, address, port, cluster.folder, debug), encoding="utf-8")
+        cluster.nginx = subprocess.Popen([nginx, "-e", "stderr", "-p", str(cluster.folder), "-c", str(conf)])
+        _wait_healthy(f"http://127.0.0.1:{port}", cluster.nginx, timeout=30)
     except BaseException:
-        stop(procs)
+        stop(cluster)
         raise
-    return procs
+    return cluster
 
 
-def stop(procs: list[subprocess.Popen]) -> None:
-    """Terminate ``procs`` (nginx first), killing any that does not exit within 15 s."""
+def stop(cluster: Cluster) -> None:
+    """Terminate nginx and the replicas, killing any that does not exit within 15 s; remove nginx's folder."""
+    procs = cluster.procs
     for proc in reversed(procs):
         if proc.poll() is None:
             proc.terminate()
@@ -153,6 +183,8 @@ def stop(procs: list[subprocess.Popen]) -> None:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+    if cluster.folder is not None:
+        shutil.rmtree(cluster.folder, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -166,17 +198,18 @@ def main(argv: list[str] | None = None) -> None:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if args.replicas < 1 and not backends:
         raise SystemExit("Dikkat: --replicas must be at least 1.")
-    procs = start(args.replicas, args.port, args.address, backends or None)
+    cluster = start(args.replicas, args.port, args.address, backends or None)
     print(f"Dikkat: {len(backends) or args.replicas} app servers behind nginx on http://{args.address}:{args.port}",
           flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: (stop(procs), sys.exit(0)))
+    signal.signal(signal.SIGTERM, lambda *_: (stop(cluster), sys.exit(0)))
     try:
-        while all(p.poll() is None for p in procs):
+        while cluster.nginx.poll() is None:  # a replica that exits is started again; nginx ends the class
+            cluster.restart_dead()
             time.sleep(1)
     except KeyboardInterrupt:
         pass
     finally:
-        stop(procs)
+        stop(cluster)
 
 
 if __name__ == "__main__":

@@ -764,8 +764,19 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
         out = loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                     do_sample=False, num_beams=1, pad_token_id=pad)
     new = out[0, ids.shape[1]:].cpu()
-    return Continuation(text=tok.decode(new, skip_special_tokens=True), ids=new.numpy().astype(np.int64),
+    return Continuation(text=_decode_continuation(tok, ids[0].cpu(), new), ids=new.numpy().astype(np.int64),
                         tokens=[tok.decode([int(i)]) for i in new])
+
+
+def _decode_continuation(tok, prompt_ids: torch.Tensor, new_ids: torch.Tensor) -> str:
+    """The continuation's text: prompt and continuation decoded together, minus the prompt's own text, so a
+    character whose bytes span byte-level tokens (Turkish "ı" is two bytes) comes out whole; a character the
+    last generated token leaves unfinished (its remaining bytes were never generated) is dropped rather than
+    shown as U+FFFD."""
+    prompt = tok.decode(prompt_ids, skip_special_tokens=True)
+    both = tok.decode(torch.cat([prompt_ids, new_ids]), skip_special_tokens=True)
+    text = both[len(prompt):] if both.startswith(prompt) else tok.decode(new_ids, skip_special_tokens=True)
+    return text.rstrip("\ufffd")
 
 
 def embed(loaded: LoadedModel, texts: str | Sequence[str], heads_off: Iterable = (), *,

@@ -24,8 +24,9 @@ MARKDOWN_KINDS = ("markdown", "caption", "error", "warning", "info", "success", 
 
 
 def _texts(at: AppTest) -> list[str]:
-    """Every string the page hands to Streamlit's markdown renderer: markdown elements and the labels, help
-    texts and options of widgets and metrics."""
+    """Every string the page hands to Streamlit's markdown renderer: markdown elements, the labels and help
+    texts of widgets and metrics, and the options of radios and select sliders (a selectbox's or
+    multiselect's options are plain text: escaping them would show backslashes)."""
     out = []
     for kind in MARKDOWN_KINDS:
         for el in at.get(kind):
@@ -37,7 +38,8 @@ def _texts(at: AppTest) -> list[str]:
                 value = getattr(el, attr, None) if attr != "value" or kind == "metric" else None
                 if isinstance(value, str):
                     out.append(value)
-            out.extend(o for o in (getattr(el, "options", None) or []) if isinstance(o, str))
+            if kind in ("radio", "select_slider"):
+                out.extend(o for o in (getattr(el, "options", None) or []) if isinstance(o, str))
     return out
 
 
@@ -173,3 +175,15 @@ def test_classroom_teacher_models_load_and_errors_name_no_server_path(classroom)
     assert errors, "a model that cannot load says so"
     for text in errors + _texts(at):
         assert "/srv" not in text and "secret-models" not in text, text
+
+
+
+def test_no_full_garbage_collection_after_every_rerun():
+    """Streamlit collects garbage after every script run (runner.postScriptGC); with torch, transformers and
+    a model loaded that walk took ~0.35 s under the GIL per rerun and queued a class of 30 behind it
+    (bench/classroom.py: N=30 median 9.6 s). The app's config turns it off (Python's own generational
+    collections still free cycles)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    assert config["runner"]["postScriptGC"] is False

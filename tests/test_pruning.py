@@ -276,3 +276,26 @@ def test_prefix_reuse_gives_the_same_metric(tiny, arch):
     plain = pruning.evaluate(m, prep, keep, reuse_prefix=False)
     np.testing.assert_allclose(reused, plain, atol=1e-6, rtol=0)
     assert np.ptp(plain) > 1e-5
+
+
+def test_continuation_decodes_characters_split_over_byte_tokens(smollm2):
+    """smollm2's tokens are bytes: decoding each generated piece alone, or cutting generation after the first
+    byte of "ı", showed U+FFFD ("kı\ufffdom", issue 13). The text is the prompt and continuation decoded
+    together minus the prompt, with an unfinished last character dropped."""
+    text = "Çekoslovakyalılaştıramadıklarımızdan"
+    c = pruning.greedy_continuation(smollm2, text, max_new_tokens=10)
+    tok = smollm2.tokenizer
+    prompt_ids = tok(text)["input_ids"]
+    alone = tok.decode(c.ids, skip_special_tokens=True)
+    together = tok.decode(prompt_ids + c.ids.tolist(), skip_special_tokens=True)[len(tok.decode(prompt_ids)):]
+    assert "\ufffd" in alone  # this prompt's continuation ends inside a character
+    assert "\ufffd" not in c.text and c.text == together.rstrip("\ufffd") and c.text
+
+
+def test_numbers_never_show_negative_zero():
+    """"(all heads on: -0.000)" read as a change to a class (issue 13)."""
+    from viz import numbers as nb
+
+    assert nb.num(-1e-7, 3) == "0.000" and nb.num(-1e-7, 3, sign=True) == "+0.000"
+    assert nb.num(-0.0, 3, "tr") == "0,000" and nb.num(-0.0006, 3) == "-0.001"
+    assert nb.num(float("nan"), 2) == "nan"

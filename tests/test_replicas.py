@@ -50,18 +50,18 @@ def _get(port: int, path: str = "/", cookie: str | None = None, headers: dict | 
 @pytest.fixture(scope="module")
 def two_replicas():
     port = _free_ports(2)
-    procs = replicas.start(2, port, "127.0.0.1")
+    cluster = replicas.start(2, port, "127.0.0.1", debug=True)
     try:
-        yield port
+        yield port, cluster
     finally:
-        replicas.stop(procs)
-        assert all(p.poll() is not None for p in procs)
+        replicas.stop(cluster)
+        assert all(p.poll() is not None for p in cluster.procs) and not cluster.folder.exists()
 
 
 def test_sessions_stick_to_one_replica(two_replicas):
     """A browser without the cookie is given one; every request that carries it (page, websocket, download
     links) reaches the same app process, and different browsers are spread over both."""
-    port = two_replicas
+    port, _ = two_replicas
     first = _get(port)
     assert first.status == 200
     cookie = first.getheader("Set-Cookie")
@@ -77,15 +77,28 @@ def test_sessions_stick_to_one_replica(two_replicas):
 
 
 def test_websocket_upgrade_passes_through(two_replicas):
-    """Streamlit's websocket (/_stcore/stream) is upgraded through nginx."""
-    response = _get(two_replicas, "/_stcore/stream", cookie="dikkat_replica=a",
-                    headers={"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-                             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                             "Sec-WebSocket-Protocol": "streamlit"})
-    assert response.status == 101
+    """Streamlit's websocket (/_stcore/stream) is upgraded through nginx, with the browser's Origin checked
+    against the Host it sent (port included: a proxy that dropped the port had every student refused)."""
+    port, _ = two_replicas
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        response = _get(port, "/_stcore/stream", cookie="dikkat_replica=a",
+                        headers={"Host": host, "Origin": f"http://{host}", "Upgrade": "websocket",
+                                 "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "streamlit"})
+        assert response.status == 101, host
+
+
+def test_a_replica_that_exits_is_started_again(two_replicas):
+    port, cluster = two_replicas
+    cluster.replicas[0].kill()
+    cluster.replicas[0].wait()
+    assert cluster.restart_dead() == 1 and cluster.replicas[0].poll() is None
+    replicas._wait_healthy(f"http://127.0.0.1:{port + 1}", cluster.replicas[0])
+    assert cluster.restart_dead() == 0
 
 
 def test_nginx_conf_lists_every_backend():
     conf = replicas.nginx_conf(["10.0.0.1:8501", "10.0.0.2:8501"], "0.0.0.0", 80, Path("/tmp/x"))
     assert "server 10.0.0.1:8501" in conf and "server 10.0.0.2:8501" in conf
     assert "hash $dikkat_route consistent" in conf and "listen 0.0.0.0:80" in conf
+    assert "X-Dikkat-Replica" not in conf  # students are not told the servers' addresses

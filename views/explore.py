@@ -250,7 +250,7 @@ if analysis is None:
 
 stacks = list(analysis.attentions)
 for missing, why in analysis.missing_stacks.items():  # never a silent gap: which stack is not shown, and why
-    st.warning(t("missing_stack", stack=t(f"stack_{missing}")) + " " + why)
+    st.warning(t("missing_stack", stack=t(f"stack_{missing}")) + " " + shared.message(why))
 top = st.columns([3, 1])
 with top[0]:
     shared.url_init("view", VIEWS)

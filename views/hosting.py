@@ -111,7 +111,7 @@ def source(name: str) -> str:
     if name in hosting.extra:
         return hosting.extra[name]
     raise models.ModelNotAllowedError(
-        f"This server offers only its listed models ({', '.join(offered())}), not {_quoted(name)}.")
+        f"This server offers only its listed models ({', '.join(offered())}), not {_quoted(str(name))}.")
 
 
 def clip(text: str) -> str:
@@ -121,6 +121,8 @@ def clip(text: str) -> str:
 
 
 _PATH = re.compile(r"(?<![\w.~-])(?:~[\w.-]*|\.{1,2})?/(?:[^\s'\"`,;:)]+)")
+# a quoted path may hold spaces: the whole quoted string goes
+_QUOTED_PATH = re.compile(r"""(['"`])(?:~[^'"`/]*|\.{1,2})?/[^'"`]*\1""")
 
 
 def scrub(message: str) -> str:
@@ -130,8 +132,10 @@ def scrub(message: str) -> str:
     hosting = current()
     if not hosting.classroom:
         return message
-    for name, where in hosting.extra.items():
+    # longest first: a teacher's folder that is a prefix of another must not cut the other's name
+    for name, where in sorted(hosting.extra.items(), key=lambda kv: -len(kv[1])):
         message = message.replace(where, name)
+    message = _QUOTED_PATH.sub(lambda m: m.group(1) + "…" + m.group(1), message)
     return _PATH.sub("…", message)
 
 

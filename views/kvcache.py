@@ -52,7 +52,7 @@ def _on_preset() -> None:
 if st.session_state.get("kv_preset") not in presets:
     st.session_state["kv_preset"] = names[0]
     _fill(own)
-own_label = t("kv_loaded", model=sel.model)  # bound now, not at format time
+own_label = shared.t_plain("kv_loaded", model=sel.model)  # an option's label is plain text; bound now
 st.selectbox(t("kv_preset"), names, key="kv_preset", on_change=_on_preset,
              format_func=lambda k: own_label if k == own_key else k)
 if loaded.family != "decoder" and st.session_state["kv_preset"] == names[0]:

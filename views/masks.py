@@ -107,7 +107,7 @@ def _labels(tokens) -> list[str]:
 
 def _text_model_ok(loaded: models.LoadedModel) -> bool:
     if getattr(loaded.model, "main_input_name", "input_ids") != "input_ids":
-        st.info(t("masks_text_models_only", model=loaded.name))
+        st.info(t("masks_text_models_only", model=shared.model_name(loaded)))
         return False
     return True
 
@@ -156,7 +156,7 @@ def section_compare(sel: shared.Selection) -> None:
     if loaded is None or not _text_model_ok(loaded):
         return
     if loaded.capture_path == "fallback" and fallback_masks.mask_support(loaded) is None:
-        st.error(t("masks_fallback_no_masks", model=loaded.name))
+        st.error(t("masks_fallback_no_masks", model=shared.model_name(loaded)))
         return
     if not sel.text.strip():
         st.info(t("masks_empty_text"))
@@ -325,9 +325,10 @@ def _encdec_model() -> str:
         st.session_state["masks_encdec_choice"] = "whisper-base"  # works offline: a sensible first view
     c1, c2 = st.columns(2)
     with c1:
+        # an option's label is plain text (t_plain); a hub id is labelled as needing internet
         choice = st.selectbox(t("masks_encdec_model"), presets, key="masks_encdec_choice",
-                              format_func=lambda m: t("masks_encdec_preset_" + ("local" if m in models.CATALOG else "hub"),
-                                                      model=m))
+                              format_func=lambda m: shared.t_plain(
+                                  "masks_encdec_preset_" + ("hub" if _needs_hub(m) else "local"), model=m))
     if classroom:
         return choice
     with c2:
@@ -345,6 +346,9 @@ def _needs_hub(name: str) -> bool:
 def section_encdec(sel: shared.Selection) -> None:
     st.markdown(t("masks_encdec_intro"))
     name = _encdec_model()
+    if not name:  # classroom mode with no encoder-decoder offered (no Whisper, no teacher's model)
+        st.info(t("masks_encdec_none_offered"))
+        return
     st.caption(t("masks_encdec_hub_note"))
     if _needs_hub(name):
         st.toggle(t("masks_encdec_run"), key="masks_encdec_on", value=False)

@@ -10,6 +10,7 @@ from models import teaching
 from views import hosting, shared
 from viz import numbers as nb
 from viz import positions as vp
+from viz.text import plotly_text
 
 t = shared.t
 L = shared.lang()
@@ -141,7 +142,7 @@ def _pick(x: np.ndarray) -> np.ndarray:
 
 a_m, b_m = _pick(wo.attn_a), _pick(wo.attn_b)
 shared.plotly_chart(vp.word_order_figure(wo.words, a_m, b_m, a_m - b_m,
-                                     titles=(f"A: {text_a}", f"B: {text_b}", "A − B"),
+                                     titles=(f"A: {plotly_text(text_a)}", f"B: {plotly_text(text_b)}", "A − B"),
                                      query_title=t("pos_query_word"), key_title=t("pos_key_word")), key="pos_wo")
 st.metric(t("pos_mean_abs_diff"), nb.num(float(np.abs(a_m - b_m).mean()), 4, L))
 st.caption(t("pos_wo_caption"))

@@ -147,7 +147,7 @@ def _preset_from_importance(name, stacks, text, mode):
     try:
         scores = _importance(name, text, kind)
     except models.DikkatError as exc:
-        st.session_state["prune_preset_error"] = str(exc)
+        st.session_state["prune_preset_error"] = shared.error_text(exc)
         return
     if mode == "keep_one":
         off = set()

@@ -82,7 +82,7 @@ shown_labels = [f"k{j} · {k_labels[j]}" for j in shown]
 
 # ---- 1. q, k, v ---------------------------------------------------------------------------------
 st.header(t("qkv_s1"))
-st.markdown(t("qkv_s1_text", source=steps.source, d=steps.head_dim, dmodel=lc.hidden.shape[1]))
+st.markdown(t("qkv_s1_text", source=shared.Md(steps.source), d=steps.head_dim, dmodel=lc.hidden.shape[1]))
 if steps.kv_heads < steps.heads:
     group = steps.heads // steps.kv_heads
     first = steps.kv_head * group

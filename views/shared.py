@@ -9,9 +9,7 @@ views and other results of every page share one cache bounded by bytes (:data:`C
 from __future__ import annotations
 
 import functools
-import gc
 import json
-import threading
 import re
 import time
 from collections import OrderedDict
@@ -59,10 +57,14 @@ class Md(str):
     """A string that is markdown on purpose (the app's own): :func:`t` inserts it as it is."""
 
 
-# What makes text markdown or HTML in Streamlit: emphasis, code, links and images ([...](...)), HTML tags
-# and autolinks (<...>), headings, tables, strike-through, LaTeX ($), directives and icons (:red[...],
-# :material/...:), bare URLs (GFM autolinks "http://" and "www.") and the backslash itself.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~$:])|(?<=www)(\.)", re.IGNORECASE)
+# What makes text markdown or HTML in Streamlit: emphasis, code, links and images ([...](...), ![...]), HTML
+# tags, entities (&lt;) and autolinks (<...>, www., e-mail addresses), headings, tables, strike-through,
+# LaTeX ($), directives and icons (:red[...], :material/...:), and the backslash itself; at the start of a
+# line also list items (-, +, 1.) and setext underlines (=). CommonMark lets a backslash escape any ASCII
+# punctuation; only these are escaped, so the markdown source stays readable.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~$:&@!])|(?<=www)(\.)", re.IGNORECASE)
+# a list item's marker is followed by a space (or ends the line); a setext underline is the whole line
+_MD_LINE_START = re.compile(r"(?m)^([ \t]*)((?:[-+]|\d{1,9}[.)])(?=[ \t]|$)|[-=]+[ \t]*$)")
 
 
 def md(text) -> Md:
@@ -71,13 +73,21 @@ def md(text) -> Md:
     the same characters and never as a link, image, HTML, formatting or LaTeX. Newlines are kept."""
     if isinstance(text, Md):
         return text
-    return Md(_MD_SPECIAL.sub(lambda m: "\\" + (m.group(1) or m.group(2)), str(text)))
+    text = _MD_SPECIAL.sub(lambda m: "\\" + (m.group(1) or m.group(2)), str(text))
+    return Md(_MD_LINE_START.sub(lambda m: m.group(1) + _escape_marker(m.group(2)), text))
+
+
+def _escape_marker(marker: str) -> str:
+    """``-`` -> ``\\-``, ``12.`` -> ``12\\.``, ``===`` -> ``\\===``."""
+    if marker[0].isdigit():
+        return marker[:-1] + "\\" + marker[-1]
+    return "\\" + marker
 
 
 def t(key: str, **fmt) -> str:
     """UI string ``key`` in the current language (English if the Turkish one is missing), for markdown
-    (``st.markdown``, captions, messages, labels). String arguments are shown as text (:func:`md`), unless
-    marked :class:`Md`; numbers are written in the language's style (decimal comma and thousands dot in
+    (``st.markdown``, captions, messages, labels). Arguments other than numbers are shown as text
+    (:func:`md`), unless marked :class:`Md`; numbers are written in the language's style (decimal comma and thousands dot in
     Turkish). For a place that is not markdown (a figure's title, a table's header) use :func:`t_plain`."""
     return _t(key, fmt, escape=True)
 
@@ -94,7 +104,8 @@ def _t(key: str, fmt: dict, escape: bool) -> str:
     text = entry.get(lang()) or entry.get("en") or key
     if not fmt:
         return Md(text) if escape else text
-    fmt = {k: (md(v) if escape and isinstance(v, str) else v) for k, v in fmt.items()}
+    # every argument but a number is shown as text (a str, a Path, a list of names ...)
+    fmt = {k: (md(v) if escape and not isinstance(v, (int, float, np.number)) else v) for k, v in fmt.items()}
     if lang() != "en":
         fmt = {k: _LocalNumber(v, lang()) if isinstance(v, (float, np.floating)) else v for k, v in fmt.items()}
     return Md(text.format(**fmt)) if escape else text.format(**fmt)
@@ -138,17 +149,29 @@ def dataframe(data, *, decimals: int | dict | None = None, container=None, **kwa
     return (container or st).dataframe(data, **kwargs)
 
 
+def message(text: str) -> Md:
+    """An engine message (an exception's text, a reason the engine gave) ready for markdown: server paths
+    scrubbed in classroom mode (:func:`hosting.scrub`), then shown as text (:func:`md`)."""
+    return md(hosting.scrub(str(text)))
+
+
+def model_name(loaded: models.LoadedModel) -> str:
+    """The name a page shows for ``loaded``: its catalog key or hub id, or in classroom mode the teacher's name
+    for a folder (never the folder's path)."""
+    return hosting.scrub(loaded.name)
+
+
 def error_text(exc: models.DikkatError) -> str:
     """An engine error as the interface shows it: the engine's own message in English; in Turkish, a
     translated headline chosen by the exception's class (the nearest class in its MRO with one), followed by
     the engine's message, which names the model or input at fault."""
-    detail = hosting.scrub(str(exc))
+    detail = message(str(exc))
     for cls in type(exc).__mro__:
         entry = _strings().get(f"err_{cls.__name__}")
         if entry is not None:
             headline = entry.get(lang())
-            return t("err_detail", headline=headline, detail=detail) if headline else md(detail)
-    return md(detail)
+            return t("err_detail", headline=headline, detail=detail) if headline else detail
+    return detail
 
 
 def show_error(exc: models.DikkatError) -> None:
@@ -202,34 +225,11 @@ def cached(fn):
     return wrapper
 
 
-_FROZEN: set[int] = set()
-_FROZEN_LOCK = threading.Lock()
-
-
-def freeze_heap(owner=None) -> None:
-    """Move every object alive now into the garbage collector's permanent generation (``gc.freeze``), once per
-    ``owner`` (a loaded model; None = the libraries imported at start).
-
-    Streamlit runs a full collection after every script run (``runner.postScriptGC``), which walks every
-    tracked object: with torch, transformers and a model loaded that is ~0.35 s under the GIL per rerun,
-    and a class of 30 queued behind it (bench/classroom.py: N=30 median 9.6 s). Frozen objects are skipped
-    by collections and still freed by reference counting; a collection first, so no garbage is frozen."""
-    key = id(owner)
-    with _FROZEN_LOCK:
-        if key in _FROZEN:
-            return
-        _FROZEN.add(key)
-        gc.collect()
-        gc.freeze()
-
-
 def get_model(name: str) -> models.LoadedModel:
     """``models.load`` of the model a page names (:func:`hosting.source`: in classroom mode only the catalog and
     the teacher's list, else :class:`models.ModelNotAllowedError`): cached per process (bounded by bytes) and
     shared by all sessions."""
-    loaded = models.load(hosting.source(name))
-    freeze_heap(loaded.model)
-    return loaded
+    return models.load(hosting.source(name))
 
 
 def get_analysis(name: str, text: str, text_pair: str | None = None, target: str | None = None,
@@ -273,7 +273,7 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
         show_error(exc)
         return None
     except OSError as exc:  # a folder or hub id transformers cannot read
-        reason = hosting.scrub(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+        reason = message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         st.error(t("load_failed", model=name, reason=reason))
         return None
     elapsed = time.perf_counter() - start
@@ -287,7 +287,7 @@ def reads_text(loaded: models.LoadedModel) -> bool:
     """True for a text model; for a speech model (input features, e.g. Whisper) show why a text page cannot use
     it and where its attention is shown instead, and return False."""
     if getattr(loaded.model, "main_input_name", "input_ids") == "input_features":
-        st.info(t("speech_model_no_text", model=loaded.name))
+        st.info(t("speech_model_no_text", model=model_name(loaded)))
         return False
     return True
 
@@ -457,8 +457,9 @@ def sidebar() -> Selection:
         if st.session_state["model_key"] in models.CATALOG:
             spec = models.get_spec(st.session_state["model_key"])
             state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
-            st.caption(md(f"{spec_text(spec, 'title')} · {t(f'teach_family_{spec.family}')} · {spec.layers}×{spec.heads} · "
-                          f"{spec_text(spec, 'languages')} · {t('licence')}: {spec_text(spec, 'licence')} · {state}"))
+            st.caption(" · ".join([md(spec_text(spec, "title")), t(f"teach_family_{spec.family}"),
+                                   f"{spec.layers}×{spec.heads}", md(spec_text(spec, "languages")),
+                                   f"{t('licence')}: {md(spec_text(spec, 'licence'))}", state]))
         else:
             st.caption(t("classroom_teacher_model_note"))
         custom = ""

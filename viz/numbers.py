@@ -17,9 +17,13 @@ def localise(text: str, lang: str) -> str:
 
 def num(value: float, decimals: int = 3, lang: str = "en", *, sign: bool = False) -> str:
     """``value`` with ``decimals`` decimals and thousands separators in ``lang`` (``en`` or ``tr``);
-    ``sign=True`` writes a leading + for positive values."""
+    ``sign=True`` writes a leading + for positive values. A value that rounds to zero is written as zero,
+    never ``-0.000`` (a student reads a minus sign as a change)."""
     spec = f"{'+' if sign else ''},.{decimals}f"
-    return localise(format(float(value), spec), lang)
+    value = float(value)
+    if value == value and abs(value) != float("inf"):  # finite: -0.0000001 -> 0.0, and -0.0 -> 0.0
+        value = round(value, decimals) + 0.0
+    return localise(format(value, spec), lang)
 
 
 def integer(value: int, lang: str = "en") -> str:
