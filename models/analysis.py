@@ -63,7 +63,10 @@ class Token:
         text: the exact substring of the input it covers (``input[start:end]``), "" for special tokens
             and for the second piece of a character split over two byte-level tokens.
         start, end: character offsets into its segment's text (end exclusive).
-        special: True for tokens the tokenizer added ([CLS], [SEP], <s>, </s>, BOS ...).
+        special: True for the tokenizer's control tokens ([CLS], [SEP], <s>, </s>, BOS ...): those it added
+            (empty span) and those typed in the text, which the tokenizer turns into the same token (their
+            span is kept: :attr:`typed`). The unknown and mask tokens are not control tokens: a typed
+            ``[MASK]`` is a word to fill.
         id: vocabulary id.
         piece: the tokenizer's raw token string (byte-level form such as ``Ä±``; never shown as a label).
         segment: 0 for ``text``/``target``, 1 for ``text_pair``.
@@ -76,6 +79,11 @@ class Token:
     id: int
     piece: str
     segment: int = 0
+
+    @property
+    def typed(self) -> bool:
+        """A special token that was typed in the text (``[SEP]``, ``<|endoftext|>``): it covers characters."""
+        return self.special and self.end > self.start
 
     @property
     def label(self) -> str:
@@ -310,6 +318,7 @@ def tokens_from_encoding(enc: dict, texts: list[str], tokenizer, index: int = 0)
     seq_ids = enc.sequence_ids(index) if hasattr(enc, "sequence_ids") else [0] * len(ids)
     type_ids = enc["token_type_ids"][index] if "token_type_ids" in enc else None
     pieces = tokenizer.convert_ids_to_tokens(ids)
+    control = control_token_ids(tokenizer)
     tokens: list[Token] = []
     last_end = {0: 0, 1: 0}
     previous_segment = 0
@@ -327,9 +336,25 @@ def tokens_from_encoding(enc: dict, texts: list[str], tokenizer, index: int = 0)
         start = max(int(start), last_end[segment])
         end = max(int(end), start)
         text = texts[segment][start:end]
-        tokens.append(Token(text, start, end, False, int(tid), piece, segment))
+        # a control token typed in the text ("[SEP]" becomes the real [SEP]): special, with its span
+        typed = int(tid) in control and end > start and text.strip() == str(piece).strip()
+        tokens.append(Token(text, start, end, typed, int(tid), piece, segment))
         last_end[segment] = end
     return tokens
+
+
+def control_token_ids(tokenizer) -> frozenset[int]:
+    """The ids of the tokenizer's control tokens: its special tokens (``all_special_ids`` and added tokens
+    marked special) but the mask token, unless it also serves as BOS, EOS, SEP, CLS or padding. A token
+    with one of these ids counts as typed only where the text spells it out (an ``[UNK]`` standing for
+    characters the vocabulary lacks does not; smollm2's ``<|endoftext|>``, its unknown token, typed does)."""
+    ids = set(getattr(tokenizer, "all_special_ids", None) or ())
+    ids |= {i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items() if getattr(t, "special", False)}
+    roles = {getattr(tokenizer, f"{r}_token_id", None) for r in ("bos", "eos", "sep", "cls", "pad")}
+    mask = getattr(tokenizer, "mask_token_id", None)
+    if mask not in roles:
+        ids.discard(mask)
+    return frozenset(int(i) for i in ids if isinstance(i, int))
 
 
 def group_words(tokens: list[Token], texts: list[str]) -> list[Word]:
@@ -730,6 +755,10 @@ def analyze(
         enc = enc_full
     truncated = max(0, n_full - len(enc["input_ids"]))
     tokens = tokens_from_encoding(_batched(enc), texts, tok)
+    for segment, what in enumerate(("text", "text_pair")[:len(texts)]):
+        if not any(x.end > x.start for x in tokens if x.segment == segment):  # e.g. only NUL characters
+            raise EmptyTextError(f"The {what} has no character the model reads: its tokenizer drops every one "
+                                 "(control characters such as NUL).")
     words = group_words(tokens, texts)
     input_ids = torch.tensor([enc["input_ids"]], device=model.device)
     inputs = {"input_ids": input_ids}

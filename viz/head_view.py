@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import colorsys
 import html
+import re
 import json
 from pathlib import Path
 from typing import Sequence
@@ -144,6 +145,15 @@ def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12, width_px: int 
     return int(12 + 32 * control_rows + TOP + 18 * n_notes + ROW_H * n_rows + 40)
 
 
+# characters XML 1.0 cannot hold, even as references (C0 controls but tab/newline/CR, surrogates, U+FFFE/F)
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text) -> str:
+    """``text`` escaped for SVG/XML, a character XML cannot hold (a typed NUL) shown as U+FFFD."""
+    return html.escape(_NOT_XML.sub("\ufffd", str(text)))
+
+
 def head_view_svg(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                   head_names: Sequence[str], title: str = "", notes: Sequence[str] = (),
                   heads: Sequence[int] | None = None) -> str:
@@ -167,7 +177,7 @@ def head_view_svg(weights: np.ndarray, query_labels: Sequence[str], key_labels: 
     width = 2 * COL_W + GAP_W
     height = top + ROW_H * max(nq, nk) + 10
     x1, x2 = COL_W, COL_W + GAP_W
-    esc = html.escape
+    esc = _xml_text
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Noto Sans, Arial, sans-serif" font-size="13">',
            f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
