@@ -53,3 +53,63 @@ def test_head_view_svg_is_valid_xml_with_a_nul_in_a_label():
     root = ET.fromstring(svg)  # raised "not well-formed (invalid token)" before
     texts = [el.text for el in root.iter("{http://www.w3.org/2000/svg}text")]
     assert "a\ufffdb" in texts and "<c>" in texts and "d&e" in texts
+
+
+# ---------------------------------------------------------------- the pages
+
+def _explore(**state):
+    from streamlit.testing.v1 import AppTest
+    from test_hosting_app import APP
+
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_explore_says_when_control_tokens_were_typed():
+    at = _explore(model_key="minilm-l6", text="the cat [SEP] sat")
+    notes = [i.value for i in at.info if "Typed control tokens" in i.value]
+    assert notes and "\\[SEP\\]" in notes[0]
+    assert not [i for i in _explore(model_key="minilm-l6", text="the cat sat").info if "Typed control" in i.value]
+
+
+def test_summary_view_has_no_controls_that_do_nothing():
+    """In the summary table the layer slider and the image format did nothing and "Shown matrix as CSV"
+    exported a heatmap nobody saw: they are inactive / gone there, and active in the heatmap view."""
+    at = _explore(model_key="minilm-l6", text="the cat sat", view="summary")
+    assert at.slider(key="layer").disabled
+    assert not [b for b in at.get("download_button") if b.key == "dl_csv"]
+    at = _explore(model_key="minilm-l6", text="the cat sat", view="heatmap")
+    assert not at.slider(key="layer").disabled
+    assert [b for b in at.get("download_button") if b.key == "dl_csv"]
+
+
+def test_missing_statistics_are_a_dash_not_none():
+    """"None" in the summary's same-word column of an English sentence (no word split into pieces)."""
+    import pandas as pd
+    from pandas.io.formats.style import Styler
+
+    from views import shared
+
+    shown = {}
+
+    class Sink:
+        def dataframe(self, data, **kwargs):
+            shown["data"] = data
+
+    shared.dataframe(pd.DataFrame({"same_word": [float("nan"), 0.25]}), decimals=3, container=Sink())
+    assert isinstance(shown["data"], Styler)
+    html = shown["data"].to_html()
+    assert "—" in html and "0.250" in html and "None" not in html and "nan" not in html
+    shared.dataframe(pd.DataFrame({"same_word": [0.5, 0.25]}), decimals=3, container=Sink())
+    assert isinstance(shown["data"], pd.DataFrame)  # numbers only: Streamlit's own number column
+
+
+def test_model_picker_labels_fit_the_sidebar():
+    from views import shared
+
+    for spec in models.list_models():
+        assert len(shared._catalog_label(spec.key)) <= 32, shared._catalog_label(spec.key)

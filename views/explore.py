@@ -249,6 +249,9 @@ if analysis is None:
     st.stop()
 
 stacks = list(analysis.attentions)
+typed = [x.label for x in analysis.tokens + (analysis.target_tokens or []) if x.typed]
+if typed:  # the tokenizer made them the model's own control tokens: say so (issue 13)
+    st.info(t("typed_special", tokens=" · ".join(dict.fromkeys(typed))))
 for missing, why in analysis.missing_stacks.items():  # never a silent gap: which stack is not shown, and why
     st.warning(t("missing_stack", stack=t(f"stack_{missing}")) + " " + shared.message(why))
 top = st.columns([3, 1])
@@ -313,7 +316,9 @@ with sel_cols[0]:
     shared.url_init("layer", kind=int)
     _clamp("layer", n_layers)
     if n_layers > 1:
-        st.slider(t("rollout_layer") if mode == "rollout" else t("layer"), 0, n_layers - 1, value=0, key="layer")
+        # drawn in every view (a widget that is not drawn forgets its value), inactive in the summary table
+        st.slider(t("rollout_layer") if mode == "rollout" else t("layer"), 0, n_layers - 1, value=0, key="layer",
+                  disabled=view == "summary")
     shared.url_sync("layer", 0)
     if analysis.layer_labels.get(stack):
         st.caption(t("hybrid_layers", blocks=", ".join(map(str, analysis.layer_labels[stack]))))
@@ -329,7 +334,7 @@ head = int(st.session_state.get("head") or 0) if n_heads > 1 else 0
 with sel_cols[2]:
     shared.url_init("img_fmt", ["PNG", "SVG"])
     st.segmented_control(t("image_format"), ["PNG", "SVG"], key="img_fmt", required=True, default="PNG",
-                         help=t("image_format_help"))
+                         help=t("image_format_help"), disabled=view == "summary")
     shared.url_sync("img_fmt", "PNG")
 fmt = (st.session_state.get("img_fmt") or "PNG").lower()
 
@@ -391,7 +396,7 @@ with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
         st.markdown(t("words_line") + " " + shared.md(" · ".join(prep.q_labels)))
 
 stem = f"dikkat_{sel.model.replace('/', '_')}_{stack}_L{layer}" + (f"_H{head}" if n_heads > 1 else f"_{mode}")
-matrix = prep.weights[p_layer, p_head] if prep is not None else None
+matrix = prep.weights[p_layer, p_head] if prep is not None and view != "summary" else None
 nq, nk = (len(prep.q_labels), len(prep.k_labels)) if prep is not None else (len(q_tokens), len(k_tokens))
 matrix_q, matrix_k = (prep.q_labels, prep.k_labels) if prep is not None else ([], [])
 

@@ -134,16 +134,18 @@ def dataframe(data, *, decimals: int | dict | None = None, container=None, **kwa
         kwargs: passed to ``st.dataframe`` (``column_config``, ``on_select`` ...).
 
     English uses ``column_config`` number formats; Turkish a pandas Styler whose display values use the
-    decimal comma and the thousands dot (``0,4185``, ``7.780,3``), which plain number columns cannot.
+    decimal comma and the thousands dot (``0,4185``, ``7.780,3``), which plain number columns cannot. A
+    missing value (NaN: a statistic with no query to average) is shown as "—" in both (Streamlit wrote
+    "None").
     """
     floats = list(data.select_dtypes("floating").columns)
     per = decimals if isinstance(decimals, dict) else {c: decimals for c in floats if decimals is not None}
-    if lang() == "en":
+    if lang() == "en" and not data[floats].isna().any().any():
         config = {c: st.column_config.NumberColumn(format=f"%.{d}f") for c, d in per.items()}
         kwargs["column_config"] = {**config, **(kwargs.get("column_config") or {})}
-    elif floats:
+    elif floats:  # Turkish, or a statistic with no value (NaN): "—", not "None"
         def formatter(d):
-            return lambda v: "" if v != v else (nb.num(v, d, lang()) if d is not None else nb.localise(f"{v:,.6g}", lang()))
+            return lambda v: "—" if v != v else (nb.num(v, d, lang()) if d is not None else nb.localise(f"{v:,.6g}", lang()))
 
         data = data.style.format({c: formatter(per.get(c)) for c in floats})
     return (container or st).dataframe(data, **kwargs)
@@ -389,7 +391,8 @@ def _catalog_label(key: str) -> str:
     on the next run, resetting the model to the first entry. The caption under the picker is translated."""
     spec = models.get_spec(key)
     mark = "" if spec.installed else " ✗"
-    return f"{key} · {spec.family} · {spec.params_m:.0f}M · {spec.languages}{mark}"
+    # short enough for the sidebar (family and languages are in the caption under it)
+    return f"{key} · {spec.params_m:.0f}M{mark}"
 
 
 def _model_chosen() -> None:
