@@ -135,17 +135,24 @@ def dataframe(data, *, decimals: int | dict | None = None, container=None, **kwa
 
     English uses ``column_config`` number formats; Turkish a pandas Styler whose display values use the
     decimal comma and the thousands dot (``0,4185``, ``7.780,3``), which plain number columns cannot. A
-    missing value (NaN: a statistic with no query to average) is shown as "—" in both (Streamlit wrote
-    "None").
+    column with no value at all (NaN: a statistic with no query to average) is shown as "—" in both
+    (Streamlit writes a NaN cell as "None").
     """
     floats = list(data.select_dtypes("floating").columns)
+    # a column with no value at all (a statistic no query has): "—"; Streamlit shows a NaN cell as "None",
+    # whatever a Styler says
+    empty = [c for c in floats if data[c].isna().all()]
+    if empty:
+        data = data.assign(**{c: "—" for c in empty})
+        floats = [c for c in floats if c not in empty]
     per = decimals if isinstance(decimals, dict) else {c: decimals for c in floats if decimals is not None}
-    if lang() == "en" and not data[floats].isna().any().any():
+    per = {c: d for c, d in per.items() if c not in empty}
+    if lang() == "en":
         config = {c: st.column_config.NumberColumn(format=f"%.{d}f") for c, d in per.items()}
         kwargs["column_config"] = {**config, **(kwargs.get("column_config") or {})}
-    elif floats:  # Turkish, or a statistic with no value (NaN): "—", not "None"
+    elif floats:
         def formatter(d):
-            return lambda v: "—" if v != v else (nb.num(v, d, lang()) if d is not None else nb.localise(f"{v:,.6g}", lang()))
+            return lambda v: "" if v != v else (nb.num(v, d, lang()) if d is not None else nb.localise(f"{v:,.6g}", lang()))
 
         data = data.style.format({c: formatter(per.get(c)) for c in floats})
     return (container or st).dataframe(data, **kwargs)
