@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 import pytest
 from playwright.sync_api import sync_playwright
@@ -80,7 +80,8 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
         page.on("request", lambda r: requests.append((r.url, r.resource_type)))
-        page.goto(app_url + "/", timeout=120_000)
+        # a link that carries the Turkish sentence (English's own first sentence is English)
+        page.goto(app_url + "/?text=" + quote("Kedi fareyi kovaladı"), timeout=120_000)
 
         # head view: an iframe whose inline script draws an SVG with the tokens in two columns
         frame = page.frame_locator("iframe").first

@@ -19,8 +19,12 @@ VIEWS = ["head", "model", "heatmap", "summary"]
 OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout"]
 
 
-def run_app(state: dict | None = None, query: dict | None = None) -> AppTest:
+def run_app(state: dict | None = None, query: dict | None = None, sentence: str | None = SENTENCE) -> AppTest:
+    """The app after one run; the sentence is SENTENCE unless ``state``/``query`` set one or ``sentence`` is
+    None (the language's default sentence)."""
     at = AppTest.from_file(APP, default_timeout=300)
+    if sentence is not None and "text" not in (state or {}) and "text" not in (query or {}):
+        at.session_state["text"] = sentence
     for k, v in (state or {}).items():
         at.session_state[k] = v
     if query:
@@ -58,8 +62,27 @@ def non_special(labels: list[str]) -> list[str]:
     return [x for x in labels if not (x.startswith("[") and x.endswith("]")) and x not in ("<s>", "</s>")]
 
 
+def test_first_screen_shows_a_sentence_the_default_model_reads(monkeypatch):
+    """English: minilm-l6 (English only) on an English sentence, whole words; it showed the Turkish sentence
+    as "Ked·i·fare·yi·ko·val·ad·ı". Turkish: multilingual-e5-small on the Turkish sentence. An untouched
+    default follows a language switch; a typed sentence does not."""
+    at = run_app(sentence=None)
+    assert at.session_state["model_key"] == "minilm-l6"
+    assert at.sidebar.text_area(key="text").value == "The cat chased the mouse."
+    assert head_view_data(at)["q"] == ["[CLS]", "The", "cat", "chased", "the", "mouse", ".", "[SEP]"]  # as typed
+    assert "text" not in at.query_params  # the default is not written into the link
+    at.sidebar.radio(key="lang").set_value("tr").run()
+    assert at.sidebar.text_area(key="text").value == SENTENCE
+    assert at.session_state["model_key"] == models.default_model_for_language("tr")
+    at = run_app({"lang": "tr"}, sentence=None)
+    assert at.sidebar.text_area(key="text").value == SENTENCE
+    at = run_app(sentence="my own words")
+    at.sidebar.radio(key="lang").set_value("tr").run()
+    assert at.sidebar.text_area(key="text").value == "my own words"
+
+
 def test_app_runs_on_default_model_with_the_sentence_own_characters():
-    """Default: minilm-l6, "Kedi fareyi kovaladı", head view; the labels rejoin to the input, "ı" not "Ä±"."""
+    """minilm-l6, "Kedi fareyi kovaladı", head view; the labels rejoin to the input, "ı" not "Ä±"."""
     at = run_app()
     assert at.session_state["model_key"] == "minilm-l6"
     assert at.sidebar.text_area[0].value == SENTENCE

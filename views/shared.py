@@ -324,6 +324,15 @@ class Selection:
 
 
 DEFAULT_TEXT = "Kedi fareyi kovaladı"
+# The first sentence a class sees, in the interface language, so the default model of that language reads it
+# well (the English default model, minilm-l6, is English-only: the Turkish sentence came out as
+# "Ked·i·fare·yi·ko·val·ad·ı").
+DEFAULT_TEXTS = {"tr": DEFAULT_TEXT, "en": "The cat chased the mouse."}
+
+
+def default_text(language: str | None = None) -> str:
+    """The default sentence of ``language`` (the interface language when None)."""
+    return DEFAULT_TEXTS.get(language or lang(), DEFAULT_TEXT)
 
 
 def url_init(key: str, options=None, kind: type = str) -> None:
@@ -437,6 +446,8 @@ def _language_changed() -> None:
             st.session_state[key] = value
     if not st.session_state.get("_model_chosen_by_user") and not st.query_params.get("model_key"):
         st.session_state["model_key"] = models.default_model_for_language(st.session_state.get("lang", "en"))
+    if st.session_state.get("text") in DEFAULT_TEXTS.values():  # an untouched default follows the language
+        st.session_state["text"] = default_text(st.session_state.get("lang", "en"))
 
 
 def _use_example() -> None:
@@ -491,9 +502,10 @@ def sidebar() -> Selection:
         url_init("text")
         if isinstance(st.session_state.get("text"), str):  # a link's text, cut like a typed one
             st.session_state["text"] = hosting.clip(st.session_state["text"])
-        st.text_area(t("sentence"), value=DEFAULT_TEXT, key="text", help=t("sentence_help"),
-                     max_chars=hosting.current().max_chars)
-        url_sync("text", DEFAULT_TEXT)
+        if "text" not in st.session_state:  # the language's own default sentence (set once, like the model)
+            st.session_state["text"] = default_text()
+        st.text_area(t("sentence"), key="text", help=t("sentence_help"), max_chars=hosting.current().max_chars)
+        url_sync("text", default_text())
         st.session_state["_device_slot"] = st.empty()
     return Selection(model=custom or st.session_state["model_key"], text=hosting.clip(st.session_state.get("text", "")),
                      lang=lang())
