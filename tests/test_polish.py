@@ -112,3 +112,27 @@ def test_model_picker_labels_fit_the_sidebar():
 
     for spec in models.list_models():
         assert len(shared._catalog_label(spec.key)) <= 32, shared._catalog_label(spec.key)
+
+
+def test_cost_log_axis_labels_powers_of_ten_only():
+    """The cost page's log axis read "5, 2, 0.01, 5, 2, 0.001": labels at 2 and 5 of every decade."""
+    from viz.cost import cost_curves
+
+    fig = cost_curves({"t": ([128, 256, 512], [0.001, 0.004, 0.016])}, x_title="n", y_title="s", title="x", log=True)
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1
+    assert cost_curves({"t": ([1, 2], [1, 2])}, x_title="n", y_title="s", title="x", log=False).layout.yaxis.dtick is None
+
+
+def test_pruning_table_headers_and_the_device_line_read_as_words():
+    """A stray "probability ·" header (two columns told apart by a trailing character) and a device line of
+    jargon ("capture: interface · encoder 12×12") that stayed English in Turkish."""
+    at = _explore(model_key="smollm2-135m", text="The cat sat on the", lang="tr")
+    at.switch_page("views/pruning.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    headers = [list(df.value.columns) for df in at.dataframe]
+    assert ["sıra", "tüm kafalar açık", "olasılık (tüm kafalar açık)", "kafalar kapalıyken",
+            "olasılık (kafalar kapalıyken)"] in headers
+    line = next(c.value for c in at.sidebar.caption if c.value.startswith("Aygıt"))
+    assert "birebir" in line and "kod çözücü öz-dikkati 30×9" in line and "3 anahtar/değer kafası" in line
+    assert "interface" not in line and "capture" not in line

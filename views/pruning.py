@@ -87,6 +87,12 @@ def _shown(token: str) -> str:
     return "␣" * lead + stripped + "␣" * trail if stripped else "␣" * len(text)
 
 
+def _prob_header(side: str) -> str:
+    """A probability column's header, naming its side ("probability (all heads on)"): a table header is
+    plain text (no markdown escapes) and two columns may not share a name."""
+    return f"{shared.t_plain('prune_prob')} ({shared.t_plain(side)})"
+
+
 def _continued(prompt: str, continuation: str) -> str:
     """Markdown: the prompt as typed, an arrow, then the continuation in bold (newlines as ⏎)."""
     cont = continuation.replace("\n", " ⏎ ").strip()
@@ -250,9 +256,9 @@ with right:
             shared.dataframe(pd.DataFrame({
                 t("prune_rank"): np.arange(1, nb.ids.shape[1] + 1),
                 f"{t('prune_before')}": [_shown(s) for s in nb.tokens[-1]],
-                f"{t('prune_prob')} ·": np.round(nb.probs[-1], 4),
+                _prob_header("prune_before"): np.round(nb.probs[-1], 4),
                 f"{t('prune_after')}": [_shown(s) for s in na.tokens[-1]],
-                f"{t('prune_prob')} ": np.round(na.probs[-1], 4),
+                _prob_header("prune_after"): np.round(na.probs[-1], 4),
             }), decimals=4, hide_index=True, width="stretch")
             st.markdown(f"**{t('prune_continuation')}**")
             try:
@@ -282,9 +288,9 @@ with right:
                 shared.dataframe(pd.DataFrame({
                     t("prune_rank"): np.arange(1, fills.ids.shape[1] + 1),
                     t("prune_before"): [_shown(s) for s in fills.tokens[0]],
-                    f"{t('prune_prob')} ·": np.round(fills.probs[0], 4),
+                    _prob_header("prune_before"): np.round(fills.probs[0], 4),
                     t("prune_after"): [_shown(s) for s in fills_after.tokens[0]],
-                    f"{t('prune_prob')} ": np.round(fills_after.probs[0], 4),
+                    _prob_header("prune_after"): np.round(fills_after.probs[0], 4),
                 }), decimals=4, hide_index=True, width="stretch")
         elif loaded.head == "none":
             cos = float(pruning.cosine(before.embedding, after.embedding))

@@ -265,10 +265,10 @@ def _show_device(loaded: models.LoadedModel) -> None:
     slot = st.session_state.get("_device_slot")
     if slot is None:
         return
-    kv = f" · {loaded.num_key_value_heads} KV" if loaded.num_key_value_heads else ""
-    shape = ", ".join(f"{stack} {layers}×{heads}" for stack, (layers, heads) in loaded.stacks.items())
+    kv = f" · {t('device_kv_heads', n=loaded.num_key_value_heads)}" if loaded.num_key_value_heads else ""
+    shape = ", ".join(f"{t(f'stack_{stack}')} {layers}×{heads}" for stack, (layers, heads) in loaded.stacks.items())
     slot.caption(t("device_line", device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
-                   path=loaded.capture_path, shape=shape + kv))
+                   path=Md(t(f"capture_{loaded.capture_path}")), shape=Md(md(shape) + kv)))
 
 
 def load_model_ui(name: str) -> models.LoadedModel | None:

@@ -36,7 +36,8 @@ def cost_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *
     ns = sorted({float(n) for _, (xs, _) in series.items() for n in xs})
     fig.update_xaxes(title_text=x_title, type=axis, tickmode="array", tickvals=ns,
                      ticktext=[f"{n:g}" for n in ns])
-    fig.update_yaxes(title_text=y_title, type=axis, **({"dtick": "D2"} if log else {}))
+    # a log axis labels each power of ten only ("D2" also labelled 2 and 5 of every decade: "5, 2, 0.01, 5, 2")
+    fig.update_yaxes(title_text=y_title, type=axis, **({"dtick": 1} if log else {}))
     fig.update_layout(title=dict(text=title), height=400, margin=dict(l=10, r=10, t=40, b=10),
                       legend=dict(orientation="h", y=-0.3, x=0.5, xanchor="center", yanchor="top"))
     return fig
