@@ -136,3 +136,15 @@ def test_pruning_table_headers_and_the_device_line_read_as_words():
     line = next(c.value for c in at.sidebar.caption if c.value.startswith("Aygıt"))
     assert "birebir" in line and "kod çözücü öz-dikkati 30×9" in line and "3 anahtar/değer kafası" in line
     assert "interface" not in line and "capture" not in line
+
+
+def test_an_unchanged_difference_panel_is_white_with_no_negative_zero():
+    """"A − B" when nothing changed showed a ±1µ colour bar and cells reading -0.00."""
+    from viz.positions import DIFF_FLOOR, word_order_figure
+
+    a = np.array([[1.0, 0.0], [0.5, 0.5]])
+    fig = word_order_figure(["x", "y"], a, a, np.array([[-1e-9, 0.0], [1e-9, -0.0]]), titles=("A", "B", "A − B"),
+                            query_title="q", key_title="k")
+    diff = fig.data[2]
+    assert (diff.zmin, diff.zmax) == (-DIFF_FLOOR, DIFF_FLOOR)
+    assert not (np.signbit(np.asarray(diff.text, dtype=float)) & (np.asarray(diff.text, dtype=float) == 0)).any()

@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from .text import plotly_labels
 
+DIFF_FLOOR = 0.05  # attention weight: the smallest half-range of a difference panel's colours
 DIVERGING = "RdBu_r"
 
 
@@ -149,12 +150,15 @@ def word_order_figure(words: Sequence[str], a: np.ndarray, b: np.ndarray, diff: 
     """
     w = list(words)
     fig = make_subplots(rows=1, cols=3, subplot_titles=list(titles), horizontal_spacing=0.08)
-    dr = float(max(np.abs(diff).max(initial=0.0), 1e-6))
+    # the colour range never shrinks below ±0.05 of attention weight: an unchanged map is white, not a
+    # ±1e-6 colour bar that paints rounding noise as a difference
+    dr = float(max(np.abs(diff).max(initial=0.0), DIFF_FLOOR))
     for c, (m, scale, kw) in enumerate(((a, "Blues", dict(zmin=0, zmax=1)), (b, "Blues", dict(zmin=0, zmax=1)),
                                         (diff, DIVERGING, dict(zmin=-dr, zmax=dr, zmid=0))), 1):
         m = np.asarray(m, dtype=np.float64)
         fig.add_trace(go.Heatmap(z=m, x=np.arange(len(w)), y=np.arange(len(w)), colorscale=scale, showscale=c == 3,
-                                 texttemplate="%{z:+.2f}" if c == 3 else "%{z:.2f}", hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:.4f}}<extra></extra>",
+                                 # cells written from values rounded first, so no "-0.00"
+                                 text=np.round(m, 2) + 0.0, texttemplate="%{text:+.2f}" if c == 3 else "%{text:.2f}", hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:.4f}}<extra></extra>",
                                  **kw), row=1, col=c)
         _ticks(fig, w, "x", row=1, col=c)
         _ticks(fig, w, "y", row=1, col=c)
