@@ -268,13 +268,13 @@ with top[1]:
         shared.url_sync("stack", stacks[0])
 stack = st.session_state.get("stack") if st.session_state.get("stack") in stacks else stacks[0]
 
-opt_cols = st.columns(5)
 labels = {"hide_special": t("opt_hide_special"), "hide_first": t("opt_hide_first"), "words": t("opt_words"),
           "avg": t("opt_avg"), "rollout": t("opt_rollout")}
-for col, key in zip(opt_cols, OPTIONS):
-    with col:
+# one row that wraps: five equal columns cut the longer labels at 1280 px ("Özel parçaları g…")
+with st.container(horizontal=True, gap="small"):
+    for key in OPTIONS:
         shared.url_init(key, kind=bool)
-        st.checkbox(labels[key], key=key, help=t(f"help_{key}"))
+        st.checkbox(labels[key], key=key, help=t(f"help_{key}"), width="content")
         shared.url_sync(key, False)
 options = {k: bool(st.session_state.get(k)) for k in OPTIONS}
 if options["rollout"] and stack == "cross":
