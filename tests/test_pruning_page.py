@@ -193,3 +193,31 @@ def test_speech_model_gets_a_message_not_a_traceback():
     at = _page("whisper-base", "Kedi fareyi kovaladı")
     assert any("reads audio" in i.value for i in at.info)
     assert not at.pills
+
+
+def test_layer_preset_adds_and_heads_off_live_in_the_url(minilm):
+    """"Layer 3 off" then "layer 5 off" leaves both off (the preset replaced the selection); the heads off are
+    in the URL (?off=encoder.3.0,...), so a link or a reload reopens them; junk in it is ignored, and a
+    model switch does not carry them to another model."""
+    at = _page("minilm-l6", "The cat chased the mouse")
+    for layer in (3, 5):
+        at.selectbox(key="prune_layer_pick").set_value(layer).run()
+        at.button(key="prune_btn_layer_off").click().run()
+    _ok(at)
+    assert _off_in_grid(at) == {(layer, h) for layer in (3, 5) for h in range(12)}
+    link = at.query_params["off"]
+    link = link[0] if isinstance(link, list) else link
+    assert link.split(",")[:2] == ["encoder.3.0", "encoder.3.1"] and len(link.split(",")) == 24
+    at.sidebar.selectbox(key="model_key").set_value("multilingual-e5-small").run()
+    _ok(at)
+    assert _off_in_grid(at) == set() and "off" not in at.query_params  # another model: all heads on
+
+    again = AppTest.from_file(APP, default_timeout=300)
+    again.query_params = {"model_key": "minilm-l6", "text": "The cat chased the mouse",
+                          "off": link + ",encoder.99.0,decoder.1.1,x,encoder.2.-1"}
+    again.run()
+    again.switch_page("views/pruning.py")
+    again.run()
+    _ok(again)
+    assert _off_in_grid(again) == {(layer, h) for layer in (3, 5) for h in range(12)}
+    assert _count(again).startswith("24 of 72")

@@ -143,8 +143,26 @@ def _preset_all_on(name, stacks):
 
 
 def _preset_layer_off(name, stacks, stack):
+    """Switch a whole layer off, added to the heads already off (a teacher builds "layers 3 and 5 off")."""
     layer = int(st.session_state.get("prune_layer_pick", 0))
-    _set_off(name, stacks, {(stack, layer, h) for h in range(stacks[stack][1])})
+    _set_off(name, stacks, _get_off(name) | {(stack, layer, h) for h in range(stacks[stack][1])})
+
+
+def _off_to_url(heads) -> str:
+    """``{("decoder", 3, 1), ...}`` -> ``"decoder.3.1,..."`` (the ``?off=`` query parameter)."""
+    return ",".join(f"{s}.{layer}.{h}" for s, layer, h in sorted(heads))
+
+
+def _off_from_url(raw: str, stacks: dict) -> frozenset:
+    """The heads a link's ``?off=`` names, those the model has; anything else in it is ignored."""
+    out = set()
+    for part in str(raw).split(",")[:10_000]:
+        bits = part.strip().split(".")
+        if len(bits) == 3 and bits[0] in stacks and bits[1].isdigit() and bits[2].isdigit():
+            layer, head = int(bits[1]), int(bits[2])
+            if layer < stacks[bits[0]][0] and head < stacks[bits[0]][1]:
+                out.add((bits[0], layer, head))
+    return frozenset(out)
 
 
 def _preset_from_importance(name, stacks, text, mode):
@@ -184,6 +202,11 @@ if getattr(loaded.model, "main_input_name", "input_ids") != "input_ids":
     st.info(t("prune_text_model_only", model=name))
     st.stop()
 stacks = loaded.stacks
+# the heads switched off live in the URL too (?off=decoder.3.1,...), so a link or a reload reopens them
+# read once per session (a link or a reload), not after a model switch: the URL's heads were another model's
+if not st.session_state.get("_prune_off_read") and st.query_params.get("off"):
+    _set_off(name, stacks, _off_from_url(st.query_params["off"], stacks))
+st.session_state["_prune_off_read"] = True
 kind = pruning.metric_kind(loaded)
 metric_label = t(f"prune_metric_{kind}")
 total = sum(layers * heads for layers, heads in stacks.values())
@@ -222,6 +245,10 @@ with left:
         st.error(st.session_state.pop("prune_preset_error"))
 
     off = _get_off(name)
+    if off:
+        st.query_params["off"] = _off_to_url(off)
+    elif "off" in st.query_params:
+        del st.query_params["off"]
     st.markdown(t("prune_count", off=len(off), total=total, share=100 * len(off) / max(total, 1)))
     st.html(f"<style>{(shared.ASSETS / 'css' / 'pruning.css').read_text(encoding='utf-8')}</style>")
     with st.container(height=min(600, 40 + 40 * n_layers), border=True, key="prune_grid"):
