@@ -63,12 +63,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "deploy"))
+
+import replicas  # noqa: E402  (deploy/replicas.py: make serve REPLICAS=N)
 
 import websockets  # noqa: E402
 from streamlit.proto.Alert_pb2 import Alert  # noqa: E402
@@ -134,19 +136,12 @@ def _one_free_port() -> int:
 
 
 def wait_healthy(base: str, proc: subprocess.Popen | None, log: Path | None, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:] if log else ""
-            raise RuntimeError(f"the server exited with {proc.returncode}:\n{tail}")
-        try:
-            with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{base}/_stcore/health did not answer within {timeout} s")
+    """:func:`deploy.replicas.wait_healthy`, with the server log's tail in the error."""
+    try:
+        replicas.wait_healthy(base, proc, timeout)
+    except SystemExit as exc:
+        tail = log.read_text(errors="replace")[-3000:] if log else ""
+        raise RuntimeError(f"{exc}\n{tail}") from None
 
 
 def start_server(port: int, mode: str | None, log: Path, extra_env: dict[str, str] | None = None,

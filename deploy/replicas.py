@@ -95,7 +95,12 @@ def nginx_conf(backends: list[str], address: str, port: int, tmp: Path, debug: b
     return NGINX_CONF.format(tmp=tmp, servers=servers, address=address, port=port, debug=header)
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:
+    """Return when ``url``'s ``/_stcore/health`` answers 200.
+
+    Raises:
+        SystemExit: ``proc`` (the server, if given) exited, or ``timeout`` seconds passed.
+    """
     deadline = time.time() + timeout
     while True:
         try:
@@ -159,13 +164,13 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
                                          "--server.address", "127.0.0.1", *STREAMLIT_FLAGS])
                 cluster.replicas.append(subprocess.Popen(cluster.commands[-1], cwd=ROOT, env=env))
             for proc, backend in zip(cluster.replicas, backends):
-                _wait_healthy(f"http://{backend}", proc)
+                wait_healthy(f"http://{backend}", proc)
         cluster.folder = Path(tempfile.mkdtemp(prefix="dikkat-nginx-"))
         cluster.folder.chmod(0o755)  # nginx's workers (user nobody when started as root) write inside
         conf = cluster.folder / "nginx.conf"
         conf.write_text(nginx_conf(backends, address, port, cluster.folder, debug), encoding="utf-8")
         cluster.nginx = subprocess.Popen([nginx, "-e", "stderr", "-p", str(cluster.folder), "-c", str(conf)])
-        _wait_healthy(f"http://127.0.0.1:{port}", cluster.nginx, timeout=30)
+        wait_healthy(f"http://127.0.0.1:{port}", cluster.nginx, timeout=30)
     except BaseException:
         stop(cluster)
         raise

@@ -93,7 +93,7 @@ def test_a_replica_that_exits_is_started_again(two_replicas):
     cluster.replicas[0].kill()
     cluster.replicas[0].wait()
     assert cluster.restart_dead() == 1 and cluster.replicas[0].poll() is None
-    replicas._wait_healthy(f"http://127.0.0.1:{port + 1}", cluster.replicas[0])
+    replicas.wait_healthy(f"http://127.0.0.1:{port + 1}", cluster.replicas[0])
     assert cluster.restart_dead() == 0
 
 
