@@ -705,6 +705,54 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
     )
 
 
+@dataclass
+class CurveEstimate:
+    """How long :func:`gradient_importance` plus :func:`pruning_curve` will take on a sentence set.
+
+    Attributes:
+        seconds: the estimate for the whole set, in seconds of wall time on this machine.
+        probe_seconds: what the measured probe itself took (both functions on ``probe_text``), in seconds.
+        probe_text: the set's text with the fewest tokens, on which the probe ran.
+        tokens: tokens of each text, in the set's order.
+    """
+
+    seconds: float
+    probe_seconds: float
+    probe_text: str
+    tokens: list[int]
+
+
+def estimate_curve_seconds(loaded: LoadedModel, texts: Sequence[str], *, random_orders: int = 3,
+                           shares: Sequence[float] = DEFAULT_SHARES, batch_size: int = 64,
+                           max_tokens: int | None = None) -> CurveEstimate:
+    """Measure :func:`gradient_importance` and :func:`pruning_curve` on the set's shortest text and scale
+    the time to the whole set: each text's time is taken as the probe's time × (its tokens ÷ the probe's
+    tokens). The per-pass cost grows at least linearly with the tokens at sentence lengths (the linear
+    layers dominate; attention adds an n² term), and a fixed per-pass overhead makes the scaled time an
+    overestimate for longer texts; ``bench/pruning_page.py`` prints estimate ÷ actual for the bundled
+    models.
+
+    Args:
+        texts: the sentence set (as for :func:`pruning_curve`).
+        random_orders, shares, batch_size, max_tokens: as for :func:`pruning_curve`.
+
+    Returns:
+        :class:`CurveEstimate` (seconds).
+
+    Raises:
+        EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError: as :func:`prepare`.
+    """
+    texts = _texts(texts)
+    limit = _limit(loaded, max_tokens)
+    tokens = [len(loaded.tokenizer(text, truncation=True, max_length=limit)["input_ids"]) for text in texts]
+    probe = int(np.argmin(tokens))
+    importance = gradient_importance(loaded, [texts[probe]], batch_size=batch_size, max_tokens=max_tokens)
+    curve = pruning_curve(loaded, [texts[probe]], importance, shares=shares, random_orders=random_orders,
+                          batch_size=batch_size, max_tokens=max_tokens)
+    probe_seconds = importance.seconds + curve.seconds
+    return CurveEstimate(probe_seconds * sum(tokens) / max(tokens[probe], 1), probe_seconds, texts[probe], tokens)
+
+
 # --------------------------------------------------------------------------------------------------
 # What a pruned model does: continuation, embeddings, similarity ranking
 # --------------------------------------------------------------------------------------------------

@@ -227,6 +227,20 @@ def test_pruning_curve(tiny):
         pruning.pruning_curve(m, TEXTS, np.zeros(3))
 
 
+def test_curve_estimate_scales_the_shortest_text_by_tokens(tiny):
+    """The estimate probes the set's shortest text and scales by the total token count (issue 13: the page
+    says how long the pruning curve will take before it runs)."""
+    m = tiny("gpt2")
+    texts = ["a b c d e f g h i j k l", "a b", "a b c d e"]
+    est = pruning.estimate_curve_seconds(m, texts, random_orders=1)
+    assert est.tokens == [len(m.tokenizer(t)["input_ids"]) for t in texts]
+    assert est.probe_text == "a b"
+    assert est.probe_seconds > 0
+    assert est.seconds == pytest.approx(est.probe_seconds * sum(est.tokens) / min(est.tokens))
+    with pytest.raises(models.EmptyTextError):
+        pruning.estimate_curve_seconds(m, [])
+
+
 def test_rank_correlation():
     a = np.array([1.0, 2.0, 3.0, 4.0])
     assert pruning.rank_correlation(a, a * 10 + 3) == pytest.approx(1.0)

@@ -118,8 +118,11 @@ def test_importance_and_curve_on_minilm(minilm):
     grad = pruning.gradient_importance(minilm, "Kedi fareyi kovaladı")
     assert f"ρ = {pruning.rank_correlation(abl.flat(), grad.flat()):.3f} for the signed" in rho[0]
     assert f"ρ = {pruning.rank_correlation(np.abs(abl.flat()), grad.flat()):.3f} for the size" in rho[0]
+    estimate = [c.value for c in at.caption if c.value.startswith("Takes about ")]
+    assert len(estimate) == 1 and "measured run on the shortest sentence" in estimate[0]
     at.button(key="prune_btn_curve").click().run()
     _ok(at)
+    assert not [c.value for c in at.caption if c.value.startswith("Takes about ")]  # the measured time replaces it
     captions = [c.value for c in at.caption if "at 40 %" in c.value]
     assert captions, [c.value for c in at.caption]
     assert "Michel et al. (2019" in " ".join(c.value for c in at.caption)
@@ -163,6 +166,7 @@ def test_page_in_turkish_on_tiny_decoder(tiny_folder):
     at.pills[1].unselect(2).run()
     _ok(at)
     assert _metric(at, "Kayıp").value != before
+    assert any(c.value.startswith("Bu sunucuda yaklaşık ") for c in at.caption)
     at.button(key="prune_btn_curve").click().run()
     _ok(at)
     assert any("%40'ta" in c.value for c in at.caption)

@@ -6,6 +6,7 @@ from ``models.analyze`` and ``models.pruning``; the figures from ``viz.pruning``
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -114,6 +115,11 @@ def _importance(name: str, text: str, kind: str) -> pruning.HeadScores:
 @shared.cached
 def _continuation(name: str, text: str, off: tuple) -> str:
     return pruning.greedy_continuation(shared.get_model(name), text, off, max_new_tokens=10).text
+
+
+@shared.cached
+def _curve_estimate(name: str, texts: tuple) -> pruning.CurveEstimate:
+    return pruning.estimate_curve_seconds(shared.get_model(name), list(texts), random_orders=RANDOM_ORDERS)
 
 
 @shared.cached
@@ -420,14 +426,22 @@ if st.button(t("prune_compute_curve"), key="prune_btn_curve"):
     try:
         importance = pruning.gradient_importance(loaded, set_texts,
                                                  progress=lambda f: bar.progress(0.2 * f, text=t("prune_curve_progress")))
-        curves[curve_id] = pruning.pruning_curve(
+        result = pruning.pruning_curve(
             loaded, set_texts, importance, random_orders=RANDOM_ORDERS,
             progress=lambda f: bar.progress(0.2 + 0.8 * f, text=t("prune_curve_progress")))
+        # the whole run's time (importance + curve), as the estimate counts it
+        curves[curve_id] = dataclasses.replace(result, seconds=importance.seconds + result.seconds)
     except models.DikkatError as exc:
         shared.show_error(exc)
     bar.empty()
 curve = curves.get(curve_id)
-if curve is not None:
+if curve is None:
+    try:
+        estimate = _curve_estimate(name, tuple(set_texts))
+        st.caption(t("prune_curve_estimate", seconds=estimate.seconds, probe=estimate.probe_seconds))
+    except models.DikkatError:
+        pass  # the run itself says what is wrong
+else:
     shared.plotly_chart(vp.pruning_curve(
         curve.shares, curve.by_importance, curve.random, metric_title=metric_label,
         importance_label=t("prune_curve_by_importance"), random_label=t("prune_curve_random"),
