@@ -36,6 +36,13 @@ QUERY = st.fixed_dictionaries({}, optional={
     "avg": st.sampled_from(["true", "false"]), "rollout": st.sampled_from(["true", "false", "2"]),
     "hide_first": st.sampled_from(["true", "false"]), "pair": TEXTS, "img_fmt": st.one_of(st.just("SVG"), JUNK),
     "hv_start": st.one_of(st.integers(-5, 10**6).map(str), JUNK),
+    "off": st.one_of(st.sampled_from(["encoder.0.0,encoder.1.1", "decoder.0.1", "encoder.99.0,x.y.z,,"]), JUNK),
+    "masks_kinds": st.one_of(st.lists(st.sampled_from(["causal", "bidirectional", "sliding_window", "strided",
+                                                       "custom", "junk"]), max_size=7).map(",".join), JUNK),
+    "masks_window": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_stride": st.one_of(st.integers(-3, 40).map(str), JUNK),
+    "masks_cmp_layer": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_cmp_head": st.one_of(st.just("mean"), JUNK),
+    "masks_gqa_layer": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_encdec_choice": CUSTOM,
+    "masks_src": TEXTS, "masks_tgt": TEXTS, "masks_clip": JUNK, "masks_align_threshold": st.one_of(st.just("0.35"), JUNK),
 })
 # the text fields of each page (the sidebar's sentence is on every page); a field a page does not draw is ignored
 FIELDS = {"views/explore.py": ["pair"], "views/masks.py": ["masks_src", "masks_tgt", "masks_audio_tgt", "masks_encdec_model"],
@@ -63,7 +70,7 @@ def test_every_page_survives_any_link_and_any_typing(tiny_folder, page, query, c
         at.query_params = query
         for key, value in zip(["text"] + FIELDS.get(page, []), typed):
             at.session_state[key] = value
-        if page == "views/masks.py":
+        if page == "views/masks.py" and "masks_section" not in query:
             at.session_state["masks_section"] = section
         at.switch_page(page)
         at.run()

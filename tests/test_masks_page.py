@@ -280,3 +280,52 @@ def test_turkish_alignment_threshold_uses_a_decimal_comma(tiny_folder):
     _clean(at)
     slider = at.select_slider(key="masks_align_threshold")
     assert slider.value == 0.1 and "0,10" in slider.options and "0,05" in slider.options
+
+
+def _linked(query: dict, model: str = "minilm-l6") -> AppTest:
+    """The Masks page opened from a link carrying ``query``."""
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.session_state["model_key"] = model
+    at.session_state["text"] = TEXT
+    at.run()
+    at.switch_page(PAGE)
+    at.query_params = {"model_key": model, **query}
+    at.run()
+    _clean(at)
+    return at
+
+
+def test_the_link_reopens_the_masks_page_state():
+    """Issue 13: the section, the masks, their widths, layer and head are in the URL, a link reopens them,
+    and a change on the page is written back."""
+    at = _linked({"masks_kinds": "causal,sliding_window,strided", "masks_window": "2", "masks_stride": "4",
+                  "masks_cmp_layer": "3", "masks_cmp_head": "mean"})
+    assert at.radio(key="masks_section").value == "compare"
+    assert at.multiselect(key="masks_kinds").value == ["causal", "sliding_window", "strided"]
+    assert at.number_input(key="masks_window").value == 2 and at.number_input(key="masks_stride").value == 4
+    assert at.slider(key="masks_cmp_layer").value == 3 and at.selectbox(key="masks_cmp_head").value == "mean"
+    assert "layer 3, mean of heads" in json.dumps(_figures(at)["masks_cmp_att_1"]["layout"]["title"])
+    assert at.query_params["masks_kinds"] == "causal,sliding_window,strided"
+    assert at.query_params["masks_cmp_layer"] == "3"
+    at.slider(key="masks_cmp_layer").set_value(5).run()
+    assert at.query_params["masks_cmp_layer"] == "5"
+    at.radio(key="masks_section").set_value("gqa").run()
+    _clean(at)
+    # another section: its own state in the link, the compare section's gone
+    assert at.query_params["masks_section"] == "gqa"
+    assert "masks_kinds" not in at.query_params and "masks_cmp_layer" not in at.query_params
+    at.slider(key="masks_gqa_layer").set_value(7).run()
+    reopened = _linked(dict(at.query_params), model="minilm-l6")
+    assert reopened.radio(key="masks_section").value == "gqa" and reopened.slider(key="masks_gqa_layer").value == 7
+
+
+def test_junk_in_the_masks_link_is_ignored():
+    """Unknown masks, repeats, widths and layers out of range, heads the model lacks: each falls back to
+    the page's default instead of failing (five masks are cut to the four the widget takes)."""
+    at = _linked({"masks_kinds": "junk,causal,causal,bidirectional,strided,sliding_window,custom",
+                  "masks_window": "999", "masks_stride": "x", "masks_cmp_layer": "-1", "masks_cmp_head": "77",
+                  "masks_section": "nowhere"})
+    assert at.radio(key="masks_section").value == "compare"
+    assert at.multiselect(key="masks_kinds").value == ["causal", "bidirectional", "strided", "sliding_window"]
+    assert at.number_input(key="masks_window").value == 3 and at.number_input(key="masks_stride").value == 3
+    assert at.slider(key="masks_cmp_layer").value == 0 and at.selectbox(key="masks_cmp_head").value == 0

@@ -55,6 +55,37 @@ def _run(name: str, text: str, mask_key, max_tokens: int) -> compare.MaskRun:
 
 # ----------------------------------------------------------------------------------------------- helpers
 
+# The page's state lives in the URL (issue 13: a link reopens the same section, masks, layer and head).
+# Each widget shown in this run is bound here (key -> its default); the page's end writes the bound ones to the
+# URL and drops the others (their widgets are not on screen, so their values are gone).
+_BOUND: dict = {}
+URL_KEYS = ("masks_section", "masks_kinds", "masks_window", "masks_stride", "masks_custom_start", "masks_cmp_layer",
+            "masks_cmp_head", "masks_bg_enc_layer", "masks_bg_enc_head", "masks_bg_dec_layer", "masks_bg_dec_head",
+            "masks_encdec_choice", "masks_src", "masks_tgt", "masks_encdec_hide", "masks_ed_layer",
+            "masks_ed_head", "masks_align_threshold", "masks_clip", "masks_audio_lang", "masks_audio_tgt",
+            "masks_audio_heads", "masks_gqa_layer")
+
+
+def _bind(key: str, default=None, options=None, kind: type = str, bounds: tuple[int, int] | None = None) -> None:
+    """Before the widget ``key`` is created: take its value from the URL (:func:`views.shared.url_init`; a
+    text is cut to the classroom's limit), else ``default`` when Session State has none; the page's end
+    writes it back (:func:`_sync_url`)."""
+    shared.url_init(key, options, kind, bounds=bounds)
+    if kind is str and options is None and isinstance(st.session_state.get(key), str):
+        st.session_state[key] = hosting.clip(st.session_state[key])
+    if key not in st.session_state and default is not None:
+        st.session_state[key] = default
+    _BOUND[key] = default
+
+
+def _sync_url() -> None:
+    for key in URL_KEYS:
+        if key in _BOUND:
+            shared.url_sync(key, _BOUND[key])
+        else:
+            shared.url_drop(key)
+
+
 
 def _clamp(key: str, hi: int, default: int = 0) -> None:
     """Keep a slider/select value stored in session_state inside ``0..hi`` (the model may have changed)."""
@@ -65,8 +96,10 @@ def _clamp(key: str, hi: int, default: int = 0) -> None:
 
 def _layer_head(prefix: str, layers: int, heads: int, *, allow_mean: bool = False) -> tuple[int, int | None]:
     """Layer slider and head selector; returns (layer, head or None for the mean over heads)."""
-    _clamp(f"{prefix}_layer", layers - 1)
     options = list(range(heads)) + (["mean"] if allow_mean else [])
+    _bind(f"{prefix}_layer", 0, kind=int, bounds=(0, max(layers - 1, 0)))
+    _bind(f"{prefix}_head", 0, options=options)
+    _clamp(f"{prefix}_layer", layers - 1)
     if st.session_state.get(f"{prefix}_head", 0) not in options:
         st.session_state[f"{prefix}_head"] = 0
     c1, c2 = st.columns(2)
@@ -134,6 +167,7 @@ def _attention_figure(*args, **kwargs):
 def _custom_editor(labels: list[str], name: str, text: str) -> np.ndarray:
     """Checkbox grid (rows: queries, columns: keys). Returns the bool (n, n) mask."""
     n = len(labels)
+    _bind("masks_custom_start", PRESETS[0], options=PRESETS)
     start = st.selectbox(t("masks_custom_start"), PRESETS, key="masks_custom_start",
                          format_func=lambda p: t(f"masks_preset_{p}"))
     names = [f"{i} {lab}" for i, lab in enumerate(labels)]
@@ -175,7 +209,10 @@ def section_compare(sel: shared.Selection) -> None:
     n = len(labels)
     layers, heads = loaded.stacks[stack]
 
-    kinds = st.multiselect(t("masks_choose_masks"), KINDS, default=["bidirectional", "causal"], key="masks_kinds",
+    _bind("masks_kinds", ["bidirectional", "causal"], options=KINDS, kind=list)
+    if len(st.session_state["masks_kinds"]) > 4:  # a link may name all five; the widget takes four
+        st.session_state["masks_kinds"] = st.session_state["masks_kinds"][:4]
+    kinds = st.multiselect(t("masks_choose_masks"), KINDS, key="masks_kinds",
                            max_selections=4, format_func=lambda k: t(f"masks_mask_{k}"))
     if not kinds:
         st.info(t("masks_pick_one"))
@@ -185,12 +222,12 @@ def section_compare(sel: shared.Selection) -> None:
     c1, c2 = st.columns(2)
     with c1:
         if "sliding_window" in kinds:
-            st.number_input(t("masks_window_w"), min_value=1, max_value=MAX_TOKENS, value=3, step=1,
-                            key="masks_window")
+            _bind("masks_window", 3, kind=int, bounds=(1, MAX_TOKENS))
+            st.number_input(t("masks_window_w"), min_value=1, max_value=MAX_TOKENS, step=1, key="masks_window")
     with c2:
         if "strided" in kinds:
-            st.number_input(t("masks_stride_s"), min_value=1, max_value=MAX_TOKENS, value=3, step=1,
-                            key="masks_stride")
+            _bind("masks_stride", 3, kind=int, bounds=(1, MAX_TOKENS))
+            st.number_input(t("masks_stride_s"), min_value=1, max_value=MAX_TOKENS, step=1, key="masks_stride")
     custom = None
     if "custom" in kinds:
         with st.expander(t("masks_mask_custom"), expanded=True):
@@ -321,8 +358,8 @@ def _encdec_model() -> str:
     classroom = hosting.current().classroom
     if classroom:  # the catalog's and the teacher's models only, nothing typed
         presets = [m for m in presets if m in models.CATALOG] + list(hosting.current().extra)
-    if "whisper-base" in presets and "masks_encdec_choice" not in st.session_state:
-        st.session_state["masks_encdec_choice"] = "whisper-base"  # works offline: a sensible first view
+    # whisper-base works offline: a sensible first view
+    _bind("masks_encdec_choice", "whisper-base" if "whisper-base" in presets else None, options=presets)
     c1, c2 = st.columns(2)
     with c1:
         # an option's label is plain text (t_plain); a hub id is labelled as needing internet
@@ -351,6 +388,7 @@ def section_encdec(sel: shared.Selection) -> None:
         return
     st.caption(t("masks_encdec_hub_note"))
     if _needs_hub(name):
+        # not in the URL: a link must not start a download from the hub; the user switches it on
         st.toggle(t("masks_encdec_run"), key="masks_encdec_on", value=False)
         if not st.session_state.get("masks_encdec_on"):
             st.info(t("masks_encdec_off"))
@@ -366,18 +404,19 @@ def section_encdec(sel: shared.Selection) -> None:
         return
     c1, c2 = st.columns(2)
     with c1:
-        source = st.text_input(t("masks_source_text"), value=sel.text or "Kedi fareyi kovaladı", key="masks_src",
-                               max_chars=hosting.current().max_chars)
+        _bind("masks_src", sel.text or shared.DEFAULT_TEXT)
+        source = st.text_input(t("masks_source_text"), key="masks_src", max_chars=hosting.current().max_chars)
     with c2:
-        target = st.text_input(t("masks_target_text"), value="The cat chased the mouse.", key="masks_tgt",
-                               max_chars=hosting.current().max_chars)
+        _bind("masks_tgt", shared.DEFAULT_TEXTS["en"])
+        target = st.text_input(t("masks_target_text"), key="masks_tgt", max_chars=hosting.current().max_chars)
     target = target.strip() or None
     a = shared.analysis_ui(name, source, target=target, max_tokens=MAX_TOKENS)
     if a is None:
         return
     if target is None:
         st.caption(f"{t('masks_target')}: {shared.md(a.target)}")
-    hide = st.toggle(t("masks_hide_special"), value=True, key="masks_encdec_hide")
+    _bind("masks_encdec_hide", True, kind=bool)
+    hide = st.toggle(t("masks_hide_special"), key="masks_encdec_hide")
     layers, heads = loaded.stacks["cross"]
     layer, head = _layer_head("masks_ed", layers, heads, allow_mean=True)
 
@@ -404,8 +443,9 @@ def section_encdec(sel: shared.Selection) -> None:
     words = va.word_attention(cross, [r for _, r in rows], [w.tokens for w in a.words])
     t_labels, s_labels = [w for w, _ in rows], [w.text for w in a.words]
     lang = shared.lang()  # a select slider: its labels use the interface language's decimal mark (0,10)
-    threshold = st.select_slider(t("masks_alignment_threshold"), [round(0.05 * i, 2) for i in range(21)], value=0.1,
-                                 key="masks_align_threshold", format_func=lambda v: nb.num(v, 2, lang))
+    steps = [round(0.05 * i, 2) for i in range(21)]
+    _bind("masks_align_threshold", 0.1, options=steps)
+    threshold = st.select_slider(t("masks_alignment_threshold"), steps, key="masks_align_threshold", format_func=lambda v: nb.num(v, 2, lang))
     c1, c2 = st.columns([3, 2])
     with c1:
         _chart(va.alignment_figure(words, t_labels, s_labels, threshold=threshold, source_title=t("masks_source"),
@@ -469,13 +509,14 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     options = [c for c in CLIPS if (AUDIO_DIR / c).is_file()] + ["record"]
     c1, c2, c3 = st.columns([2, 1, 2])
     with c1:
+        _bind("masks_clip", options[0], options=options)
         clip = st.radio(t("masks_clip"), options, key="masks_clip", on_change=_clip_changed,
                         format_func=lambda c: t("masks_clip_" + c.removesuffix(".wav")))
     with c2:
-        if "masks_audio_lang" not in st.session_state:
-            st.session_state["masks_audio_lang"] = CLIPS.get(clip, "en")
+        _bind("masks_audio_lang", CLIPS.get(clip, "en"), options=LANGUAGES)
         language = st.selectbox(t("masks_audio_language"), LANGUAGES, key="masks_audio_lang")
     with c3:
+        _bind("masks_audio_tgt", "")
         target = st.text_input(t("masks_audio_target"), key="masks_audio_tgt",
                                max_chars=hosting.current().max_chars).strip() or None
         if clip.endswith("_tr.wav"):
@@ -498,7 +539,8 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     a = r.analysis
     st.markdown(f"**{t('masks_transcript')}:** {shared.md(r.transcript)}")
     st.caption(_audio_note(r))
-    hide = st.toggle(t("masks_hide_special"), value=True, key="masks_encdec_hide")
+    _bind("masks_encdec_hide", True, kind=bool)
+    hide = st.toggle(t("masks_hide_special"), key="masks_encdec_hide")
     layers, heads = loaded.stacks["cross"]
     layer, head = _layer_head("masks_ed", layers, heads, allow_mean=True)
 
@@ -520,6 +562,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     st.caption(t("masks_rows_are_inputs"))
 
     st.subheader(t("masks_audio_alignment_title"))
+    _bind("masks_audio_heads", "alignment", options=("alignment", "selected"))
     source = st.radio(t("masks_audio_heads"), ["alignment", "selected"], key="masks_audio_heads", horizontal=True,
                       format_func=lambda s: t("masks_audio_heads_" + s))
     cross = a.attentions["cross"]
@@ -595,6 +638,7 @@ def section_gqa(sel: shared.Selection) -> None:
     if a is None:
         return
     att = a.attentions["decoder"]
+    _bind("masks_gqa_layer", 0, kind=int, bounds=(0, att.shape[0] - 1))
     _clamp("masks_gqa_layer", att.shape[0] - 1)
     layer = st.slider(t("masks_layer"), 0, att.shape[0] - 1, key="masks_gqa_layer")
     st.markdown(t("masks_gqa_maps", layer=layer))
@@ -614,6 +658,10 @@ sel = shared.selection()
 st.title(t("masks_title"))
 st.markdown(t("masks_intro"))
 SECTIONS = {"compare": section_compare, "bert_gpt": section_bert_gpt, "encdec": section_encdec, "gqa": section_gqa}
+_bind("masks_section", "compare", options=list(SECTIONS))
 section = st.radio(t("masks_section"), list(SECTIONS), key="masks_section", horizontal=True,
                    format_func=lambda s: t(f"masks_sec_{s}"))
-SECTIONS[section](sel)
+try:
+    SECTIONS[section](sel)
+finally:  # also when a section stops early (no model, empty text): what it showed is in the link
+    _sync_url()

@@ -335,7 +335,7 @@ def default_text(language: str | None = None) -> str:
     return DEFAULT_TEXTS.get(language or lang(), DEFAULT_TEXT)
 
 
-def url_init(key: str, options=None, kind: type = str) -> None:
+def url_init(key: str, options=None, kind: type = str, bounds: tuple[int, int] | None = None) -> None:
     """Before the widget ``key`` is created: take its value from the URL query string, unless Session State
     already has one.
 
@@ -349,10 +349,18 @@ def url_init(key: str, options=None, kind: type = str) -> None:
     Args:
         key: widget key and query parameter name.
         options: the widget's options (the value must be one of them, compared as ``str``).
-        kind: ``bool`` (``1``/``true``), ``int`` or ``str`` when there are no options.
+        kind: ``bool`` (``1``/``true``), ``int`` or ``str`` when there are no options; ``list`` for a
+            multiselect: comma-separated options (unknown ones and repeats dropped).
+        bounds: ``int`` only: the value must lie in ``lo..hi`` (a number input refuses anything else).
     """
     raw = st.query_params.get(key)
     if raw is None or key in st.session_state:
+        return
+    if kind is list:
+        by_text = {str(option): option for option in (options or ())}
+        picked = [by_text[part] for part in dict.fromkeys(raw.split(",")) if part in by_text]
+        if picked:
+            st.session_state[key] = picked
         return
     if options is not None:
         for option in options:
@@ -363,9 +371,11 @@ def url_init(key: str, options=None, kind: type = str) -> None:
         st.session_state[key] = raw.lower() in ("1", "true", "yes", "on")
     elif kind is int:
         try:
-            st.session_state[key] = int(raw)
+            value = int(raw)
         except ValueError:
-            pass
+            return
+        if bounds is None or bounds[0] <= value <= bounds[1]:
+            st.session_state[key] = value
     else:
         st.session_state[key] = raw
 
@@ -377,13 +387,17 @@ def url_drop(key: str) -> None:
 
 
 def url_sync(key: str, default=None) -> None:
-    """Write the widget ``key``'s current value into the URL query string (removed when it is ``default``)."""
+    """Write the widget ``key``'s current value into the URL query string (removed when it is ``default``;
+    a list as comma-separated values)."""
     value = st.session_state.get(key)
     if value is None or value == default or (isinstance(value, str) and not value.strip() and not default):
         if key in st.query_params:
             del st.query_params[key]
         return
-    text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    if isinstance(value, (list, tuple)):
+        text = ",".join(map(str, value))
+    else:
+        text = ("1" if value else "0") if isinstance(value, bool) else str(value)
     if st.query_params.get(key) != text:
         st.query_params[key] = text
 
