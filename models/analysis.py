@@ -408,7 +408,8 @@ def _check_text(text, what: str) -> str:
     if not isinstance(text, str):
         raise InvalidArgumentError(f"The {what} must be a string, got {type(text).__name__}.")
     if not text.strip():
-        raise EmptyTextError(f"The {what} is empty: type a sentence to analyse.")
+        raise EmptyTextError(f"The {what} is empty: type a sentence to analyse.",
+                             code="empty_" + what.replace(" ", "_"))
     return text
 
 
@@ -470,7 +471,8 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
         if missing:
             raise UnsupportedOperationError(
                 f"Model '{loaded.name}' uses the fallback capture path and Dikkat does not know its output "
-                f"projection for {missing[0].stack} layer {missing[0].layer}: heads cannot be switched off."
+                f"projection for {missing[0].stack} layer {missing[0].layer}: heads cannot be switched off.",
+                code="fallback_no_oproj", model=loaded.name, stack=missing[0].stack, layer=missing[0].layer
             )
     return frozenset(out)
 
@@ -579,7 +581,9 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
         raise UnsupportedOperationError(
             f"The {', '.join(sorted(set(out) & set(loaded.fallback_stacks)))} stack of '{loaded.name}' does not route "
             "through transformers' AttentionInterface (its weights are the model's own output_attentions): its mask "
-            "cannot be replaced.")
+            "cannot be replaced.",
+            code="mask_stack_not_routed", model=loaded.name,
+            stacks=", ".join(sorted(set(out) & set(loaded.fallback_stacks))))
     desc = ", ".join(f"{s}={m}" for s, m in items.items()) if isinstance(mask, dict) else str(next(iter(items.values())))
     return out, desc
 
@@ -626,22 +630,26 @@ def _check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) -
     base = (f"Model '{loaded.name}' uses the fallback capture path (its attention does not route through "
             "transformers' AttentionInterface)")
     if loaded.family not in ("encoder", "decoder"):
-        raise UnsupportedOperationError(f"{base}: the masks of an encoder-decoder on this path cannot be replaced.")
+        raise UnsupportedOperationError(f"{base}: the masks of an encoder-decoder on this path cannot be replaced.",
+                                        code="fallback_mask_encdec", model=loaded.name)
     support = mask_support(loaded)
     if support is None:
         raise UnsupportedOperationError(
             f"{base}, and its attention_mask argument does not take a per-query mask (a probe found that the "
-            "weights did not follow one): its mask cannot be replaced.")
+            "weights did not follow one): its mask cannot be replaced.",
+            code="fallback_mask_unsupported", model=loaded.name)
     for stack, allowed in masks.items():
         if not allowed.any(-1).all():
             raise UnsupportedOperationError(
                 f"{base}: it cannot give zero weights to a query whose mask allows no key; allow at least one "
-                "key per query.")
+                "key per query.",
+                code="fallback_mask_empty_row", model=loaded.name)
         if support[1] == "causal" and (allowed & ~torch.ones_like(allowed).tril()).any():
             raise UnsupportedOperationError(
                 f"{base}, and it combines the mask it is given with its own causal mask: only masks within the "
                 "causal mask (causal, sliding_window:W, strided:S, or an array with nothing above the diagonal) "
-                "can be applied.")
+                "can be applied.",
+                code="fallback_mask_causal", model=loaded.name)
 
 
 def analyze(
@@ -711,7 +719,8 @@ def analyze(
     if getattr(model.model, "main_input_name", "input_ids") != "input_ids":
         raise UnsupportedOperationError(
             f"Model '{model.name}' reads {model.model.main_input_name} (a speech model), not text: "
-            "use models.analyze_audio with a recording."
+            "use models.analyze_audio with a recording.",
+            code="speech_model_reads_audio", model=model.name
         )
     if text_pair is not None:
         text_pair = _check_text(text_pair, "text pair")
@@ -720,7 +729,8 @@ def analyze(
                 f"Model '{model.name}' is {'a decoder' if model.family == 'decoder' else 'an encoder-decoder'}: "
                 "text_pair is the second sentence of an encoder's sentence pair ([CLS] A [SEP] B [SEP]). "
                 + ("Put both sentences in text." if model.family == "decoder" else
-                   "Pass the decoder text as target.")
+                   "Pass the decoder text as target."),
+                   code="text_pair_needs_encoder", model=model.name, family=model.family
             )
     if target is not None:
         target = _check_text(target, "target text")
@@ -729,7 +739,8 @@ def analyze(
                 f"Model '{model.name}' is {'an encoder' if model.family == 'encoder' else 'a decoder'}: target is "
                 "the decoder text of an encoder-decoder (translation, speech). "
                 + ("Use text_pair for a second sentence." if model.family == "encoder" else
-                   "Put the whole text in text.")
+                   "Put the whole text in text."),
+                   code="target_needs_encdec", model=model.name, family=model.family
             )
     tok = model.tokenizer
     specials = tok.num_special_tokens_to_add(pair=text_pair is not None)
@@ -758,7 +769,8 @@ def analyze(
     for segment, what in enumerate(("text", "text_pair")[:len(texts)]):
         if not any(x.end > x.start for x in tokens if x.segment == segment):  # e.g. only NUL characters
             raise EmptyTextError(f"The {what} has no character the model reads: its tokenizer drops every one "
-                                 "(control characters such as NUL).")
+                                 "(control characters such as NUL).",
+                                 code="unreadable_" + what)
     words = group_words(tokens, texts)
     input_ids = torch.tensor([enc["input_ids"]], device=model.device)
     inputs = {"input_ids": input_ids}
@@ -837,7 +849,8 @@ def analyze(
             outputs = model.model(**call)
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(
-            f"Out of memory running '{model.name}' on {len(tokens)} tokens ({model.device}); try a shorter text."
+            f"Out of memory running '{model.name}' on {len(tokens)} tokens ({model.device}); try a shorter text.",
+            code="oom_tokens", model=model.name, tokens=len(tokens), device=str(model.device)
         ) from exc
     finally:
         if hook is not None:

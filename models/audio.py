@@ -101,7 +101,8 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
             channels, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
             raw = w.readframes(n)
     except (OSError, EOFError, wave.Error) as exc:
-        raise InvalidAudioError(f"Cannot read {path} as a PCM WAV file: {exc}") from exc
+        raise InvalidAudioError(f"Cannot read {path} as a PCM WAV file: {exc}",
+                                code="wav_unreadable", path=str(path), detail=str(exc)) from exc
     if width == 1:
         data = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
     elif width == 2:
@@ -114,7 +115,8 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
     elif width == 4:
         data = np.frombuffer(raw, dtype="<i4").astype(np.float32) / float(1 << 31)
     else:
-        raise InvalidAudioError(f"{path}: unsupported sample width of {width} bytes.")
+        raise InvalidAudioError(f"{path}: unsupported sample width of {width} bytes.",
+                                code="wav_sample_width", path=str(path), width=width)
     frames = len(data) // channels
     data = data[: frames * channels].reshape(frames, channels).mean(axis=1)
     return data.astype(np.float32), int(rate)
@@ -195,7 +197,8 @@ _UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
 def _check_whisper(loaded: LoadedModel) -> None:
     if getattr(loaded.model.config, "model_type", None) != "whisper" or loaded.processor is None:
         raise UnsupportedOperationError(
-            f"Model '{loaded.name}' is not a Whisper speech model: analyze_audio() needs one (e.g. 'whisper-base')."
+            f"Model '{loaded.name}' is not a Whisper speech model: analyze_audio() needs one (e.g. 'whisper-base').",
+            code="not_whisper", model=loaded.name
         )
 
 
@@ -219,7 +222,8 @@ def language_token(loaded: LoadedModel, language: str) -> int:
         code = f"<|{code}|>"
     if code not in lang_to_id:
         known = ", ".join(sorted(k.strip("<|>") for k in lang_to_id))
-        raise UnknownLanguageError(f"Whisper does not know the language '{language}'. Known codes: {known}.")
+        raise UnknownLanguageError(f"Whisper does not know the language '{language}'. Known codes: {known}.",
+                                   code="unknown_language", language=language, known=known)
     return int(lang_to_id[code])
 
 
@@ -385,9 +389,10 @@ def analyze_audio(
     if x.ndim == 2:
         x = x.mean(axis=1 if x.shape[1] < x.shape[0] else 0)
     if x.ndim != 1 or x.size == 0:
-        raise InvalidAudioError(f"Audio must be a non-empty 1-D array of samples, got shape {np.shape(audio)}.")
+        raise InvalidAudioError(f"Audio must be a non-empty 1-D array of samples, got shape {np.shape(audio)}.",
+                                code="audio_empty", shape=str(np.shape(audio)))
     if not np.isfinite(x).all():
-        raise InvalidAudioError("Audio contains NaN or infinite samples.")
+        raise InvalidAudioError("Audio contains NaN or infinite samples.", code="audio_not_finite")
     x = resample(x, int(sample_rate), SAMPLE_RATE)
     max_samples = int(WINDOW_SECONDS * SAMPLE_RATE)
     cut_samples = max(0, x.size - max_samples)
@@ -407,7 +412,8 @@ def analyze_audio(
     eot = int(loaded.model.generation_config.eos_token_id)
     limit = int(loaded.model.config.max_target_positions) - len(prompt)
     if target is not None and (not isinstance(target, str) or not target.strip()):
-        raise EmptyTextError("The target transcript is empty: type what is said, or leave it out.")
+        raise EmptyTextError("The target transcript is empty: type what is said, or leave it out.",
+                             code="empty_transcript")
     model, fallback = loaded.model, loaded.capture_path == "fallback"
     n_enc = n + (1 if keep_pad else 0)
     enc_layers, enc_heads = loaded.stacks.get("encoder", (0, 0))
@@ -444,7 +450,8 @@ def analyze_audio(
                 output_attentions=fallback, return_dict=True,
             )
     except torch.OutOfMemoryError as exc:
-        raise ModelOutOfMemoryError(f"Out of memory running '{loaded.name}' on {duration:.1f} s of audio.") from exc
+        raise ModelOutOfMemoryError(f"Out of memory running '{loaded.name}' on {duration:.1f} s of audio.",
+                                    code="oom_audio", model=loaded.name, seconds=round(duration, 1)) from exc
 
     if keep_all:
         layers = _layer_weights(loaded, state, outputs, ("decoder", "cross"))

@@ -3,13 +3,29 @@
 All derive from :class:`DikkatError`, so a caller (the Streamlit pages, a notebook) can catch the
 family with one ``except`` and show ``str(exc)``: each message names the model or the input at fault
 and says what to do next.
+
+A message a user of the app can meet also carries a ``code`` and the values it names (``params``), so
+the interface can say the same in its own language (``assets/i18n/errors.json``: ``errmsg_<code>``, with
+the params as placeholders; a test checks every code raised has a translation with exactly those
+placeholders). ``str(exc)`` stays the English message.
 """
 
 from __future__ import annotations
 
 
 class DikkatError(Exception):
-    """Base class of every error raised by ``models``."""
+    """Base class of every error raised by ``models``.
+
+    Args:
+        message: the English message (``str(exc)``).
+        code: names the message for translation (``errmsg_<code>`` in the interface strings), or None.
+        **params: the values the message names (model, token counts, ...), for the translated message.
+    """
+
+    def __init__(self, message: str = "", *, code: str | None = None, **params) -> None:
+        super().__init__(message)
+        self.code = code
+        self.params = params
 
 
 class InvalidArgumentError(DikkatError, ValueError):

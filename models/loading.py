@@ -191,19 +191,23 @@ def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
 def _check_folder(folder: Path) -> None:
     """Raise :class:`NoUsableModelError` unless ``folder`` holds a config and safetensors weights."""
     if not (folder / "config.json").is_file():
-        raise NoUsableModelError(f"Folder {folder} has no config.json: it is not a transformers model folder.")
+        raise NoUsableModelError(f"Folder {folder} has no config.json: it is not a transformers model folder.",
+                                 code="folder_no_config", folder=str(folder))
     if not any(folder.glob("*.safetensors")):
         pickles = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt*")]
         if pickles:
             raise NoUsableModelError(
                 f"Folder {folder} has only pickle weights ({', '.join(pickles)}); Dikkat loads safetensors "
-                "or GGUF only, because pickle files can run code. Convert them to safetensors first."
+                "or GGUF only, because pickle files can run code. Convert them to safetensors first.",
+                code="folder_pickle_only", folder=str(folder), files=", ".join(pickles)
             )
-        raise NoUsableModelError(f"Folder {folder} has no *.safetensors weights.")
+        raise NoUsableModelError(f"Folder {folder} has no *.safetensors weights.",
+                                 code="folder_no_safetensors", folder=str(folder))
     try:
         json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as exc:
-        raise NoUsableModelError(f"config.json in {folder} is not valid JSON: {exc}") from exc
+        raise NoUsableModelError(f"config.json in {folder} is not valid JSON: {exc}",
+                                 code="folder_bad_config", folder=str(folder), detail=str(exc)) from exc
 
 
 def _family_and_head(config) -> tuple[str, str]:
@@ -308,7 +312,9 @@ def _discover_sites(loaded: LoadedModel) -> None:
                 raise NoAttentionWeightsError(
                     f"Model '{loaded.name}' ({model.config.model_type}): {name} attends {k_len} keys from {q_len} "
                     "tokens (it adds keys of its own, e.g. compressed or memory slots), so its weights are not a "
-                    "token-by-token map; Dikkat cannot show this architecture's attention."
+                    "token-by-token map; Dikkat cannot show this architecture's attention.",
+                    code="extra_key_slots", model=loaded.name, model_type=model.config.model_type, module=name,
+                    keys=k_len, tokens=q_len
                 )
             index = capture.layer_of(name) if len(calls[mid]) == 1 else None
             per_module.setdefault(mid, []).append(capture.Site(
@@ -320,7 +326,9 @@ def _discover_sites(loaded: LoadedModel) -> None:
                 raise NoAttentionWeightsError(
                     f"Model '{loaded.name}' ({model.config.model_type}) has {stack} layers with different numbers of "
                     f"query heads ({', '.join(map(str, counts))}); Dikkat shows a stack as layers x heads maps of one "
-                    "size and cannot show this architecture's attention yet."
+                    "size and cannot show this architecture's attention yet.",
+                    code="uneven_head_counts", model=loaded.name, model_type=model.config.model_type, stack=stack,
+                    counts=", ".join(map(str, counts))
                 )
         loaded.site_index = {mid: sites[0] if len(sites) == 1 else tuple(sites) for mid, sites in per_module.items()}
         sites = [s for sites in per_module.values() for s in sites]
@@ -341,7 +349,8 @@ def _discover_sites(loaded: LoadedModel) -> None:
     if not stacks:
         raise NoAttentionWeightsError(
             f"Model '{loaded.name}' ({model.config.model_type}) returns no attention weights: its architecture "
-            "either has no softmax attention (e.g. state-space models) or cannot expose it."
+            "either has no softmax attention (e.g. state-space models) or cannot expose it.",
+            code="no_attention_weights", model=loaded.name, model_type=model.config.model_type
         )
     _check_maps(loaded, stacks, inputs)
     out_projs = _find_out_projs(model, stacks, inputs) if loaded.family != "encoder-decoder" else {}
@@ -411,7 +420,9 @@ def _check_maps(loaded: LoadedModel, stacks: dict[str, tuple], inputs: dict) -> 
                 raise NoAttentionWeightsError(
                     f"Model '{loaded.name}' ({loaded.model.config.model_type}) returns {stack} layer {layer}'s "
                     f"'attentions' as {why}: they are not attention weights over the tokens, so Dikkat cannot "
-                    "show them as attention."
+                    "show them as attention.",
+                    code="not_attention_maps", model=loaded.name, model_type=loaded.model.config.model_type,
+                    stack=stack, layer=layer, why=why
                 )
 
 
@@ -561,19 +572,22 @@ def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
                     lambda out: convert_gguf(path, out),
                 )
                 return _adhoc_spec(name, "folder"), folder, None
-            raise NoUsableModelError(f"{_quoted(name)} is a file; give a model folder (config.json + safetensors) or a .gguf file.")
+            raise NoUsableModelError(f"{_quoted(name)} is a file; give a model folder (config.json + safetensors) or a .gguf file.",
+                                     code="model_path_is_file", name=_quoted(name))
         ggufs = sorted(path.glob("*.gguf"))
         if not (path / "config.json").exists() and len(ggufs) == 1:
             return _resolve(str(ggufs[0]))
         _check_folder(path)
         return _adhoc_spec(name, "folder"), path, None
     if name.startswith(("/", "./", "../", "~")) or name.endswith((".gguf", ".safetensors")):
-        raise UnknownModelError(f"Folder or file {_quoted(name)} does not exist on this machine.")
+        raise UnknownModelError(f"Folder or file {_quoted(name)} does not exist on this machine.",
+                                code="model_path_missing", name=_quoted(name))
     if is_hub_id(name):  # owner/name, at most the hub's 96 characters
         return _adhoc_spec(name, "hub"), None, name
     raise UnknownModelError(
         f"Unknown model {_quoted(name)}: not a catalog key ({', '.join(CATALOG)}), not an existing folder, "
-        "and not a Hugging Face id of the form owner/name."
+        "and not a Hugging Face id of the form owner/name.",
+        code="unknown_model", name=_quoted(name), catalog=", ".join(CATALOG)
     )
 
 
@@ -660,21 +674,25 @@ def _download(hub_id: str) -> Path:
         if size > cap:
             raise HubDownloadTooLargeError(
                 f"Hugging Face model '{hub_id}' would download {size / 2 ** 30:.1f} GiB, more than this "
-                f"machine allows ({cap / 2 ** 30:.1f} GiB, DIKKAT_HUB_MAX_GIB).")
+                f"machine allows ({cap / 2 ** 30:.1f} GiB, DIKKAT_HUB_MAX_GIB).",
+                code="hub_too_large", model=hub_id, size=round(size / 2 ** 30, 1), cap=round(cap / 2 ** 30, 1))
         folder = Path(snapshot_download(hub_id, allow_patterns=patterns, endpoint=HUB_ENDPOINT,
                                         etag_timeout=hub_timeout()))
     except HubDownloadTooLargeError:
         raise
     except RepositoryNotFoundError as exc:
-        raise HubUnreachableError(f"Hugging Face model '{hub_id}' does not exist (or is private).") from exc
+        raise HubUnreachableError(f"Hugging Face model '{hub_id}' does not exist (or is private).",
+                                  code="hub_missing", model=hub_id) from exc
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
         raise HubUnreachableError(
             f"Cannot reach the Hugging Face hub for '{hub_id}' (offline, or no answer within "
             f"{hub_timeout():g} s) and it is not in the local hub cache. Connect to the internet once, or give "
-            "a local folder."
+            "a local folder.",
+            code="hub_unreachable", model=hub_id, seconds=hub_timeout()
         ) from exc
     except Exception as exc:  # connection errors from httpx/requests
-        raise HubUnreachableError(f"Cannot download '{hub_id}' from the Hugging Face hub: {exc}") from exc
+        raise HubUnreachableError(f"Cannot download '{hub_id}' from the Hugging Face hub: {exc}",
+                                  code="hub_download_failed", model=hub_id, detail=str(exc)) from exc
     _check_folder(folder)
     return folder
 
@@ -757,7 +775,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
                 folder = cache.cached_folder(spec.key, spec.build_version, spec.build)
                 loaded = _load_folder(name, spec, folder, dev, dt, placement)
             else:
-                raise NoUsableModelError(f"Cannot load '{name}' from {folder}: {exc}") from exc
+                raise NoUsableModelError(f"Cannot load '{name}' from {folder}: {exc}",
+                                         code="load_failed", model=name, folder=str(folder), detail=str(exc)) from exc
         loaded.load_seconds = time.perf_counter() - start
         loaded.load_args = {"name": name, "device": device, "dtype": dtype, "device_map": device_map,
                             "max_memory": max_memory, "offload_folder": offload_folder}
@@ -772,7 +791,8 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     try:
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     except (ValueError, KeyError, OSError) as exc:
-        raise NoUsableModelError(f"Cannot read the configuration of '{name}' in {folder}: {exc}") from exc
+        raise NoUsableModelError(f"Cannot read the configuration of '{name}' in {folder}: {exc}",
+                                 code="config_unreadable", model=name, folder=str(folder), detail=str(exc)) from exc
     family, head = _family_and_head(config)
     auto = _auto_class(family, head, config)
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=True, dtype=dt)
@@ -788,16 +808,19 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
                 raise
             model = auto.from_pretrained(str(folder), attn_implementation="eager", **kwargs)
     except torch.OutOfMemoryError as exc:
-        raise ModelOutOfMemoryError(f"Out of memory loading '{name}' on {dev}: {exc}") from exc
+        raise ModelOutOfMemoryError(f"Out of memory loading '{name}' on {dev}: {exc}",
+                                    code="oom_loading", model=name, device=str(dev)) from exc
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise NoUsableModelError(f"Cannot load the weights of '{name}' from {folder}: {exc}") from exc
+        raise NoUsableModelError(f"Cannot load the weights of '{name}' from {folder}: {exc}",
+                                 code="weights_unreadable", model=name, folder=str(folder), detail=str(exc)) from exc
     if placement:
         dev = _input_device(model, dev)
     else:
         try:
             model.to(dev)
         except torch.OutOfMemoryError as exc:
-            raise ModelOutOfMemoryError(f"Out of memory moving '{name}' to {dev}: {exc}") from exc
+            raise ModelOutOfMemoryError(f"Out of memory moving '{name}' to {dev}: {exc}",
+                                        code="oom_loading", model=name, device=str(dev)) from exc
     model.eval()
     processor = None
     if config.model_type == "whisper":
@@ -809,7 +832,9 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
         except Exception as exc:
-            raise NoUsableModelError(f"Cannot load the tokenizer of '{name}' from {folder}: {exc}") from exc
+            raise NoUsableModelError(f"Cannot load the tokenizer of '{name}' from {folder}: {exc}",
+                                     code="tokenizer_unreadable", model=name, folder=str(folder),
+                                     detail=str(exc)) from exc
         # Without tokenizer files, transformers builds an empty tokenizer of the config's class (only
         # [PAD]/[UNK]/... ): every word would silently become [UNK].
         special = set(tokenizer.all_special_ids)
@@ -817,7 +842,8 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
             raise NoUsableModelError(
                 f"Folder {folder} has no tokenizer files (tokenizer.json, vocab.txt, tokenizer.model ...): its "
                 "tokenizer knows only special tokens, so every word would be read as unknown. Save the tokenizer "
-                "next to the weights (tokenizer.save_pretrained(folder))."
+                "next to the weights (tokenizer.save_pretrained(folder)).",
+                code="folder_no_tokenizer", folder=str(folder)
             )
     if spec.source != "package":
         spec = ModelSpec(key=name, title=name, family=family, source=spec.source,

@@ -181,7 +181,8 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
         raise EmptyTextError("The text is empty: type a sentence to analyse.")
     model, tok = loaded.model, loaded.tokenizer
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
-        raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {model.main_input_name}.")
+        raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {model.main_input_name}.",
+                                        code="pruning_needs_text_model", model=loaded.name, reads=model.main_input_name)
     limit = _limit(loaded, max_tokens)
     enc = tok(text, truncation=True, max_length=limit)
     ids = torch.tensor([enc["input_ids"]], device=loaded.device)
@@ -193,7 +194,8 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
     if kind == "loss":
         if ids.shape[1] < 2:
             raise UnsupportedOperationError(
-                f"'{text}' is a single token for '{loaded.name}': there is no next token to score; type a longer text."
+                f"'{text}' is a single token for '{loaded.name}': there is no next token to score; type a longer text.",
+                code="single_token_text", text=text, model=loaded.name
             )
         prep.labels = ids.clone()
     elif kind == "seq2seq_loss":
@@ -322,7 +324,8 @@ def _forward(loaded: LoadedModel, prep: Prepared, batch: int, gates: dict, *, re
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(
             f"Out of memory running '{loaded.name}' on a batch of {batch} x {prep.n_tokens} tokens; "
-            "lower batch_size."
+            "lower batch_size.",
+            code="oom_batch", model=loaded.name, batch=batch, tokens=prep.n_tokens
         ) from exc
     finally:
         _EXPAND.reset(token)
@@ -801,7 +804,7 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
     if loaded.head != "lm":
         raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot continue text.")
     if not isinstance(text, str) or not text.strip():
-        raise EmptyTextError("The text is empty: type a sentence to continue.")
+        raise EmptyTextError("The text is empty: type a sentence to continue.", code="empty_prompt")
     gates = _gates_for(loaded, heads_off)
     tok = loaded.tokenizer
     limit = _limit(loaded, max_tokens)

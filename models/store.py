@@ -82,7 +82,8 @@ class LazyArray(NDArrayOperatorsMixin):
             raise AttentionTooLargeError(
                 f"{what} would take {_gib(nbytes)}, above the {_gib(MATERIALIZE_BYTES)} allowed at once: ask for "
                 "less, e.g. one head a.attentions[stack][layer, head] or a block of query rows "
-                "a.attentions[stack][layer, head, 0:256]."
+                "a.attentions[stack][layer, head, 0:256].",
+                code="weights_too_large", size=_gib(nbytes), limit=_gib(MATERIALIZE_BYTES)
             )
 
     def _build(self) -> np.ndarray:
@@ -163,7 +164,8 @@ class Replay:
         except torch.OutOfMemoryError as exc:
             raise ModelOutOfMemoryError(
                 f"Out of memory computing the attention weights again on {loaded.device}; free memory or use a "
-                "shorter text.") from exc
+                "shorter text.",
+                code="oom_recompute", device=str(loaded.device)) from exc
 
 
 def _is_int(key) -> bool:

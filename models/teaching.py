@@ -178,7 +178,8 @@ def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, 
     """
     stack = stack or main_stack(loaded)
     if stack == "cross":
-        raise UnsupportedOperationError("The Q/K/V walk-through covers self-attention (encoder or decoder), not cross-attention.")
+        raise UnsupportedOperationError("The Q/K/V walk-through covers self-attention (encoder or decoder), not cross-attention.",
+                                        code="qkv_no_cross")
     _check_head(loaded, stack, 0)
     layers = list(range(loaded.stacks[stack][0])) if layers is None else [int(x) for x in layers]
     for layer in layers:
@@ -186,7 +187,8 @@ def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, 
     if loaded.capture_path != "interface":
         raise UnsupportedOperationError(
             f"Model '{loaded.name}' ({loaded.config.model_type}) uses the fallback capture path: its attention "
-            "does not route through transformers' attention interface, so its inputs cannot be taken apart here."
+            "does not route through transformers' attention interface, so its inputs cannot be taken apart here.",
+            code="qkv_fallback", model=loaded.name
         )
     modules = _ensure_hooks(loaded)
     want = {id(modules[(stack, layer)]): None for layer in layers}
@@ -273,11 +275,13 @@ def _projections(lc: LayerCapture, head_dim: int):
         q, k, v = _linear(h, m.q_proj), _linear(h, m.k_proj), _linear(h, m.v_proj)
         source = "self_attn.q_proj / k_proj / v_proj (nn.Linear)"
     elif all(hasattr(m, a) for a in ("q", "k", "v")) and hasattr(m, "o"):  # T5 (position bias not covered)
-        raise UnsupportedOperationError("T5-style relative position bias is not covered by the Q/K/V walk-through.")
+        raise UnsupportedOperationError("T5-style relative position bias is not covered by the Q/K/V walk-through.",
+                                        code="qkv_t5")
     else:
         raise UnsupportedOperationError(
             f"Unknown attention layout {type(m).__name__}: Dikkat knows query/key/value (BERT), c_attn (GPT-2) "
-            "and q_proj/k_proj/v_proj (Llama family)."
+            "and q_proj/k_proj/v_proj (Llama family).",
+            code="qkv_layout", layout=type(m).__name__
         )
     q = q.view(n, -1, head_dim).transpose(0, 1)
     k = k.view(n, -1, head_dim).transpose(0, 1)
@@ -521,7 +525,8 @@ def rope_tables(loaded: LoadedModel, positions: Sequence[int]) -> tuple[torch.Te
     """
     rot = rotary_module(loaded)
     if rot is None:
-        raise UnsupportedOperationError(f"Model '{loaded.name}' does not use RoPE (no rotary embedding).")
+        raise UnsupportedOperationError(f"Model '{loaded.name}' does not use RoPE (no rotary embedding).",
+                                        code="no_rope", model=loaded.name)
     pos = torch.tensor([list(positions)], dtype=torch.long, device=loaded.device)
     x = torch.zeros(1, dtype=torch.float32, device=loaded.device)
     with torch.no_grad():
@@ -930,7 +935,8 @@ def default_lengths(loaded: LoadedModel, top: int = 1024) -> list[int]:
 def _cost_inputs(loaded: LoadedModel, n: int) -> dict[str, torch.Tensor]:
     """``n`` token ids (a sentence repeated), batch 1; encoder-decoders get a one-token decoder input."""
     if getattr(loaded.model, "main_input_name", "input_ids") != "input_ids":
-        raise UnsupportedOperationError(f"Model '{loaded.name}' does not read text tokens: its cost is not measured here.")
+        raise UnsupportedOperationError(f"Model '{loaded.name}' does not read text tokens: its cost is not measured here.",
+                                        code="cost_needs_text", model=loaded.name)
     tok = loaded.tokenizer
     ids = tok("Kedi fareyi kovaladı. The cat chased the mouse across the garden.", add_special_tokens=False)["input_ids"]
     ids = (ids * (n // max(1, len(ids)) + 1))[:n]
@@ -1039,7 +1045,8 @@ def measure_cost(
                             _one_pass(loaded, impl, inputs)
                         peak, method = tracker.peak, "tensor-tracking"
         except torch.OutOfMemoryError as exc:
-            raise ModelOutOfMemoryError(f"Out of memory timing '{loaded.name}' at {n} tokens: {exc}") from exc
+            raise ModelOutOfMemoryError(f"Out of memory timing '{loaded.name}' at {n} tokens: {exc}",
+                                        code="oom_timing", model=loaded.name, tokens=n) from exc
         point = CostPoint(n=n, implementation=impl, seconds=float(min(times)), peak_bytes=int(peak),
                           memory_method=method, recorded_bytes=int(recorded))
         points.append(point)
@@ -1187,9 +1194,10 @@ def compare_generation(loaded: LoadedModel, prompt: str, max_new_tokens: int = 3
     from .errors import EmptyTextError
 
     if loaded.family != "decoder":
-        raise UnsupportedOperationError(f"Model '{loaded.name}' is an {loaded.family}: the KV cache is for text generation by decoders.")
+        raise UnsupportedOperationError(f"Model '{loaded.name}' is an {loaded.family}: the KV cache is for text generation by decoders.",
+                                        code="kv_needs_decoder", model=loaded.name, family=loaded.family)
     if not prompt or not prompt.strip():
-        raise EmptyTextError("The prompt is empty: type a sentence to continue.")
+        raise EmptyTextError("The prompt is empty: type a sentence to continue.", code="empty_prompt")
     model = default_twin(loaded) if implementation == "sdpa" else loaded.model
     tok = loaded.tokenizer
     enc = tok(prompt, return_tensors="pt")

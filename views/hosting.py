@@ -111,7 +111,8 @@ def source(name: str) -> str:
     if name in hosting.extra:
         return hosting.extra[name]
     raise models.ModelNotAllowedError(
-        f"This server offers only its listed models ({', '.join(offered())}), not {_quoted(str(name))}.")
+        f"This server offers only its listed models ({', '.join(offered())}), not {_quoted(str(name))}.",
+        code="model_not_offered", name=_quoted(str(name)), offered=", ".join(offered()))
 
 
 def clip(text: str) -> str:

@@ -173,14 +173,34 @@ def model_name(loaded: models.LoadedModel) -> str:
 def error_text(exc: models.DikkatError) -> str:
     """An engine error as the interface shows it: the engine's own message in English; in Turkish, a
     translated headline chosen by the exception's class (the nearest class in its MRO with one), followed by
-    the engine's message, which names the model or input at fault."""
-    detail = message(str(exc))
+    the message in Turkish when the error carries a ``code`` with a translation (``errmsg_<code>``, filled
+    with the error's ``params``), else by the engine's English message, which names the model or input at
+    fault. Server paths in either are scrubbed in classroom mode."""
+    translated = _translated(exc)
+    detail = translated if translated is not None else message(str(exc))
     for cls in type(exc).__mro__:
         entry = _strings().get(f"err_{cls.__name__}")
         if entry is not None:
             headline = entry.get(lang())
-            return t("err_detail", headline=headline, detail=detail) if headline else detail
+            if not headline:
+                return detail
+            return t("err_detail_translated" if translated is not None else "err_detail", headline=headline,
+                     detail=Md(detail))
     return detail
+
+
+def _translated(exc: models.DikkatError) -> Md | None:
+    """The error's message in the interface language (None in English, or without a translation)."""
+    code = getattr(exc, "code", None)
+    entry = _strings().get(f"errmsg_{code}") if code else None
+    if lang() == "en" or not entry or lang() not in entry:
+        return None
+    params = {}
+    for key, value in getattr(exc, "params", {}).items():
+        if key == "family" and f"teach_family_{value}" in _strings():
+            value = t_plain(f"teach_family_{value}")
+        params[key] = hosting.scrub(value) if isinstance(value, str) else value
+    return t(f"errmsg_{code}", **params)
 
 
 def show_error(exc: models.DikkatError) -> None:
