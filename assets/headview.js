@@ -58,21 +58,30 @@
     controls.appendChild(h("span", {}, (S.pair || "Pair") + ":"));
     controls.appendChild(sel);
   }
+  // the two downloads wrap as one group, never one button alone on a line
+  var actions = h("span", { "class": "hv-actions" });
   var bSvg = h("button", { type: "button", id: "hv-svg-dl" }, S.svg || "SVG");
   bSvg.addEventListener("click", function () { download(svgText(), "image/svg+xml", D.filename + ".svg"); });
   var bPng = h("button", { type: "button", id: "hv-png-dl" }, S.png || "PNG");
   bPng.addEventListener("click", savePng);
-  controls.appendChild(bSvg); controls.appendChild(bPng);
+  actions.appendChild(bSvg); actions.appendChild(bPng);
+  controls.appendChild(actions);
 
   // ---- the drawing
-  var top = L.top + 18 * D.notes.length;
-  var width = 2 * L.col + L.gap, height = top + L.row * Math.max(nq, nk) + 10;
-  var x1 = L.col, x2 = L.col + L.gap;
+  // columns as wide as their longest label, title and notes wrapped to the drawing (viz/head_view.py)
+  var top = L.top;
+  var width = Math.round(L.colq + L.gap + L.colk), height = Math.round(top + L.row * Math.max(nq, nk) + 10);
+  var x1 = L.colq, x2 = L.colq + L.gap;
   var svg = el("svg", { id: "hv-svg", xmlns: NS, width: width, height: height, viewBox: "0 0 " + width + " " + height,
     "font-family": "DejaVu Sans, Noto Sans, Arial, sans-serif", "font-size": "13" });
   svg.appendChild(el("rect", { width: width, height: height, fill: "#ffffff" }));
-  svg.appendChild(el("text", { x: 4, y: 16, "font-weight": "bold" }, D.title));
-  D.notes.forEach(function (note, i) { svg.appendChild(el("text", { x: 4, y: 34 + 18 * i, fill: "#555" }, note)); });
+  D.title_lines.forEach(function (line, i) {
+    svg.appendChild(el("text", { x: 4, y: 16 + L.line * i, "font-weight": "bold", "class": "hv-title" }, line));
+  });
+  var firstNote = 16 + L.line * Math.max(D.title_lines.length, 1);
+  D.note_lines.forEach(function (line, i) {
+    svg.appendChild(el("text", { x: 4, y: firstNote + L.line * i, fill: "#555", "class": "hv-note" }, line));
+  });
   var lines = el("g", { id: "hv-lines" });
   svg.appendChild(lines);
   var qText = [], kText = [];
@@ -94,6 +103,15 @@
   D.q.forEach(function (label, i) { qText.push(tokenText("q", i, label)); });
   D.k.forEach(function (label, i) { kText.push(tokenText("k", i, label)); });
   document.getElementById("hv-root").appendChild(svg);
+  // the widths above are estimates: widen the drawing if the browser's font draws any text wider
+  var box = svg.getBBox();
+  var x0 = Math.min(0, Math.floor(box.x) - 2), xr = Math.max(width, Math.ceil(box.x + box.width) + 4);
+  if (x0 < 0 || xr > width) {
+    width = xr - x0;
+    svg.setAttribute("width", width);
+    svg.setAttribute("viewBox", x0 + " 0 " + width + " " + height);
+    svg.firstChild.setAttribute("x", x0); svg.firstChild.setAttribute("width", width);
+  }
 
   function pairOk(q, k) {
     if (pairFilter === "all") { return true; }

@@ -107,3 +107,21 @@ def test_params_are_escaped_and_translated_families():
     finally:
         st.session_state["lang"] = "en"
     assert "\\*\\*bold\\*\\*" in shown and "kod çözücü" in shown and "decoder" not in shown
+
+
+def test_a_static_table_escapes_every_header_and_cell():
+    """``st.table`` renders Markdown in headers and cells (a model name like ``[x](http://…)`` in the cost
+    page's header became a link); shared.table escapes them and writes numbers the language's way."""
+    at = AppTest.from_string('''
+import pandas as pd
+import streamlit as st
+from views import shared
+st.session_state["lang"] = "tr"
+shared.table(pd.DataFrame({"[x](http://a.invalid)": ["**b**", "<i>c</i>"], "p": [0.25, float("nan")], "n": [1200, 3]}),
+             decimals=2, hide_index=True)
+''', default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    frame = at.table[0].value
+    assert list(frame.columns) == ["\\[x\\](http\\://a.invalid)", "p", "n"]
+    assert list(frame.iloc[:, 0]) == ["\\*\\*b\\*\\*", "\\<i\\>c\\</i\\>"]
+    assert list(frame["p"]) == ["0,25", "—"] and list(frame["n"]) == ["1.200", "3"]

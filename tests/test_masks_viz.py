@@ -113,5 +113,6 @@ def test_renormalised_note_gets_its_own_title_line_and_room():
     plain = attention_figure(w, list("abc"), list("abc"), title="attention, layer 2, mean of heads")
     noted = attention_figure(w, list("abc"), list("abc"), title="attention, layer 2, mean of heads",
                              renormalised=True, renormalised_label="renormalised")
-    assert noted.layout.title.text == "attention, layer 2, mean of heads<br>renormalised"
+    assert noted.layout.title.text == "attention, layer 2, mean of heads"
+    assert noted.layout.title.subtitle.text == "renormalised" and not plain.layout.title.subtitle.text
     assert noted.layout.margin.t == plain.layout.margin.t + 22

@@ -11,7 +11,7 @@ import pytest
 
 from viz import transforms as tf
 from viz.export import attentions_npz, matrix_csv
-from viz.head_view import head_view_html, head_view_svg
+from viz.head_view import head_view_data, head_view_html, head_view_svg
 from viz.heatmap import head_heatmap, image_config, tick_positions
 from viz.model_view import model_view, point_to_cell
 from viz.summary import head_summary_table
@@ -47,6 +47,30 @@ def test_head_view_svg_draws_lines_with_weight_as_opacity():
     svg = head_view_svg(w, ["ı", "ş"], ["ı", "ş"], head_names=["0", "1"], heads=[0])
     assert svg.count("<line") == 3  # head 0 only; the 0.0 weight is not drawn
     assert 'stroke-opacity="0.750"' in svg and ">ı</text>" in svg
+
+
+def test_head_view_layout_holds_long_labels_and_wraps_title_and_notes():
+    """Issue 13: at a fixed 560 px the head view cut long words ("…adıklarımızdanmışsınız") and notes. Columns
+    are as wide as their longest label, and the title and notes wrap to the drawing's width."""
+    from viz.head_view import COL_W, GAP_W, head_view_layout, text_width
+
+    word = "Çekoslovakyalılaştıramadıklarımızdanmışsınız"
+    note = "Hidden: [CLS], [SEP]; the rows are renormalised over the key pieces, a " * 3
+    lay = head_view_layout(["a", word], ["b"], title="Layer 3 · encoder · " * 8, notes=[note, "short"])
+    assert lay.col_q >= text_width(word) + 10 > COL_W and lay.col_k == COL_W
+    assert lay.width == lay.col_q + GAP_W + lay.col_k
+    assert len(lay.title_lines) > 1 and len(lay.note_lines) > 2 and lay.note_lines[-1] == "short"
+    assert all(text_width(x) <= lay.width - 8 for x in lay.title_lines + lay.note_lines)
+    assert " ".join(lay.note_lines[:-1]).split() == note.split()  # nothing lost in the wrapping
+    assert lay.top == 36 + 18 * (lay.text_lines - 1)
+    assert text_width("漢字") == 26 and text_width("e\u0301") == 8  # wide characters; a combining mark is free
+    w = np.full((1, 2, 1), 0.5, np.float32)
+    svg = head_view_svg(w, ["a", word], ["b"], head_names=["0"], title="Layer 3 · encoder · " * 8, notes=[note])
+    assert f'width="{round(lay.width)}"' in svg and svg.count('fill="#555"') == len(lay.note_lines) - 1
+    assert f'<text x="{lay.col_q - 4}"' in svg  # query labels end at their column's edge
+    data = head_view_data(w, ["a", word], ["b"], head_names=["0"], title="t", notes=[note])
+    assert data["layout"]["colq"] == lay.col_q and data["note_lines"] == head_view_layout(
+        ["a", word], ["b"], "t", [note]).note_lines
 
 
 def test_model_view_grid_and_click_mapping():

@@ -37,7 +37,7 @@ for n in (1_000, 100_000, 1_000_000):
     _, whole = teaching.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
     rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries),
                  t("cost_col_one"): nb.human_bytes(one, L), shared.t_plain("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
-st.table(pd.DataFrame(rows))
+shared.table(pd.DataFrame(rows), hide_index=True)  # headers and cells escaped: st.table renders Markdown
 
 # ---- 2. measured -----------------------------------------------------------------------------------------------
 st.header(t("cost_s2"))

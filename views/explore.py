@@ -18,7 +18,7 @@ from views import hosting, shared
 from views.shared import t
 from viz import transforms as tf
 from viz.export import attentions_npz, matrix_csv
-from viz.head_view import head_view_html, head_view_svg, html_height
+from viz.head_view import head_view_html, head_view_layout, head_view_svg, html_height
 from viz.heatmap import head_heatmap, image_config
 from viz.model_view import model_view, point_to_cell
 from viz.summary import head_summary_table
@@ -474,7 +474,8 @@ if view == "head":
     doc = head_view_html(weights, hv_q, hv_k, head_names=head_names, query_segments=hv_qseg, key_segments=hv_kseg,
                          title=title, notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start)
     st.caption(t("hv_hint"))
-    st.iframe(doc, height=html_height(shown, len(hv_notes), n_heads))
+    lines = head_view_layout(hv_q, hv_k, title, hv_notes).text_lines  # title and notes, wrapped
+    st.iframe(doc, height=html_height(shown, max(lines - 1, 0), n_heads))
     svg_args = (weights, hv_q, hv_k)
     st.download_button(t("dl_svg_server"), data=lambda: head_view_svg(*svg_args, head_names=head_names, title=title,
                                                                         notes=hv_notes).encode("utf-8"),

@@ -234,7 +234,7 @@ with left:
     st.caption(t("prune_heads_help"))
     source_labels = {k: t(f"prune_source_{k}") for k in ("ablation", "gradient")}  # bound now, not at format time
     st.radio(t("prune_source"), list(source_labels), key="prune_source", horizontal=True, format_func=source_labels.get)
-    c1, c2 = st.columns(2)
+    c1, c2 = st.columns([2, 3])  # the second label is the longer ("Her katmanda bir kafa bırak")
     c1.button(t("prune_all_on"), on_click=_preset_all_on, args=(name, stacks), key="prune_btn_all_on", width="stretch")
     c2.button(t("prune_keep_one"), on_click=_preset_from_importance, args=(name, stacks, text, "keep_one"),
               key="prune_btn_keep_one", help=t("prune_keep_one_help"), width="stretch")
@@ -286,13 +286,13 @@ with right:
                           border=True)
             st.markdown(f"**{t('prune_next_token')}**")
             nb, na = before.next_token, after.next_token
-            shared.dataframe(pd.DataFrame({
-                t("prune_rank"): np.arange(1, nb.ids.shape[1] + 1),
-                f"{t('prune_before')}": [_shown(s) for s in nb.tokens[-1]],
-                _prob_header("prune_before"): np.round(nb.probs[-1], 4),
-                f"{t('prune_after')}": [_shown(s) for s in na.tokens[-1]],
-                _prob_header("prune_after"): np.round(na.probs[-1], 4),
-            }), decimals=4, hide_index=True, width="stretch")
+            shared.table(pd.DataFrame({
+                shared.t_plain("prune_rank"): np.arange(1, nb.ids.shape[1] + 1),
+                shared.t_plain("prune_before"): [_shown(s) for s in nb.tokens[-1]],
+                _prob_header("prune_before"): nb.probs[-1].astype(np.float64),
+                shared.t_plain("prune_after"): [_shown(s) for s in na.tokens[-1]],
+                _prob_header("prune_after"): na.probs[-1].astype(np.float64),
+            }), decimals=4, hide_index=True)
             st.markdown(f"**{t('prune_continuation')}**")
             try:
                 cont_before = _continuation(name, text, ())
@@ -318,13 +318,13 @@ with right:
                     st.metric(label, _num(p_after, 4), delta=_num(p_after - p_before, 4, sign=True) if off else None,
                               border=True)
                 st.markdown(f"**{t('prune_mask_fill', i=i)}**")
-                shared.dataframe(pd.DataFrame({
-                    t("prune_rank"): np.arange(1, fills.ids.shape[1] + 1),
-                    t("prune_before"): [_shown(s) for s in fills.tokens[0]],
-                    _prob_header("prune_before"): np.round(fills.probs[0], 4),
-                    t("prune_after"): [_shown(s) for s in fills_after.tokens[0]],
-                    _prob_header("prune_after"): np.round(fills_after.probs[0], 4),
-                }), decimals=4, hide_index=True, width="stretch")
+                shared.table(pd.DataFrame({
+                    shared.t_plain("prune_rank"): np.arange(1, fills.ids.shape[1] + 1),
+                    shared.t_plain("prune_before"): [_shown(s) for s in fills.tokens[0]],
+                    _prob_header("prune_before"): fills.probs[0].astype(np.float64),
+                    shared.t_plain("prune_after"): [_shown(s) for s in fills_after.tokens[0]],
+                    _prob_header("prune_after"): fills_after.probs[0].astype(np.float64),
+                }), decimals=4, hide_index=True)
         elif loaded.head == "none":
             cos = float(pruning.cosine(before.embedding, after.embedding))
             st.metric(t("prune_cosine"), _num(cos, 4), delta=_num(cos - 1, 4, sign=True) if off else None,
@@ -339,11 +339,11 @@ with right:
                 rank_after[r_after.order] = np.arange(1, len(candidates) + 1)
                 st.markdown(f"**{t('prune_ranking')}**")
                 order = r_before.order
-                st.dataframe(pd.DataFrame({
-                    t("prune_sentence"): [candidates[i] for i in order],
-                    t("prune_before"): [f"#{rank_before[i]} · {_num(r_before.similarity[i], 3)}" for i in order],
-                    t("prune_after"): [f"#{rank_after[i]} · {_num(r_after.similarity[i], 3)}" for i in order],
-                }), hide_index=True, width="stretch", height=int(38 + 35 * len(candidates)))
+                shared.table(pd.DataFrame({
+                    shared.t_plain("prune_sentence"): [candidates[i] for i in order],
+                    shared.t_plain("prune_before"): [f"#{rank_before[i]} · {_num(r_before.similarity[i], 3)}" for i in order],
+                    shared.t_plain("prune_after"): [f"#{rank_after[i]} · {_num(r_after.similarity[i], 3)}" for i in order],
+                }), hide_index=True)
                 st.caption(t("prune_ranking_help"))
             except models.DikkatError as exc:
                 shared.show_error(exc)

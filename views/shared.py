@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 import models
@@ -119,7 +120,46 @@ def plotly_chart(fig, *, container=None, **kwargs):
     hover, cell text) written the interface language's way: plotly's ``layout.separators`` (Turkish 0,25
     and 131.072). Returns what ``st.plotly_chart`` returns (the selection event with ``on_select``)."""
     fig.update_layout(separators=PLOTLY_SEPARATORS.get(lang(), ".,"))
+    if fig.layout.title.text and fig.layout.title.y is None:
+        # at the container's top, where the figure's top margin leaves it room (viz.text.top_axis_margin); at
+        # plotly's "auto" place, the middle of the top margin, it ran into a top axis's title (issue 13)
+        fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=8)))
     return (container or st).plotly_chart(fig, **kwargs)
+
+
+def table(data, *, decimals: int | dict | None = None, container=None, **kwargs):
+    """``st.table``: a static HTML table whose long text wraps inside its column (nothing cut, unlike
+    ``st.dataframe``'s canvas, which cuts a column that does not fit), for small tables in narrow columns.
+
+    ``st.table`` renders Markdown in headers and cells, so every header and text cell is escaped
+    (:func:`md`); float columns are written the interface language's way (``decimals``: an int for all
+    float columns, or ``column -> decimals``; 6 significant digits otherwise) and right-aligned.
+
+    Args:
+        data: a pandas DataFrame. container: where to draw it (default: the page).
+        kwargs: passed to ``st.table`` (``hide_index`` ...).
+    """
+    floats = set(data.select_dtypes("floating").columns)
+    numbers = floats | set(data.select_dtypes("integer").columns)
+    per = decimals if isinstance(decimals, dict) else {c: decimals for c in floats}
+
+    def cell(column, value):
+        if column in floats:
+            if value != value:
+                return "—"
+            d = per.get(column)
+            return nb.num(float(value), d, lang()) if d is not None else nb.localise(f"{float(value):,.6g}", lang())
+        if column in numbers:
+            return nb.integer(int(value), lang())
+        return md(value)
+
+    def head(column):
+        return md(column if isinstance(column, str) else str(column))
+
+    shown = pd.DataFrame({head(c): [cell(c, v) for v in data[c]] for c in data.columns})
+    right = [head(c) for c in data.columns if c in numbers]
+    styled = shown.style.set_properties(subset=right, **{"text-align": "right"}) if right else shown
+    return (container or st).table(styled, **kwargs)
 
 
 def dataframe(data, *, decimals: int | dict | None = None, container=None, **kwargs):

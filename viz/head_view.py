@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import colorsys
 import html
-import re
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from .text import WIDE_W, text_width
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 JS_FILE = ASSETS / "headview.js"
@@ -35,6 +38,67 @@ TOP = 36
 FONT = "13px 'DejaVu Sans', 'Noto Sans', Arial, sans-serif"
 # Lines lighter than this are not drawn (opacity below 1 % is invisible).
 MIN_WEIGHT = 0.01
+LINE_H = 18  # title and note lines
+
+
+def _wrap(text: str, width: float) -> list[str]:
+    """``text`` broken at spaces into lines of at most ``width`` px (a word longer than that is cut into
+    pieces that fit)."""
+    lines: list[str] = []
+    line = ""
+    for word in str(text).split(" "):
+        candidate = f"{line} {word}" if line else word
+        if text_width(candidate) <= width:
+            line = candidate
+            continue
+        if line:
+            lines.append(line)
+        while text_width(word) > width:  # a word wider than the drawing: cut it
+            cut = max(1, int(width // WIDE_W))
+            while cut < len(word) and text_width(word[:cut + 1]) <= width:
+                cut += 1
+            lines.append(word[:cut])
+            word = word[cut:]
+        line = word
+    lines.append(line)
+    return lines
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the head view draws, in px: shared by the browser drawing and the server SVG.
+
+    Attributes:
+        col_q, col_k: widths of the query and key columns (each as wide as its longest label).
+        width: the drawing's width; title_lines, note_lines: the title and notes wrapped to it.
+        top: y of the first token row.
+    """
+
+    col_q: float
+    col_k: float
+    width: float
+    title_lines: list[str]
+    note_lines: list[str]
+    top: float
+
+    @property
+    def text_lines(self) -> int:
+        """Lines of title and notes."""
+        return len(self.title_lines) + len(self.note_lines)
+
+
+def head_view_layout(query_labels: Sequence[str], key_labels: Sequence[str], title: str = "",
+                     notes: Sequence[str] = ()) -> Layout:
+    """The columns as wide as their longest label (at least :data:`COL_W`), and the title and notes wrapped
+    to the drawing's width, so no text is cut (issue 13: titles, notes and long words lost both ends at a
+    fixed 560 px)."""
+    col_q = max([COL_W] + [text_width(x) + 10 for x in query_labels])
+    col_k = max([COL_W] + [text_width(x) + 10 for x in key_labels])
+    width = col_q + GAP_W + col_k
+    title_lines = _wrap(title, width - 8) if title else []
+    note_lines = [line for note in notes for line in _wrap(note, width - 8)]
+    top = TOP + LINE_H * (max(len(title_lines), 1) - 1 + len(note_lines))
+    return Layout(col_q, col_k, width, title_lines, note_lines, top)
 
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
             "#bcbd22", "#17becf", "#393b79", "#ad494a"]
@@ -81,6 +145,7 @@ def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels:
     """
     w = _check(weights, query_labels, key_labels, head_names)
     h, nq, nk = w.shape
+    lay = head_view_layout(query_labels, key_labels, title, notes)
     qs = list(query_segments) if query_segments is not None else [0] * nq
     ks = list(key_segments) if key_segments is not None else [0] * nk
     return {
@@ -89,8 +154,9 @@ def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels:
         "w": np.rint(w * 1000).astype(np.int32).tolist(),
         "pair": (1 in qs) or (1 in ks),
         "title": title, "notes": list(notes), "strings": strings or {}, "filename": filename,
-        "first": int(first_position),
-        "layout": {"row": ROW_H, "col": COL_W, "gap": GAP_W, "top": TOP, "font": FONT, "min": MIN_WEIGHT},
+        "first": int(first_position), "title_lines": lay.title_lines, "note_lines": lay.note_lines,
+        "layout": {"row": ROW_H, "colq": lay.col_q, "colk": lay.col_k, "gap": GAP_W, "top": lay.top,
+                   "line": LINE_H, "font": FONT, "min": MIN_WEIGHT},
     }
 
 
@@ -130,6 +196,8 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
         "#hv-controls label{display:inline-flex;align-items:center;gap:3px;cursor:pointer;user-select:none}"
         "#hv-controls .sw{display:inline-block;width:12px;height:12px;border-radius:2px}"
         "#hv-controls button,#hv-controls select{font:inherit;padding:1px 6px}"
+        "#hv-controls .hv-actions{display:inline-flex;gap:6px;align-items:center;white-space:nowrap}"
+        "#hv-svg{max-width:100%;height:auto;display:block}"
         "#hv-svg text{cursor:pointer}"
         "</style></head><body>"
         "<div id=\"hv-controls\"></div><div id=\"hv-root\"></div>"
@@ -140,9 +208,10 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
 
 def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12, width_px: int = 840) -> int:
     """Pixel height the iframe needs for ``n_rows`` tokens: the control rows (a checkbox per head and the
-    buttons, wrapped at ``width_px``), the title and notes, the token columns, and a margin."""
+    buttons, wrapped at ``width_px``), the title and notes (``n_notes``: lines below the title's first,
+    e.g. ``Layout.text_lines - 1``), the token columns, and a margin."""
     control_rows = -(-(n_heads * 52 + 330) // width_px)
-    return int(12 + 32 * control_rows + TOP + 18 * n_notes + ROW_H * n_rows + 40)
+    return int(12 + 32 * control_rows + TOP + LINE_H * n_notes + ROW_H * n_rows + 40)
 
 
 # characters XML 1.0 cannot hold, even as references (C0 controls but tab/newline/CR, surrogates, U+FFFE/F)
@@ -173,17 +242,19 @@ def head_view_svg(weights: np.ndarray, query_labels: Sequence[str], key_labels: 
     h, nq, nk = w.shape
     colours = head_colours(h)
     chosen = list(range(h)) if heads is None else [int(i) for i in heads]
-    top = TOP + 18 * len(notes)
-    width = 2 * COL_W + GAP_W
-    height = top + ROW_H * max(nq, nk) + 10
-    x1, x2 = COL_W, COL_W + GAP_W
+    lay = head_view_layout(query_labels, key_labels, title, notes)
+    top, width = lay.top, round(lay.width)
+    height = round(top + ROW_H * max(nq, nk) + 10)
+    x1, x2 = lay.col_q, lay.col_q + GAP_W
     esc = _xml_text
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Noto Sans, Arial, sans-serif" font-size="13">',
-           f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-           f'<text x="4" y="16" font-weight="bold">{esc(title)}</text>']
-    for i, note in enumerate(notes):
-        out.append(f'<text x="4" y="{34 + 18 * i}" fill="#555">{esc(note)}</text>')
+           f'<rect width="{width}" height="{height}" fill="#ffffff"/>']
+    for i, line in enumerate(lay.title_lines):
+        out.append(f'<text x="4" y="{16 + LINE_H * i}" font-weight="bold">{esc(line)}</text>')
+    first_note = 16 + LINE_H * max(len(lay.title_lines), 1)
+    for i, line in enumerate(lay.note_lines):
+        out.append(f'<text x="4" y="{first_note + LINE_H * i}" fill="#555">{esc(line)}</text>')
     for head in chosen:
         for q in range(nq):
             yq = top + ROW_H * q + ROW_H / 2

@@ -11,13 +11,15 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .text import plotly_labels
+from .text import plotly_labels, tick_angle, top_axis_margin
 
 # Cells above which the hover stops naming both tokens (the per-cell label pairs would dominate the
 # bytes sent); the axes still carry the labels and the hover still gives positions and the weight.
 HOVER_LABEL_CELLS = 128 * 128
-# Most tick labels drawn per axis; longer inputs label every k-th token.
-MAX_TICKS = 96
+# Most tick labels drawn per axis; longer inputs label every k-th token. 40 keeps a line's height per label
+# on a 600-px axis (a 1280 x 720 projector), so neighbours never overlap.
+MAX_TICKS = 40
+PLOT_PX = 600  # the narrowest plot area the heatmap is drawn in (the main column at 1280 px)
 COLORSCALE = "Blues"
 
 
@@ -64,14 +66,17 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
                                   "<extra></extra>")
     fig = go.Figure(go.Heatmap(**trace))
     xt, yt = tick_positions(nk, max_ticks), tick_positions(nq, max_ticks)
+    x_text = plotly_labels(key_labels[i] for i in xt)
+    angle = tick_angle([key_labels[i] for i in xt], PLOT_PX / max(len(xt), 1))
+    top = top_axis_margin([key_labels[i] for i in xt], angle=angle, title=title)
     fig.update_layout(
         title=dict(text=title),
-        xaxis=dict(title=dict(text=key_title), tickmode="array", tickvals=xt, ticktext=plotly_labels(key_labels[i] for i in xt),
-                   side="top", tickangle=-60 if nk > 12 else 0, constrain="domain"),
+        xaxis=dict(title=dict(text=key_title), tickmode="array", tickvals=xt, ticktext=x_text,
+                   side="top", tickangle=angle, constrain="domain"),
         yaxis=dict(title=dict(text=query_title), tickmode="array", tickvals=yt,
                    ticktext=plotly_labels(query_labels[i] for i in yt), autorange="reversed"),
-        height=height or int(min(1100, max(380, 160 + 22 * min(nq, 40)))),
-        margin=dict(l=10, r=10, t=110, b=10),
+        height=(height or int(min(1100, max(380, 160 + 22 * min(nq, 40))))) + max(0, top - 110),
+        margin=dict(l=10, r=10, t=top, b=10),
     )
     return fig
 

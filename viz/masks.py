@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .text import plotly_labels
+from .text import plotly_labels, top_axis_margin
 
 ALLOWED_COLOR = "#1f4e79"
 FORBIDDEN_COLOR = "#f1f1f1"
@@ -40,13 +40,20 @@ def _gap(shape) -> int:
 
 
 def _top_margin(key_labels: Sequence[str], title: str) -> int:
-    """Top margin (px) that holds the key labels drawn at -60 degrees above the grid, plus the title."""
-    longest = max((len(str(lab)) for lab in key_labels), default=1)
-    return int(min(110, 14 + 6.5 * min(longest, 14))) + (22 * (title.count("<br>") + 1) if title else 0)
+    """Top margin (px) that holds the title above the key labels drawn at -90 degrees above the grid."""
+    return top_axis_margin(key_labels, angle=-90, title=title, axis_title=False)
 
 
-def _title(text: str) -> dict:
-    return dict(text=text, font=dict(size=13), y=0.995, yref="container", yanchor="top", x=0.01, xanchor="left")
+def _title(text: str, subtitle: str = "") -> dict:
+    # at the container's top with a pad: at y=0.995 the glyphs' tops poked out of small figures and were
+    # cut by the figure above (issue 13)
+    # a second line goes in plotly's subtitle: a "<br>" in the title was anchored as one line and its first
+    # line pushed above the figure
+    out = dict(text=text, font=dict(size=13), y=1, yref="container", yanchor="top", pad=dict(t=6), x=0.01,
+               xanchor="left")
+    if subtitle:
+        out["subtitle"] = dict(text=subtitle, font=dict(size=12))
+    return out
 
 
 def _hatch_rows(fig: go.Figure, rows: Sequence[int], n_cols: int, label: str) -> None:
@@ -93,7 +100,7 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
     top = _top_margin(key_labels, title)
     fig.update_layout(title=_title(title), width=width, height=height + top - 40,
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
-    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-60, range=[-0.5, m.shape[1] - 0.5])
+    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-90, range=[-0.5, m.shape[1] - 0.5])
     fig.update_yaxes(_axis(query_labels), autorange="reversed")
     return fig
 
@@ -139,11 +146,11 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
     _hatch_rows(fig, list(np.flatnonzero(empty)), w.shape[1], empty_label)
     width, height = _size(*w.shape)
     # on a line of its own: narrow figures (three side by side) would cut a long title off
-    full_title = title + (f"<br>{renormalised_label}" if renormalised and renormalised_label not in title else "")
-    top = _top_margin(key_labels, full_title)
-    fig.update_layout(title=_title(full_title), width=width + 60, height=height + top - 40,
+    note = renormalised_label if renormalised and renormalised_label not in title else ""
+    top = _top_margin(key_labels, title + ("<br>" if note else ""))
+    fig.update_layout(title=_title(title, note), width=width + 60, height=height + top - 40,
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
-    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-60, range=[-0.5, w.shape[1] - 0.5])
+    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-90, range=[-0.5, w.shape[1] - 0.5])
     fig.update_yaxes(_axis(query_labels), autorange="reversed")
     return fig
 

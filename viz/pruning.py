@@ -130,7 +130,7 @@ def attention_before_after(before: np.ndarray, after: np.ndarray, query_labels: 
         (diff, dict(colorscale="RdBu_r", zmid=0.0, zmin=-peak, zmax=peak, colorbar=dict(x=1.0, len=0.9, thickness=10))),
     ), start=1):
         fig.add_trace(go.Heatmap(z=z, x=np.arange(nk), y=np.arange(nq), hovertemplate=hover, **kw), row=1, col=col)
-        fig.update_xaxes(tickmode="array", tickvals=list(range(nk)), ticktext=plotly_labels(key_labels), tickangle=-60,
+        fig.update_xaxes(tickmode="array", tickvals=list(range(nk)), ticktext=plotly_labels(key_labels), tickangle=-90,
                          row=1, col=col)
         fig.update_yaxes(tickmode="array", tickvals=list(range(nq)), ticktext=plotly_labels(query_labels) if col == 1 else [""] * nq,
                          autorange="reversed", row=1, col=col)
