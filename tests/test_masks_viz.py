@@ -116,3 +116,18 @@ def test_renormalised_note_gets_its_own_title_line_and_room():
     assert noted.layout.title.text == "attention, layer 2, mean of heads"
     assert noted.layout.title.subtitle.text == "renormalised" and not plain.layout.title.subtitle.text
     assert noted.layout.margin.t == plain.layout.margin.t + 22
+
+
+def test_key_labels_are_thinned_for_narrow_panels_keeping_the_last():
+    """Issue 13: five panels a row at 1280 px drew 24 vertical key labels over 8-px cells, on top of each
+    other. At most about MAX_KEY_TICKS non-empty labels are drawn, the last (end token, padding column) always."""
+    from viz.masks import MAX_KEY_TICKS, _axis, attention_figure
+
+    assert _axis(list("abcdefghi"), MAX_KEY_TICKS)["tickvals"] == list(range(9))
+    ticks = _axis([f"t{i}" for i in range(24)], MAX_KEY_TICKS)["tickvals"]
+    assert len(ticks) <= MAX_KEY_TICKS + 1 and ticks[0] == 0 and ticks[-1] == 23
+    frames = [f"{i}" if i % 10 == 0 else "" for i in range(150)] + ["<|padding|>"]
+    ticks = _axis(frames, MAX_KEY_TICKS)["tickvals"]
+    assert ticks[-1] == 150 and all(frames[i] for i in ticks) and len(ticks) <= MAX_KEY_TICKS + 1
+    fig = attention_figure(np.full((2, 24), 1 / 24), ["a", "b"], [f"t{i}" for i in range(24)])
+    assert fig.layout.xaxis.ticktext[-1] == "t23" and len(fig.layout.xaxis.ticktext) <= MAX_KEY_TICKS + 1

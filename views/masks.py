@@ -253,7 +253,8 @@ def section_compare(sel: shared.Selection) -> None:
         shared.show_error(exc)
         return
 
-    columns = st.columns(len(kinds) + 1)
+    # at most three panels a row: five in a row left a grid of 8 px cells at 1280 px
+    columns = [col for start in range(0, len(kinds) + 1, 3) for col in st.columns(3)][: len(kinds) + 1]
     native_matrix = compare.applied_mask(loaded, native, layer, stack)
     panels = [("native", native_matrix, native.attentions[stack])] + [
         (kind, run.matrix, run.analysis.attentions[stack]) for kind, run in zip(kinds, runs)

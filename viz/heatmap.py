@@ -53,7 +53,7 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
     if len(query_labels) != nq or len(key_labels) != nk:
         raise ValueError(f"{len(query_labels)} query / {len(key_labels)} key labels for a {nq}x{nk} matrix")
     trace = dict(z=m, x=np.arange(nk), y=np.arange(nq), colorscale=COLORSCALE, zmin=0.0,
-                 zmax=float(max(m.max(initial=0.0), 1e-6)), colorbar=dict(title=dict(text=weight_title)))
+                 zmax=float(max(m.max(initial=0.0), 1e-6)), colorbar=dict(title=dict(text=weight_title, side="right")))
     if nq * nk <= HOVER_LABEL_CELLS:
         custom = np.empty((nq, nk, 2), dtype=object)
         custom[:, :, 0] = np.asarray(plotly_labels(query_labels), dtype=object)[:, None]

@@ -22,8 +22,21 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")
 
 
-def _axis(labels: Sequence[str]) -> dict:
-    return dict(tickmode="array", tickvals=list(range(len(labels))), ticktext=plotly_labels(labels), showgrid=False,
+# Most key labels over a grid: its panel may be a third of the page at 1280 px (about 150 px of grid), and a
+# vertical label needs a line's height; longer texts label every k-th key (the hover names every cell).
+MAX_KEY_TICKS = 10
+
+
+def _axis(labels: Sequence[str], max_ticks: int | None = None) -> dict:
+    """Tick settings for ``labels``; with ``max_ticks``, at most about that many of the non-empty labels (every
+    k-th, and always the last: the end token or the padding column)."""
+    shown = [i for i, label in enumerate(labels) if str(label)]
+    if max_ticks and len(shown) > max_ticks:
+        step = -(-len(shown) // max_ticks)
+        last, shown = shown[-1], shown[::step]
+        if shown[-1] != last:
+            shown[-1 if len(shown) > 1 and last - shown[-1] <= step // 2 else len(shown):] = [last]
+    return dict(tickmode="array", tickvals=shown, ticktext=plotly_labels(labels[i] for i in shown), showgrid=False,
                 zeroline=False)
 
 
@@ -100,7 +113,7 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
     top = _top_margin(key_labels, title)
     fig.update_layout(title=_title(title), width=width, height=height + top - 40,
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
-    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-90, range=[-0.5, m.shape[1] - 0.5])
+    fig.update_xaxes(_axis(key_labels, MAX_KEY_TICKS), side="top", tickangle=-90, range=[-0.5, m.shape[1] - 0.5])
     fig.update_yaxes(_axis(query_labels), autorange="reversed")
     return fig
 
@@ -150,7 +163,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
     top = _top_margin(key_labels, title + ("<br>" if note else ""))
     fig.update_layout(title=_title(title, note), width=width + 60, height=height + top - 40,
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
-    fig.update_xaxes(_axis(key_labels), side="top", tickangle=-90, range=[-0.5, w.shape[1] - 0.5])
+    fig.update_xaxes(_axis(key_labels, MAX_KEY_TICKS), side="top", tickangle=-90, range=[-0.5, w.shape[1] - 0.5])
     fig.update_yaxes(_axis(query_labels), autorange="reversed")
     return fig
 
