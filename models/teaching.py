@@ -776,7 +776,8 @@ def word_order_experiment(loaded: LoadedModel, text_a: str = "Kedi fareyi kovala
     fa, fb = [_fold(w.text) for w in wa], [_fold(w.text) for w in wb]
     if sorted(fa) != sorted(fb):
         raise WordMismatchError(
-            f"The two sentences must use the same words in another order: {[w.text for w in wa]} vs {[w.text for w in wb]}."
+            f"The two sentences must use the same words in another order: {[w.text for w in wa]} vs {[w.text for w in wb]}.",
+            code="word_order_mismatch", words_a=", ".join(w.text for w in wa), words_b=", ".join(w.text for w in wb)
         )
     used = [False] * len(fb)
     order = []

@@ -456,3 +456,13 @@ def test_a_stack_that_is_not_shown_says_so(tmp_path_factory, lang):
     warnings = " ".join(w.value for w in at.warning)
     head = "This model's encoder self-attention is not shown." if lang == "en" else "Bu modelin kodlayıcı öz-dikkati gösterilmiyor."
     assert head in warnings and "dict" in warnings, warnings
+
+
+def test_sidebar_does_not_describe_the_list_model_while_a_folder_model_is_used(tiny_folder):
+    """Issue 13: with a folder model in use the sidebar still described minilm-l6 (title, licence, heads)."""
+    folder = str(tiny_folder("bert"))
+    at = run_app(state={"model_key": "minilm-l6", "model_custom": folder})
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "all-MiniLM-L6-v2" not in captions and "minilm-l6 is not in use" in captions
+    at = run_app(state={"model_key": "minilm-l6"})
+    assert "all-MiniLM-L6-v2" in " ".join(c.value for c in at.sidebar.caption)

@@ -254,3 +254,47 @@ def test_turkish_temperature_slider_uses_a_decimal_comma(smollm2):
     assert list(slider.options)[:2] == ["0,1", "0,2"] and "1,5" in slider.options
     at = open_page("views/qkv.py", "smollm2-135m", "en")
     assert "1.5" in at.select_slider(key="qkv_temperature").options
+
+
+def _linked(page: str, model: str, query: dict) -> AppTest:
+    """``page`` opened from a link carrying ``query`` (the sidebar's model and sentence as usual)."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["model_key"] = model
+    at.session_state["text"] = "Kedi fareyi kovaladı"
+    at.run()
+    at.switch_page(page)
+    at.query_params = {"model_key": model, **query}
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def test_a_link_reopens_each_teaching_page(smollm2):
+    """Issue 13: every page's state in the URL. Each page's widgets come back from a link, a change is written
+    back, and values out of range fall back to the page's defaults."""
+    at = _linked("views/qkv.py", "smollm2-135m", {"qkv_layer": "7", "qkv_head": "4", "qkv_query": "2",
+                                                  "qkv_noscale": "1", "qkv_temperature": "2.5"})
+    assert (at.selectbox(key="qkv_layer").value, at.selectbox(key="qkv_head").value) == (7, 4)
+    assert at.selectbox(key="qkv_query").value == 2 and at.toggle(key="qkv_noscale").value
+    assert at.select_slider(key="qkv_temperature").value == 2.5
+    at.selectbox(key="qkv_head").set_value(8).run()
+    assert at.query_params["qkv_head"] == "8" and at.query_params["qkv_layer"] == "7"
+    at = _linked("views/qkv.py", "smollm2-135m", {"qkv_layer": "99", "qkv_head": "-1", "qkv_temperature": "7"})
+    assert (at.selectbox(key="qkv_layer").value, at.selectbox(key="qkv_head").value) == (0, 0)
+    assert at.select_slider(key="qkv_temperature").value == 1.0
+
+    at = _linked("views/positions.py", "smollm2-135m", {"pos_m": "3", "pos_n": "11", "pos_t": "100",
+                                                        "pos_text_a": "kovaladı Fareyi kedi", "pos_wo_head": "2"})
+    assert [at.number_input(key=k).value for k in ("pos_m", "pos_n", "pos_t")] == [3, 11, 100]
+    assert at.text_input(key="pos_text_a").value == "kovaladı Fareyi kedi" and at.selectbox(key="pos_wo_head").value == 2
+
+    at = _linked("views/cost.py", "smollm2-135m", {"cost_lengths": "16,64,junk", "cost_repeats": "9"})
+    assert at.multiselect(key="cost_lengths").value == [16, 64] and at.number_input(key="cost_repeats").value == 3
+
+    at = _linked("views/kvcache.py", "smollm2-135m", {"kv_preset": "loaded:smollm2-135m", "kv_layers": "48",
+                                                      "kv_bytes": "4", "kv_tokens": "2048", "kv_new_tokens": "8"})
+    assert at.number_input(key="kv_layers").value == 48 and at.selectbox(key="kv_bytes").value == 4
+    assert at.number_input(key="kv_tokens").value == 2048 and at.slider(key="kv_new_tokens").value == 8
+    assert at.number_input(key="kv_heads_q").value == 9  # not in the link: the preset's own
+    at.number_input(key="kv_head_dim").set_value(128).run()
+    assert at.query_params["kv_head_dim"] == "128" and at.query_params["kv_preset"] == "loaded:smollm2-135m"

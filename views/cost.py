@@ -45,8 +45,12 @@ st.markdown(t("cost_s2_text"))
 options = teaching.default_lengths(loaded, top=1024)
 cap_limit = models.analysis.weight_budget_tokens(loaded)
 c1, c2 = st.columns([3, 1])
-lengths = c1.multiselect(t("cost_lengths"), options, default=[n for n in options if n <= 128], key="cost_lengths")
-repeats = c2.number_input(t("cost_repeats"), 1, 5, 3, key="cost_repeats")
+# the page's widgets live in the URL (issue 13)
+URL = shared.UrlState(("cost_lengths", "cost_repeats", "cost_log"))
+URL.bind("cost_lengths", [n for n in options if n <= 128], options=options, kind=list)
+URL.bind("cost_repeats", 3, kind=int, bounds=(1, 5))
+lengths = c1.multiselect(t("cost_lengths"), options, key="cost_lengths")
+repeats = c2.number_input(t("cost_repeats"), 1, 5, key="cost_repeats")
 st.caption(t("cost_limits", limit=loaded.max_positions, cap=cap_limit))
 
 state_key = f"cost_points::{sel.model}"
@@ -86,7 +90,8 @@ if record and record["points"]:
     points: list[teaching.CostPoint] = record["points"]
     if not record["done"]:
         st.warning(t("cost_stopped", done=len(points), total=record["planned"] or len(points)))
-    log = st.toggle(t("cost_log"), value=True, key="cost_log")
+    URL.bind("cost_log", True, kind=bool)
+    log = st.toggle(t("cost_log"), key="cost_log")
     impls = [i for i in teaching.IMPLEMENTATIONS if any(p.implementation == i for p in points)]
     series_t, series_m = {}, {}
     for impl in impls:
@@ -125,3 +130,4 @@ window = getattr(loaded.config, "sliding_window", None)
 if window:
     st.info(t("cost_model_window", model=sel.model, w=window))
 st.markdown(t("cost_see_kv"))
+URL.finish()

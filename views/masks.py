@@ -56,35 +56,12 @@ def _run(name: str, text: str, mask_key, max_tokens: int) -> compare.MaskRun:
 # ----------------------------------------------------------------------------------------------- helpers
 
 # The page's state lives in the URL (issue 13: a link reopens the same section, masks, layer and head).
-# Each widget shown in this run is bound here (key -> its default); the page's end writes the bound ones to the
-# URL and drops the others (their widgets are not on screen, so their values are gone).
-_BOUND: dict = {}
-URL_KEYS = ("masks_section", "masks_kinds", "masks_window", "masks_stride", "masks_custom_start", "masks_cmp_layer",
-            "masks_cmp_head", "masks_bg_enc_layer", "masks_bg_enc_head", "masks_bg_dec_layer", "masks_bg_dec_head",
-            "masks_encdec_choice", "masks_src", "masks_tgt", "masks_encdec_hide", "masks_ed_layer",
-            "masks_ed_head", "masks_align_threshold", "masks_clip", "masks_audio_lang", "masks_audio_tgt",
-            "masks_audio_heads", "masks_gqa_layer")
-
-
-def _bind(key: str, default=None, options=None, kind: type = str, bounds: tuple[int, int] | None = None) -> None:
-    """Before the widget ``key`` is created: take its value from the URL (:func:`views.shared.url_init`; a
-    text is cut to the classroom's limit), else ``default`` when Session State has none; the page's end
-    writes it back (:func:`_sync_url`)."""
-    shared.url_init(key, options, kind, bounds=bounds)
-    if kind is str and options is None and isinstance(st.session_state.get(key), str):
-        st.session_state[key] = hosting.clip(st.session_state[key])
-    if key not in st.session_state and default is not None:
-        st.session_state[key] = default
-    _BOUND[key] = default
-
-
-def _sync_url() -> None:
-    for key in URL_KEYS:
-        if key in _BOUND:
-            shared.url_sync(key, _BOUND[key])
-        else:
-            shared.url_drop(key)
-
+URL = shared.UrlState(("masks_section", "masks_kinds", "masks_window", "masks_stride", "masks_custom_start",
+                       "masks_cmp_layer", "masks_cmp_head", "masks_bg_enc_layer", "masks_bg_enc_head",
+                       "masks_bg_dec_layer", "masks_bg_dec_head", "masks_encdec_choice", "masks_src", "masks_tgt",
+                       "masks_encdec_hide", "masks_ed_layer", "masks_ed_head", "masks_align_threshold", "masks_clip",
+                       "masks_audio_lang", "masks_audio_tgt", "masks_audio_heads", "masks_gqa_layer"))
+_bind = URL.bind
 
 
 def _clamp(key: str, hi: int, default: int = 0) -> None:
@@ -665,4 +642,4 @@ section = st.radio(t("masks_section"), list(SECTIONS), key="masks_section", hori
 try:
     SECTIONS[section](sel)
 finally:  # also when a section stops early (no model, empty text): what it showed is in the link
-    _sync_url()
+    URL.finish()

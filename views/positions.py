@@ -22,6 +22,9 @@ def _word_order(name: str, text_a: str, text_b: str) -> teaching.WordOrder:
     return teaching.word_order_experiment(shared.get_model(name), text_a, text_b)
 
 
+# the page's widgets live in the URL (issue 13): a link reopens the same positions, heads and sentences
+URL = shared.UrlState(("pos_m", "pos_n", "pos_t", "pos_alibi_head", "pos_text_a", "pos_text_b", "pos_wo_layer",
+                       "pos_wo_head"))
 sel = shared.selection()
 st.title(t("pos_title"))
 st.markdown(t("pos_intro"))
@@ -83,9 +86,12 @@ shared.plotly_chart(vp.distance_grid(grid, title=t("pos_grid_fig", n=grid_n), qu
                                  key_title=t("pos_key_pos")), key="pos_grid")
 st.markdown(t("pos_grid_text"))
 g1, g2, g3 = st.columns(3)
-m_pos = g1.number_input("m", 0, 100_000, 2, key="pos_m")
-n_pos = g2.number_input("n", 0, 100_000, 5, key="pos_n")
-shift = g3.number_input(t("pos_shift"), 0, 100_000, 7, key="pos_t")
+URL.bind("pos_m", 2, kind=int, bounds=(0, 100_000))
+URL.bind("pos_n", 5, kind=int, bounds=(0, 100_000))
+URL.bind("pos_t", 7, kind=int, bounds=(0, 100_000))
+m_pos = g1.number_input("m", 0, 100_000, key="pos_m")
+n_pos = g2.number_input("n", 0, 100_000, key="pos_n")
+shift = g3.number_input(t("pos_shift"), 0, 100_000, key="pos_t")
 check = teaching.rope_shift_check(source, int(m_pos), int(n_pos), int(shift), head_dim=head_dim, theta=theta)
 k1, k2, k3 = st.columns(3)
 k1.metric(t("pos_dot_at", m=check.m, n=check.n), nb.num(check.dot, 5, L))
@@ -98,9 +104,11 @@ st.header(t("pos_s3"))
 heads = loaded.stacks[stack][1]
 st.markdown(t("pos_s3_text", heads=heads))
 st.latex(r"\mathrm{softmax}\big(q_i K^\top + m \cdot [-(i-1), \dots, -2, -1, 0]\big),\qquad m_h = 2^{-8h/H}")
+if heads > 1:
+    URL.bind("pos_alibi_head", 0, kind=int, bounds=(0, heads - 1))
 if st.session_state.get("pos_alibi_head", 0) >= heads:
     st.session_state["pos_alibi_head"] = 0
-alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), 0, key="pos_alibi_head") if heads > 1 else 0
+alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), key="pos_alibi_head") if heads > 1 else 0
 slopes = teaching.alibi_slopes(heads)
 n_alibi = min(n, MAX_POS)
 bias = teaching.alibi_bias(n_alibi, float(slopes[alibi_head]))
@@ -115,17 +123,23 @@ if heads & (heads - 1):
 st.header(t("pos_s4"))
 st.markdown(t("pos_s4_text"))
 if not shared.reads_text(loaded):
+    URL.finish()
     st.stop()
 w1, w2 = st.columns(2)
-text_a = w1.text_input(t("pos_sentence_a"), "Kedi fareyi kovaladı", key="pos_text_a", max_chars=hosting.current().max_chars)
-text_b = w2.text_input(t("pos_sentence_b"), "Fareyi kedi kovaladı", key="pos_text_b", max_chars=hosting.current().max_chars)
+URL.bind("pos_text_a", "Kedi fareyi kovaladı")
+URL.bind("pos_text_b", "Fareyi kedi kovaladı")
+text_a = w1.text_input(t("pos_sentence_a"), key="pos_text_a", max_chars=hosting.current().max_chars)
+text_b = w2.text_input(t("pos_sentence_b"), key="pos_text_b", max_chars=hosting.current().max_chars)
 try:
     with st.spinner(t("analysing")):
         wo = _word_order(sel.model, text_a, text_b)
 except models.DikkatError as exc:
     shared.show_error(exc)
+    URL.finish()
     st.stop()
 n_layers = wo.attn_a.shape[0]
+URL.bind("pos_wo_layer", 0, kind=int, bounds=(0, n_layers - 1))
+URL.bind("pos_wo_head", -1, kind=int, bounds=(-1, heads - 1))
 if st.session_state.get("pos_wo_layer", 0) >= n_layers:
     st.session_state["pos_wo_layer"] = 0
 if st.session_state.get("pos_wo_head", -1) >= heads:
@@ -148,3 +162,4 @@ st.metric(t("pos_mean_abs_diff"), nb.num(float(np.abs(a_m - b_m).mean()), 4, L))
 st.caption(t("pos_wo_caption"))
 if loaded.family == "decoder":
     st.caption(t("pos_wo_causal"))
+URL.finish()

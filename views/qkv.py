@@ -30,6 +30,8 @@ def _clamp(key: str, n: int, default: int = 0) -> None:
         st.session_state[key] = min(max(default, 0), n - 1)
 
 
+# the page's widgets live in the URL (issue 13): a link reopens the same layer, head, query and knobs
+URL = shared.UrlState(("qkv_stack", "qkv_layer", "qkv_head", "qkv_query", "qkv_noscale", "qkv_temperature"))
 sel = shared.selection()
 st.title(t("qkv_title"))
 st.markdown(t("qkv_intro"))
@@ -44,8 +46,11 @@ if not sel.text.strip():
 stacks = [s for s in loaded.stacks if s != "cross"]
 stack = stacks[0]
 if len(stacks) > 1:
+    URL.bind("qkv_stack", stacks[0], options=stacks)
     stack = st.radio(t("teach_stack"), stacks, horizontal=True, key="qkv_stack")
 n_layers, n_heads = loaded.stacks[stack]
+URL.bind("qkv_layer", 0, kind=int, bounds=(0, n_layers - 1))
+URL.bind("qkv_head", 0, kind=int, bounds=(0, n_heads - 1))
 _clamp("qkv_layer", n_layers)
 _clamp("qkv_head", n_heads)
 c1, c2, c3 = st.columns([1, 1, 2])
@@ -68,8 +73,8 @@ q_labels = [tok.label for tok in q_tokens]
 k_labels = [tok.label for tok in k_tokens]
 n_q = len(q_labels)
 default_query = max([i for i, tok in enumerate(q_tokens) if not tok.special] or [n_q - 1])
+URL.bind("qkv_query", default_query, kind=int, bounds=(0, n_q - 1))
 _clamp("qkv_query", n_q, default_query)
-st.session_state.setdefault("qkv_query", default_query)
 qi = c3.selectbox(t("qkv_query_token"), list(range(n_q)), key="qkv_query", format_func=lambda i: f"{i} · {q_labels[i]}")
 
 allowed = steps.allowed[qi]
@@ -139,10 +144,12 @@ else:
 st.header(t("qkv_s3"))
 st.markdown(t("qkv_s3_text"))
 s1, s2 = st.columns(2)
+URL.bind("qkv_noscale", False, kind=bool)
 no_scale = s1.toggle(t("qkv_noscale"), key="qkv_noscale")
 # a select slider, not st.slider: its labels can use the interface language's decimal mark (Turkish 1,5)
-temperature = s2.select_slider(t("qkv_temperature"), [round(0.1 * i, 1) for i in range(1, 51)], value=1.0,
-                               key="qkv_temperature", format_func=lambda v: nb.num(v, 1, L))
+temperatures = [round(0.1 * i, 1) for i in range(1, 51)]
+URL.bind("qkv_temperature", 1.0, options=temperatures)
+temperature = s2.select_slider(t("qkv_temperature"), temperatures, key="qkv_temperature", format_func=lambda v: nb.num(v, 1, L))
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
 adjusted = teaching.softmax_row(row, allowed, temperature=temperature)
 shared.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
@@ -172,3 +179,4 @@ shared.plotly_chart(vq.weighted_values(steps.values[shown], weights[shown], step
                 key="qkv_values")
 if len(shown) < len(k_labels):
     st.caption(t("qkv_values_cut", shown=len(shown), n=len(k_labels)))
+URL.finish()

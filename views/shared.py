@@ -462,6 +462,42 @@ def url_sync(key: str, default=None) -> None:
         st.query_params[key] = text
 
 
+class UrlState:
+    """A page's widgets kept in the URL (issue 13: a link reopens the page as it was shown).
+
+    Before each widget, :meth:`bind` takes its value from the URL (:func:`url_init`; a text is cut to the
+    classroom's limit) or else sets ``default``; the page's end calls :meth:`finish`, which writes every
+    widget bound in this run back to the URL (:func:`url_sync`) and drops the page's other keys (their widgets
+    are not on screen, so their values are gone). A widget bound here takes its default from Session State,
+    not from a ``value=`` argument (Streamlit warns when both set it).
+
+    Args:
+        keys: every widget key the page may bind (its query parameters).
+    """
+
+    def __init__(self, keys: tuple[str, ...]):
+        self.keys = keys
+        self.bound: dict = {}
+
+    def bind(self, key: str, default=None, options=None, kind: type = str,
+             bounds: tuple[int, int] | None = None) -> None:
+        """Before the widget ``key``: its value from the URL, else ``default`` (arguments as :func:`url_init`)."""
+        url_init(key, options, kind, bounds=bounds)
+        if kind is str and options is None and isinstance(st.session_state.get(key), str):
+            st.session_state[key] = hosting.clip(st.session_state[key])
+        if key not in st.session_state and default is not None:
+            st.session_state[key] = default
+        self.bound[key] = default
+
+    def finish(self) -> None:
+        """Write the bound widgets' values to the URL; drop the page's keys not bound in this run."""
+        for key in self.keys:
+            if key in self.bound:
+                url_sync(key, self.bound[key])
+            else:
+                url_drop(key)
+
+
 def spec_text(spec: models.ModelSpec, field: str) -> str:
     """A catalog entry's ``title``, ``languages`` or ``licence`` in the interface language: the
     ``catalog_<key>_<field>`` UI string when it has one for this language, else the catalog's English."""
@@ -549,7 +585,13 @@ def sidebar() -> Selection:
             st.session_state["model_key"] = models.default_model_for_language(lang())
         st.selectbox(t("model"), keys, key="model_key", format_func=_model_label, on_change=_model_chosen)
         url_sync("model_key", models.default_model_for_language(lang()))
-        if st.session_state["model_key"] in models.CATALOG:
+        classroom = hosting.current().classroom
+        if not classroom:
+            url_init("model_custom")
+        if not classroom and str(st.session_state.get("model_custom") or "").strip():
+            # a folder or hub model replaces the list's: describing the list's model would mislead (issue 13)
+            st.caption(t("catalog_not_in_use", model=st.session_state["model_key"]))
+        elif st.session_state["model_key"] in models.CATALOG:
             spec = models.get_spec(st.session_state["model_key"])
             state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
             st.caption(" · ".join([md(spec_text(spec, "title")), t(f"teach_family_{spec.family}"),
@@ -558,13 +600,12 @@ def sidebar() -> Selection:
         else:
             st.caption(t("classroom_teacher_model_note"))
         custom = ""
-        if hosting.current().classroom:
+        if classroom:
             # no folder paths or hub ids from the browser or a link: the server's disk is not an oracle
             url_drop("model_custom")
             st.session_state.pop("model_custom", None)
             st.caption(t("classroom_note"))
         else:
-            url_init("model_custom")
             custom = st.text_input(t("model_custom"), key="model_custom",
                                    placeholder="owner/name · /path/to/folder").strip()
             url_sync("model_custom", "")
