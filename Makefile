@@ -71,6 +71,7 @@ bench: install
 	$(BIN)/python bench/capture.py
 	$(BIN)/python bench/longcontext.py
 	$(BIN)/python bench/ablation.py
+	$(BIN)/python bench/pruning_page.py
 	$(BIN)/python bench/teaching.py
 
 ## A class on one server (issue 12): 1 / 10 / 30 simulated students, then one replica against two.
