@@ -127,7 +127,13 @@ def tiny_config(model_type: str):
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type)
-    return AutoConfig.for_model(model_type, **{**_overrides(default), **EXTRA.get(model_type, {})})
+    config = AutoConfig.for_model(model_type, **{**_overrides(default), **EXTRA.get(model_type, {})})
+    if model_type == "encoder-decoder":
+        # as EncoderDecoderConfig.from_encoder_decoder_configs makes it: a decoder that reads the encoder (the
+        # default's decoder had no cross-attention, so nothing done to the encoder could change the output)
+        config.decoder.is_decoder = True
+        config.decoder.add_cross_attention = True
+    return config
 
 
 @dataclass
@@ -206,7 +212,14 @@ def _eager_reference(folder: Path, cls_name: str, a):
     inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
     if a.target_tokens is not None:
         inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
+    if a.family == "decoder":
+        # no KV cache, as Dikkat runs a decoder: Dory's looped layers with a cache fail in plain transformers
+        # (keys of the cached loop against a mask of the new tokens only)
+        inputs["use_cache"] = False
     with torch.no_grad():
+        # a first call first: BigBird rebuilds its attention modules on a short input (block_sparse ->
+        # original_full), and transformers' recorder of output_attentions misses the new modules in that call
+        ref(**inputs)
         out = ref(**inputs, output_attentions=True)
     return out
 
