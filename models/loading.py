@@ -212,11 +212,13 @@ def _check_folder(folder: Path) -> None:
 
 def _family_and_head(config) -> tuple[str, str]:
     archs = " ".join(config.architectures or [])
-    if getattr(config, "is_encoder_decoder", False):
-        return "encoder-decoder", "seq2seq"
+    if getattr(config, "is_encoder_decoder", False) and not re.search(r"ForCausalLM", archs):
+        return "encoder-decoder", "seq2seq"  # (WhisperForCausalLM keeps Whisper's config: a decoder alone)
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     causal = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if causal and config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and getattr(config, "causal", None) is False:
+        return "encoder", "mlm"  # XLM: one class for both objectives, and the config's `causal` says which
     if not causal and config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return "encoder", "mlm"  # a masked LM whose class is called ...WithLMHeadModel (Flaubert)
     if re.search(r"CausalLM|LMHeadModel", archs) or (getattr(config, "is_decoder", False) and "ForMaskedLM" not in archs):
@@ -227,6 +229,27 @@ def _family_and_head(config) -> tuple[str, str]:
                              "gptj", "falcon", "bloom", "phi", "phi3", "olmo", "smollm3"):
         return "decoder", "lm"
     return "encoder", "none"
+
+
+def _named_class(config):
+    """The transformers class the config's ``architectures`` names, when the auto class of its family does not
+    take this config (a text model of a composite model: Emu3ForCausalLM with an Emu3TextConfig); else None.
+    Only classes of the transformers package itself (never remote code)."""
+    import transformers as tf
+
+    archs = list(config.architectures or [])
+    if not archs:
+        return None
+    try:
+        _auto_class(*_family_and_head(config), config)._model_mapping[type(config)]
+        return None  # the auto class takes it
+    except (KeyError, AttributeError):
+        pass
+    cls = getattr(tf, archs[0], None)
+    if isinstance(cls, type) and issubclass(cls, tf.PreTrainedModel) and cls.__module__.startswith("transformers.") \
+            and isinstance(config, cls.config_class):
+        return cls
+    return None
 
 
 def _auto_class(family: str, head: str, config):
@@ -454,7 +477,7 @@ def _find_out_projs(model, stacks: dict[str, tuple], inputs: dict) -> dict[int, 
     if len(stacks) != 1:
         return {}
     weights = next(iter(stacks.values()))
-    blocks = _layer_blocks(model)
+    blocks = _layer_blocks(model, len(weights))
     modules = dict(model.named_modules())
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -524,12 +547,17 @@ def _value_layouts(out: torch.Tensor, heads: int, d: int):
         yield out[:, j * d:(j + 1) * d][:, None, :].expand(keys, heads, d)
 
 
-def _layer_blocks(model) -> list[str]:
-    """Dotted names of the per-layer blocks of the (first) ModuleList of transformer layers."""
+def _layer_blocks(model, n_layers: int | None = None) -> list[str]:
+    """Dotted names of the per-layer blocks of the ModuleList of transformer layers: the first list of
+    ``n_layers`` blocks when there is one (GIT's image encoder comes before its text layers), else the first."""
+    lists = []
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) and re.search(r"(^|\.)(h|layers?|blocks?)$", name):
-            return [f"{name}.{i}" for i in range(len(module))]
-    return []
+        # XLM and Flaubert keep each layer's attention in a list of its own (`attentions`, beside `ffns`)
+        if isinstance(module, torch.nn.ModuleList) and len(module) and re.search(r"(^|\.)(h|layers?|blocks?|attentions)$",
+                                                                               name):
+            lists.append((name, len(module)))
+    chosen = next((item for item in lists if item[1] == n_layers), lists[0] if lists else None)
+    return [f"{chosen[0]}.{i}" for i in range(chosen[1])] if chosen else []
 
 
 def _attention_tuples(outputs, family: str) -> dict[str, tuple]:
@@ -794,7 +822,7 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         raise NoUsableModelError(f"Cannot read the configuration of '{name}' in {folder}: {exc}",
                                  code="config_unreadable", model=name, folder=str(folder), detail=str(exc)) from exc
     family, head = _family_and_head(config)
-    auto = _auto_class(family, head, config)
+    auto = _named_class(config) or _auto_class(family, head, config)
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=True, dtype=dt)
     if placement:
         kwargs.update({k: v for k, v in placement.items() if v is not None})
@@ -823,7 +851,7 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
                                         code="oom_loading", model=name, device=str(dev)) from exc
     model.eval()
     processor = None
-    if config.model_type == "whisper":
+    if config.model_type == "whisper" and family == "encoder-decoder":
         from transformers import AutoProcessor
 
         processor = AutoProcessor.from_pretrained(str(folder), local_files_only=True)

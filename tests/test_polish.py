@@ -130,7 +130,7 @@ def test_pruning_table_headers_and_the_device_line_read_as_words():
     at.switch_page("views/pruning.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    headers = [list(df.value.columns) for df in at.dataframe]
+    headers = [list(df.value.columns) for df in at.table]  # a static table: wraps in a narrow column
     assert ["sıra", "tüm kafalar açık", "olasılık (tüm kafalar açık)", "kafalar kapalıyken",
             "olasılık (kafalar kapalıyken)"] in headers
     line = next(c.value for c in at.sidebar.caption if c.value.startswith("Aygıt"))
