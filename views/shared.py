@@ -32,9 +32,19 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 @lru_cache(maxsize=1)
 def _strings() -> dict[str, dict[str, str]]:
+    """Every UI string, ``key -> {"en": ..., "tr": ...}``, from the files of ``assets/i18n/``.
+
+    Raises:
+        ValueError: a key defined in two files (one would silently replace the other).
+    """
     merged: dict[str, dict[str, str]] = {}
+    where: dict[str, str] = {}
     for path in sorted((ASSETS / "i18n").glob("*.json")):
-        merged.update(json.loads(path.read_text(encoding="utf-8")))
+        for key, entry in json.loads(path.read_text(encoding="utf-8")).items():
+            if key in where:
+                raise ValueError(f"UI string '{key}' is defined in both {where[key]} and {path.name}.")
+            where[key] = path.name
+            merged[key] = entry
     return merged
 
 
