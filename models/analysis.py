@@ -859,7 +859,7 @@ def analyze(
     if eager_stacks:
         from .loading import _attention_tuples
 
-        for stack, tensors in _attention_tuples(outputs, model.family).items():
+        for stack, tensors in _attention_tuples(outputs, model.family, model.model.config).items():
             if stack not in eager_stacks:
                 continue
             for layer, t in enumerate(tensors):

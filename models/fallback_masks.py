@@ -103,7 +103,7 @@ def mask_support(loaded) -> tuple[str, str] | None:
                                            output_attentions=True, return_dict=True)
                 except Exception:  # noqa: BLE001 - a form the model's code does not take
                     continue
-                tensors = next(iter(_attention_tuples(out, loaded.family).values()), None)
+                tensors = next(iter(_attention_tuples(out, loaded.family, loaded.model.config).values()), None)
                 if _obeys(tensors, allowed):
                     answer = (form, "causal" if causal else "any")
                     break

@@ -368,7 +368,7 @@ def _discover_sites(loaded: LoadedModel) -> None:
         model.config._attn_implementation = "eager"
     with torch.no_grad():
         outputs = model(**inputs, output_attentions=True)
-    stacks = _attention_tuples(outputs, loaded.family)
+    stacks = _attention_tuples(outputs, loaded.family, model.config)
     if not stacks:
         raise NoAttentionWeightsError(
             f"Model '{loaded.name}' ({model.config.model_type}) returns no attention weights: its architecture "
@@ -376,12 +376,12 @@ def _discover_sites(loaded: LoadedModel) -> None:
             code="no_attention_weights", model=loaded.name, model_type=model.config.model_type
         )
     _check_maps(loaded, stacks, inputs)
-    out_projs = _find_out_projs(model, stacks, inputs) if loaded.family != "encoder-decoder" else {}
+    out_projs = _find_out_projs(model, stacks, inputs)
     sites = []
     for stack, tensors in stacks.items():
         for layer, w in enumerate(tensors):
             sites.append(capture.Site(stack, layer, int(w.shape[1]), name=f"{stack}.{layer}",
-                                      out_proj=out_projs.get(layer)))
+                                      out_proj=out_projs.get((stack, layer))))
     loaded.sites = sites
     capture.install_fallback_hooks(model, sites)
 
@@ -393,7 +393,7 @@ def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[capture.Sit
     reason in ``missing_stacks``."""
     with torch.no_grad():
         outputs = loaded.model(**inputs, output_attentions=True)
-    tensors = _attention_tuples(outputs, loaded.family).get("encoder")
+    tensors = _attention_tuples(outputs, loaded.family, loaded.model.config).get("encoder")
     why = None
     if not tensors:
         why = f"Model '{loaded.name}' ({loaded.model.config.model_type}) returns no encoder attention weights."
@@ -409,7 +409,8 @@ def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[capture.Sit
         return []
     loaded.fallback_stacks = ("encoder",)
     out_projs = _find_out_projs(loaded.model, {"encoder": tensors}, inputs)  # proven, or none
-    sites = [capture.Site("encoder", layer, int(w.shape[1]), name=f"encoder.{layer}", out_proj=out_projs.get(layer))
+    sites = [capture.Site("encoder", layer, int(w.shape[1]), name=f"encoder.{layer}",
+                          out_proj=out_projs.get(("encoder", layer)))
              for layer, w in enumerate(tensors)]
     capture.install_fallback_hooks(loaded.model, sites)
     return sites
@@ -459,25 +460,24 @@ def _linear_width(module) -> tuple[int, int] | None:
     return None
 
 
-def _find_out_projs(model, stacks: dict[str, tuple], inputs: dict) -> dict[int, str]:
-    """Fallback path: for each layer of the (one) self-attention stack, the output projection whose input
-    holds the heads' outputs side by side, found by a probe and proven on it.
+def _find_out_projs(model, stacks: dict[str, tuple], inputs: dict) -> dict[tuple[str, int], str]:
+    """Fallback path: for each layer of each stack, the output projection whose input holds the heads'
+    outputs side by side, found by a probe and proven on it.
 
-    One probe pass records the input and output of every linear map in each layer's block. A map ``o`` is
-    the output projection when, for some linear map ``v`` of the same block (or a third of a fused
-    query/key/value map), ``o``'s input equals ``A_h · V_h`` for every head ``h`` (``A_h``: the layer's
-    returned weights, ``V_h``: head ``h``'s slice of ``v``'s output; Vaswani et al. 2017, eq. 1-2) within
-    1e-4. Zeroing head ``h``'s slice of that input then removes exactly that head's output. A layer with
-    no such pair (a norm between attention and projection, an interleaved fused map) gets none, and its
-    heads cannot be switched off.
+    One probe pass records the input and output of every linear map in the blocks of the model's layer lists.
+    A map ``o`` is a layer's output projection when, for some linear map ``v`` of the same block (or a third
+    of a fused query/key/value map), ``o``'s input equals ``A_h · V_h`` for every head ``h`` (``A_h``: the
+    layer's returned weights, ``V_h``: head ``h``'s slice of ``v``'s output; Vaswani et al. 2017, eq. 1-2)
+    within 1e-4. Zeroing head ``h``'s slice of that input then removes exactly that head's output. A stack is
+    looked for in the layer lists as long as it (an encoder-decoder's decoder block holds both its
+    self-attention and its cross-attention: each stack's own weights pick the right pair). A layer with no
+    such pair (a norm between attention and projection, an interleaved fused map) gets none, and its heads
+    cannot be switched off.
 
     Returns:
-        ``layer -> dotted name of the output projection`` for the layers where one was proven.
+        ``(stack, layer) -> dotted name of the output projection`` for the layers where one was proven.
     """
-    if len(stacks) != 1:
-        return {}
-    weights = next(iter(stacks.values()))
-    blocks = _layer_blocks(model, len(weights))
+    lists = _layer_lists(model)
     modules = dict(model.named_modules())
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -487,12 +487,9 @@ def _find_out_projs(model, stacks: dict[str, tuple], inputs: dict) -> dict[int, 
                 seen.setdefault(name, (args[0].detach(), out.detach()))
         return hook
 
-    hooks = []
-    for layer in range(min(len(weights), len(blocks))):
-        prefix = blocks[layer] + "."
-        for name, module in modules.items():
-            if name.startswith(prefix) and _linear_width(module):
-                hooks.append(module.register_forward_hook(keep(name)))
+    prefixes = tuple(f"{name}.{i}." for name, length in lists for i in range(length))
+    hooks = [module.register_forward_hook(keep(name)) for name, module in modules.items()
+             if name.startswith(prefixes) and _linear_width(module)]
     try:
         with torch.no_grad():
             model(**inputs, output_attentions=True)
@@ -501,31 +498,50 @@ def _find_out_projs(model, stacks: dict[str, tuple], inputs: dict) -> dict[int, 
     finally:
         for hook in hooks:
             hook.remove()
-    found: dict[int, str] = {}
-    for layer in range(min(len(weights), len(blocks))):
-        a = weights[layer][0].float()  # (heads, q, k)
-        heads, q_len, k_len = a.shape
-        names = [n for n in seen if n.startswith(blocks[layer] + ".")]
-        for o_name in names:
-            x = seen[o_name][0]
-            width = x.shape[-1]
-            if x.dim() != 3 or x.shape[1] != q_len or width % heads:
-                continue
-            d = width // heads
-            for v_name in names:
-                v_out = seen[v_name][1]
-                if v_out.dim() != 3 or v_out.shape[1] != k_len or v_out.shape[-1] % d:
-                    continue
-                for v in _value_layouts(v_out[0].float(), heads, d):
-                    want = torch.einsum("hqk,khd->qhd", a, v).reshape(q_len, width)
-                    if torch.allclose(want, x[0].float(), atol=1e-4, rtol=1e-3):
-                        found[layer] = o_name
-                        break
-                if layer in found:
-                    break
-            if layer in found:
+    found: dict[tuple[str, int], str] = {}
+    for stack, weights in stacks.items():
+        candidates = [item for item in lists if item[1] == len(weights)] or lists[:1]
+        for list_name, length in candidates:
+            mine = {}
+            for layer in range(min(len(weights), length)):
+                block = f"{list_name}.{layer}."
+                name = _out_proj_of(weights[layer][0].float(), [n for n in seen if n.startswith(block)], seen)
+                if name:
+                    mine[(stack, layer)] = name
+            if mine:
+                found.update(mine)
                 break
     return found
+
+
+def _out_proj_of(a: torch.Tensor, names: list[str], seen: dict) -> str | None:
+    """The map among ``names`` whose input is ``A_h · V_h`` side by side for the weights ``a`` (heads, q, k),
+    with ``V`` a slice of another map's output (see :func:`_find_out_projs`); None if there is none."""
+    heads, q_len, k_len = a.shape
+    for o_name in names:
+        # the first q_len rows: Longformer pads the text to a multiple of its window inside the model
+        x = _batch_first(seen[o_name][0])
+        width = x.shape[-1]
+        if x.dim() != 3 or x.shape[1] < q_len or width % heads:
+            continue
+        x = x[:, :q_len]
+        d = width // heads
+        for v_name in names:
+            v_out = _batch_first(seen[v_name][1])
+            if v_out.dim() != 3 or v_out.shape[1] < k_len or v_out.shape[-1] % d:
+                continue
+            v_out = v_out[:, :k_len]
+            for v in _value_layouts(v_out[0].float(), heads, d):
+                want = torch.einsum("hqk,khd->qhd", a, v).reshape(q_len, width)
+                if torch.allclose(want, x[0].float(), atol=1e-4, rtol=1e-3):
+                    return o_name
+    return None
+
+
+def _batch_first(t: torch.Tensor) -> torch.Tensor:
+    """A probe tensor (batch 1) as ``(1, tokens, width)``: Longformer runs its projections on ``(tokens, 1,
+    width)``."""
+    return t.transpose(0, 1) if t.dim() == 3 and t.shape[0] != 1 and t.shape[1] == 1 else t
 
 
 def _value_layouts(out: torch.Tensor, heads: int, d: int):
@@ -547,20 +563,19 @@ def _value_layouts(out: torch.Tensor, heads: int, d: int):
         yield out[:, j * d:(j + 1) * d][:, None, :].expand(keys, heads, d)
 
 
-def _layer_blocks(model, n_layers: int | None = None) -> list[str]:
-    """Dotted names of the per-layer blocks of the ModuleList of transformer layers: the first list of
-    ``n_layers`` blocks when there is one (GIT's image encoder comes before its text layers), else the first."""
-    lists = []
-    for name, module in model.named_modules():
-        # XLM and Flaubert keep each layer's attention in a list of its own (`attentions`, beside `ffns`)
-        if isinstance(module, torch.nn.ModuleList) and len(module) and re.search(r"(^|\.)(h|layers?|blocks?|attentions)$",
-                                                                               name):
-            lists.append((name, len(module)))
-    chosen = next((item for item in lists if item[1] == n_layers), lists[0] if lists else None)
-    return [f"{chosen[0]}.{i}" for i in range(chosen[1])] if chosen else []
+def _layer_lists(model) -> list[tuple[str, int]]:
+    """``(dotted name, length)`` of each ModuleList of transformer layers, in the model's order (XLM and
+    Flaubert keep each layer's attention in a list of its own, ``attentions``, beside ``ffns``)."""
+    return [(name, len(module)) for name, module in model.named_modules()
+            if isinstance(module, torch.nn.ModuleList) and len(module)
+            and re.search(r"(^|\.)(h|layers?|blocks?|attentions)$", name)]
 
 
-def _attention_tuples(outputs, family: str) -> dict[str, tuple]:
+def _attention_tuples(outputs, family: str, config=None) -> dict[str, tuple]:
+    """``stack -> per-layer (batch, heads, queries, keys) tensors`` of a model's eager ``output_attentions``.
+
+    With the model's ``config``, local-window maps (Longformer, LED's encoder: ``config.attention_window``) are
+    turned into full ``(queries, keys)`` maps (:func:`local_to_full`)."""
     stacks = {}
     if family == "encoder-decoder":
         for stack, attr in (("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")):
@@ -571,7 +586,36 @@ def _attention_tuples(outputs, family: str) -> dict[str, tuple]:
         value = getattr(outputs, "attentions", None)
         if value and all(v is not None for v in value):
             stacks["decoder" if family == "decoder" else "encoder"] = value
+    window = getattr(config, "attention_window", None) if config is not None else None
+    if window is not None and "encoder" in stacks:
+        windows = list(window) if isinstance(window, (list, tuple)) else [window] * len(stacks["encoder"])
+        stacks["encoder"] = tuple(local_to_full(t, int(w)) if t is not None and t.shape[-1] == int(w) + 1 else t
+                                  for t, w in zip(stacks["encoder"], windows))
     return stacks
+
+
+def local_to_full(local: torch.Tensor, window: int) -> torch.Tensor:
+    """Longformer's local attention ``(batch, heads, n, window + 1)`` as full maps ``(batch, heads, n, n)``.
+
+    Column ``c`` of query ``i`` holds the weight on key ``j = i + c - window / 2`` (Beltagy et al. 2020, §3.1;
+    transformers' ``LongformerBaseModelOutput.attentions``: "the attention weight of a token to itself is
+    located at index ``attention_window / 2``"); keys outside the text (the model's own padding to a multiple
+    of the window) are dropped, and every other key gets 0. Only maps without global tokens (none are set by
+    Dikkat) have exactly ``window + 1`` columns.
+
+    Args:
+        local: float ``(batch, heads, n, window + 1)``. window: the layer's ``attention_window`` (even).
+
+    Returns:
+        float ``(batch, heads, n, n)``, same dtype and device.
+    """
+    n, half = local.shape[-2], window // 2
+    i = torch.arange(n, device=local.device)[:, None]
+    j = torch.arange(n, device=local.device)[None, :]
+    column = j - i + half
+    inside = (column >= 0) & (column <= window)
+    index = column.clamp(0, window).expand(*local.shape[:-2], n, n)
+    return torch.where(inside, local.gather(-1, index), torch.zeros((), dtype=local.dtype, device=local.device))
 
 
 _LOCK = threading.Lock()  # guards _LOADING (and clear_cache); held only for a lookup, never while loading
