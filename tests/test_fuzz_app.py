@@ -27,6 +27,7 @@ MODEL_KEYS = st.one_of(st.sampled_from([s.key for s in models.list_models()]), J
                        st.sampled_from(["/etc/passwd", "~root", "../..", "owner/name", "mini"]))
 CUSTOM = st.sampled_from(["~nosuchuser", "/etc", "/etc/passwd", "../../..", "a" * 300, "x/" + "b" * 300, "nul\x00x",
                           "owner/name", "![x](http://beacon.invalid/b.png)", "mini"])
+NUMBERS = st.one_of(st.integers(-5, 10**8).map(str), JUNK)
 QUERY = st.fixed_dictionaries({}, optional={
     "text": TEXTS, "model_key": MODEL_KEYS, "model_custom": CUSTOM, "lang": st.one_of(st.sampled_from(["en", "tr"]), JUNK),
     "view": st.one_of(st.sampled_from(["head", "model", "heatmap", "summary"]), JUNK),
@@ -43,6 +44,15 @@ QUERY = st.fixed_dictionaries({}, optional={
     "masks_cmp_layer": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_cmp_head": st.one_of(st.just("mean"), JUNK),
     "masks_gqa_layer": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_encdec_choice": CUSTOM,
     "masks_src": TEXTS, "masks_tgt": TEXTS, "masks_clip": JUNK, "masks_align_threshold": st.one_of(st.just("0.35"), JUNK),
+    # the lessons' widgets (issue 13: every page's state in the URL)
+    "qkv_layer": NUMBERS, "qkv_head": NUMBERS, "qkv_query": NUMBERS, "qkv_stack": st.one_of(st.just("decoder"), JUNK),
+    "qkv_noscale": st.sampled_from(["1", "0", "x"]), "qkv_temperature": st.one_of(st.just("2.5"), JUNK),
+    "pos_m": NUMBERS, "pos_n": NUMBERS, "pos_t": NUMBERS, "pos_alibi_head": NUMBERS, "pos_wo_layer": NUMBERS,
+    "pos_wo_head": NUMBERS, "pos_text_a": TEXTS, "pos_text_b": TEXTS,
+    "cost_lengths": st.one_of(st.just("16,64"), JUNK), "cost_repeats": NUMBERS, "cost_log": st.sampled_from(["0", "1"]),
+    "kv_preset": st.one_of(st.sampled_from(["loaded:minilm-l6", "loaded:smollm2-135m"]), JUNK),
+    "kv_layers": NUMBERS, "kv_heads_q": NUMBERS, "kv_heads_kv": NUMBERS, "kv_bytes": NUMBERS, "kv_tokens": NUMBERS,
+    "kv_window": NUMBERS, "kv_prompt": TEXTS, "kv_new_tokens": NUMBERS,
 })
 # the text fields of each page (the sidebar's sentence is on every page); a field a page does not draw is ignored
 FIELDS = {"views/explore.py": ["pair"], "views/masks.py": ["masks_src", "masks_tgt", "masks_audio_tgt", "masks_encdec_model"],
