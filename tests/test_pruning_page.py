@@ -218,7 +218,8 @@ def test_layer_preset_adds_and_heads_off_live_in_the_url(minilm):
 
     again = AppTest.from_file(APP, default_timeout=300)
     again.query_params = {"model_key": "minilm-l6", "text": "The cat chased the mouse",
-                          "off": link + ",encoder.99.0,decoder.1.1,x,encoder.2.-1"}
+                          "off": link + ",encoder.99.0,decoder.1.1,x,encoder.2.-1,encoder.².1,encoder.0.①,"
+                                 "encoder." + "1" * 5000 + ".0"}  # digits int() refuses crashed the page
     again.run()
     again.switch_page("views/pruning.py")
     again.run()

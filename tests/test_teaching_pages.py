@@ -298,3 +298,12 @@ def test_a_link_reopens_each_teaching_page(smollm2):
     assert at.number_input(key="kv_heads_q").value == 9  # not in the link: the preset's own
     at.number_input(key="kv_head_dim").set_value(128).run()
     assert at.query_params["kv_head_dim"] == "128" and at.query_params["kv_preset"] == "loaded:smollm2-135m"
+
+
+def test_a_link_keeps_an_emptied_choice_and_numbers_written_another_way(smollm2):
+    """An emptied multiselect stays empty when its link is reopened (it came back as the defaults), and a
+    hand-written "5" picks the option 5.0."""
+    at = _linked("views/cost.py", "smollm2-135m", {"cost_lengths": ""})
+    assert at.multiselect(key="cost_lengths").value == []
+    at = _linked("views/qkv.py", "smollm2-135m", {"qkv_temperature": "5"})
+    assert at.select_slider(key="qkv_temperature").value == 5.0

@@ -164,7 +164,9 @@ def _off_from_url(raw: str, stacks: dict) -> frozenset:
     out = set()
     for part in str(raw).split(",")[:10_000]:
         bits = part.strip().split(".")
-        if len(bits) == 3 and bits[0] in stacks and bits[1].isdigit() and bits[2].isdigit():
+        # ASCII digits only (str.isdigit takes "²" and "①", which int() refuses), and short ones (int() refuses
+        # more than 4,300 digits)
+        if len(bits) == 3 and bits[0] in stacks and all(b.isascii() and b.isdigit() and len(b) < 7 for b in bits[1:]):
             layer, head = int(bits[1]), int(bits[2])
             if layer < stacks[bits[0]][0] and head < stacks[bits[0]][1]:
                 out.add((bits[0], layer, head))

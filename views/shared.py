@@ -429,12 +429,20 @@ def url_init(key: str, options=None, kind: type = str, bounds: tuple[int, int] |
     if kind is list:
         by_text = {str(option): option for option in (options or ())}
         picked = [by_text[part] for part in dict.fromkeys(raw.split(",")) if part in by_text]
-        if picked:
+        if picked or not raw:  # "" is an emptied choice (url_sync writes it so); junk alone is ignored
             st.session_state[key] = picked
         return
     if options is not None:
         for option in options:
             if str(option) == raw:
+                st.session_state[key] = option
+                return
+        try:  # a number written another way ("5" for the option 5.0)
+            number = float(raw)
+        except ValueError:
+            return
+        for option in options:
+            if isinstance(option, (int, float)) and not isinstance(option, bool) and option == number:
                 st.session_state[key] = option
                 return
     elif kind is bool:
