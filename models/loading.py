@@ -231,25 +231,20 @@ def _family_and_head(config) -> tuple[str, str]:
     return "encoder", "none"
 
 
-def _named_class(config):
-    """The transformers class the config's ``architectures`` names, when the auto class of its family does not
-    take this config (a text model of a composite model: Emu3ForCausalLM with an Emu3TextConfig); else None.
-    Only classes of the transformers package itself (never remote code)."""
+def _named_class(config, auto):
+    """``auto`` (the auto class of the config's family), or the transformers class the config's
+    ``architectures`` names when ``auto`` does not take this config (a text model of a composite model:
+    Emu3ForCausalLM with an Emu3TextConfig). Only classes of the transformers package itself (never remote code)."""
     import transformers as tf
 
     archs = list(config.architectures or [])
-    if not archs:
-        return None
-    try:
-        _auto_class(*_family_and_head(config), config)._model_mapping[type(config)]
-        return None  # the auto class takes it
-    except (KeyError, AttributeError):
-        pass
+    if not archs or type(config) in getattr(auto, "_model_mapping", {}):
+        return auto
     cls = getattr(tf, archs[0], None)
     if isinstance(cls, type) and issubclass(cls, tf.PreTrainedModel) and cls.__module__.startswith("transformers.") \
             and isinstance(config, cls.config_class):
         return cls
-    return None
+    return auto
 
 
 def _auto_class(family: str, head: str, config):
@@ -866,7 +861,7 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         raise NoUsableModelError(f"Cannot read the configuration of '{name}' in {folder}: {exc}",
                                  code="config_unreadable", model=name, folder=str(folder), detail=str(exc)) from exc
     family, head = _family_and_head(config)
-    auto = _named_class(config) or _auto_class(family, head, config)
+    auto = _named_class(config, _auto_class(family, head, config))
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=True, dtype=dt)
     if placement:
         kwargs.update({k: v for k, v in placement.items() if v is not None})

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from plotly_json import decode as _decode, shown
 
 import models
+from links import open_linked
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGE = "views/masks.py"
@@ -284,13 +285,7 @@ def test_turkish_alignment_threshold_uses_a_decimal_comma(tiny_folder):
 
 def _linked(query: dict, model: str = "minilm-l6") -> AppTest:
     """The Masks page opened from a link carrying ``query``."""
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.session_state["model_key"] = model
-    at.session_state["text"] = TEXT
-    at.run()
-    at.switch_page(PAGE)
-    at.query_params = {"model_key": model, **query}
-    at.run()
+    at = open_linked(PAGE, model, query, TEXT, timeout=240)
     _clean(at)
     return at
 

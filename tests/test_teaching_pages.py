@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from links import open_linked
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["views/qkv.py", "views/positions.py", "views/cost.py", "views/kvcache.py"]
 STRINGS = json.loads((ROOT / "assets/i18n/teach.json").read_text(encoding="utf-8"))
@@ -258,13 +260,7 @@ def test_turkish_temperature_slider_uses_a_decimal_comma(smollm2):
 
 def _linked(page: str, model: str, query: dict) -> AppTest:
     """``page`` opened from a link carrying ``query`` (the sidebar's model and sentence as usual)."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-    at.session_state["model_key"] = model
-    at.session_state["text"] = "Kedi fareyi kovaladı"
-    at.run()
-    at.switch_page(page)
-    at.query_params = {"model_key": model, **query}
-    at.run()
+    at = open_linked(page, model, query, "Kedi fareyi kovaladı")
     assert_clean(at)
     return at
 

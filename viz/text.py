@@ -7,6 +7,8 @@ and ``>`` as entities makes plotly draw the characters as they are.
 
 from __future__ import annotations
 
+import math
+import unicodedata
 from typing import Iterable, Sequence
 
 
@@ -30,8 +32,6 @@ AXIS_TITLE_PX = 26  # an axis title and its standoff
 
 def text_width(text: str, size: float = 13.0) -> float:
     """Estimated width in px of ``text`` at font ``size`` px (see :data:`CHAR_W`); combining marks take none."""
-    import unicodedata
-
     width = 0.0
     for ch in str(text):
         if unicodedata.combining(ch):
@@ -52,8 +52,6 @@ def top_axis_margin(labels: Iterable[str], *, angle: float, title: str = "", axi
     Returns:
         the margin in px.
     """
-    import math
-
     longest = max((text_width(label, TICK_FONT_PX) for label in labels), default=0.0)
     a = math.radians(abs(angle))
     ticks = longest * math.sin(a) + (TICK_FONT_PX + 2) * math.cos(a) + 10
