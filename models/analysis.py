@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
-from . import capture, statistics as hstats
+from . import capture, fallback_masks, statistics as hstats
 from .errors import (
     BatchNotSupportedError, EmptyTextError, InvalidArgumentError, InvalidHeadError, InvalidMaskError,
     ModelOutOfMemoryError,
@@ -575,15 +575,7 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
         matrix = mode.matrix(n or 0)
         if matrix is not None:
             out[stack] = torch.from_numpy(np.ascontiguousarray(matrix))
-    if out and loaded.capture_path == "fallback":
-        _check_fallback_masks(loaded, out)
-    if set(out) & set(loaded.fallback_stacks):
-        raise UnsupportedOperationError(
-            f"The {', '.join(sorted(set(out) & set(loaded.fallback_stacks)))} stack of '{loaded.name}' does not route "
-            "through transformers' AttentionInterface (its weights are the model's own output_attentions): its mask "
-            "cannot be replaced.",
-            code="mask_stack_not_routed", model=loaded.name,
-            stacks=", ".join(sorted(set(out) & set(loaded.fallback_stacks))))
+    _check_fallback_masks(loaded, out)
     desc = ", ".join(f"{s}={m}" for s, m in items.items()) if isinstance(mask, dict) else str(next(iter(items.values())))
     return out, desc
 
@@ -623,28 +615,35 @@ def _truncate(tok, text: str, text_pair: str | None, enc_full, limit: int):
 
 
 def _check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) -> None:
-    """Refuse replaced masks a fallback-path model cannot take through its ``attention_mask`` argument
+    """Refuse replaced masks for stacks that do not route through the interface (the fallback path, or an
+    interface model's ``fallback_stacks``) unless a probe proved how the stack takes them
     (:func:`models.fallback_masks.mask_support`), with the reason."""
-    from .fallback_masks import mask_support
-
+    eager = set(loaded.stacks) if loaded.capture_path == "fallback" else set(loaded.fallback_stacks)
+    wanted = {stack: allowed for stack, allowed in masks.items() if stack in eager}
+    if not wanted:
+        return
+    support = fallback_masks.mask_support(loaded)
+    missing = sorted(s for s in wanted if support is None or s not in support.scopes)
+    if missing and loaded.capture_path != "fallback":
+        raise UnsupportedOperationError(
+            f"The {', '.join(missing)} stack of '{loaded.name}' does not route through transformers' "
+            "AttentionInterface (its weights are the model's own output_attentions), and a probe found that its "
+            "weights do not follow a replaced mask: its mask cannot be replaced.",
+            code="mask_stack_not_routed", model=loaded.name, stacks=", ".join(missing))
     base = (f"Model '{loaded.name}' uses the fallback capture path (its attention does not route through "
             "transformers' AttentionInterface)")
-    if loaded.family not in ("encoder", "decoder"):
-        raise UnsupportedOperationError(f"{base}: the masks of an encoder-decoder on this path cannot be replaced.",
-                                        code="fallback_mask_encdec", model=loaded.name)
-    support = mask_support(loaded)
-    if support is None:
+    if missing:
         raise UnsupportedOperationError(
-            f"{base}, and its attention_mask argument does not take a per-query mask (a probe found that the "
-            "weights did not follow one): its mask cannot be replaced.",
+            f"{base}, and a probe found that its weights follow a per-query mask neither through its "
+            "attention_mask argument nor at its softmax: its mask cannot be replaced.",
             code="fallback_mask_unsupported", model=loaded.name)
-    for stack, allowed in masks.items():
-        if not allowed.any(-1).all():
+    for stack, allowed in wanted.items():
+        if support.form != "softmax" and not allowed.any(-1).all():
             raise UnsupportedOperationError(
                 f"{base}: it cannot give zero weights to a query whose mask allows no key; allow at least one "
                 "key per query.",
                 code="fallback_mask_empty_row", model=loaded.name)
-        if support[1] == "causal" and (allowed & ~torch.ones_like(allowed).tril()).any():
+        if support.scopes[stack] == "causal" and (allowed & ~torch.ones_like(allowed).tril()).any():
             raise UnsupportedOperationError(
                 f"{base}, and it combines the mask it is given with its own causal mask: only masks within the "
                 "causal mask (causal, sliding_window:W, strided:S, or an array with nothing above the diagonal) "
@@ -797,11 +796,18 @@ def analyze(
     masks, mask_desc = resolve_masks(model, mask, len(tokens), len(target_tokens) if target_tokens else None)
     fallback = model.capture_path == "fallback"
     eager_stacks = set(model.stacks) if fallback else set(model.fallback_stacks)  # read from output_attentions
-    if fallback and masks:  # proven by resolve_masks' probe: the model's own attention_mask argument takes it
-        from .fallback_masks import as_argument
-
-        form = model.probes["fallback_mask"][0]
-        inputs["attention_mask"] = as_argument(next(iter(masks.values())), form, model.dtype, model.device)
+    # masks of stacks read from output_attentions, proven by resolve_masks' probe: through the model's own
+    # attention_mask argument, or at its attention modules' softmax (fallback_masks.applying)
+    eager_masks = {stack: m for stack, m in masks.items() if stack in eager_stacks}
+    masks = {stack: m for stack, m in masks.items() if stack not in eager_stacks}
+    softmax_masks: dict[str, torch.Tensor] = {}
+    if eager_masks:
+        form = model.probes["fallback_mask"].form
+        if form == "softmax":
+            softmax_masks = eager_masks
+        else:
+            inputs["attention_mask"] = fallback_masks.as_argument(next(iter(eager_masks.values())), form, model.dtype,
+                                                                  model.device)
     result = Analysis(
         model=model.name, family=model.family, capture_path=model.capture_path, text=text, tokens=tokens,
         words=words, attentions={}, text_pair=text_pair, target=target, target_tokens=target_tokens,
@@ -821,7 +827,8 @@ def analyze(
             f"{MATERIALIZE_BYTES / 2 ** 30:.1f} GiB. Leave keep=None: weights are then computed when indexed."
         )
     collector = _Collector(model, result, keep_all)
-    call = dict(inputs, output_hidden_states=hidden_states, output_attentions=bool(eager_stacks), return_dict=True)
+    call = dict(inputs, output_hidden_states=hidden_states, output_attentions=bool(eager_stacks), return_dict=True,
+                **model.call_kwargs)
     if model.family == "decoder" and _accepts(model.model, "use_cache"):
         # one pass over a (long) text: a key/value cache would only hold memory. Encoder-decoders keep their
         # default: some (T5Gemma) mask their decoder's pad tokens only when they run without a cache.
@@ -846,7 +853,8 @@ def analyze(
                         last_hidden.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
 
                 hook = model.model.base_model.register_forward_hook(grab)
-            outputs = model.model(**call)
+            with fallback_masks.applying(softmax_masks):
+                outputs = model.model(**call)
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(
             f"Out of memory running '{model.name}' on {len(tokens)} tokens ({model.device}); try a shorter text.",
@@ -865,14 +873,13 @@ def analyze(
             for layer, t in enumerate(tensors):
                 collector.sink(capture.Site(stack, layer, t.shape[1], ""), 0, 0, t, t.shape[-2], t.shape[-1])
         collector.keep = True
-    fallback_masks = {stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0]) for stack, m in masks.items()} \
-        if fallback else {}
+    eager_kept = {stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0]) for stack, m in eager_masks.items()}
     replay_call = {k: v for k, v in call.items() if k not in ("output_hidden_states", "output_attentions")}
     if "logits_to_keep" not in replay_call and model.head == "lm" and _accepts(model.model, "logits_to_keep"):
         replay_call["logits_to_keep"] = 1
     replay = None if keep_all else Replay(model, replay_call, gates, masks, chunk_bytes)
     collector.finish(result, replay)
-    result.masks.update(fallback_masks)
+    result.masks.update(eager_kept)
     _fill_outputs(model, result, outputs, input_ids, labels, top_k, keep_logits,
                   last_hidden[0] if last_hidden else None)
     if hidden_states:

@@ -1,27 +1,46 @@
-"""Replacing the mask of a fallback-path model through its ``attention_mask`` argument, where that is proven.
+"""Replacing the mask of a stack that does not route through transformers' ``AttentionInterface``, where a
+probe proves how.
 
-A fallback-path model (its attention does not route through transformers' ``AttentionInterface``) builds
-its attention mask itself, from the ``attention_mask`` it is called with. Many accept a per-query mask
-there, but in different forms: BERT-era models turn a 3-D ``(batch, query, key)`` 0/1 mask into an
-additive one (``ModuleUtilsMixin.get_extended_attention_mask``), others take a 4-D additive float mask or a
-4-D 0/1 mask as it is. Decoders may also combine what they get with their own causal mask.
+A fallback-path model (and the encoder of an interface-path model whose encoder does not route, such as
+BigBird-Pegasus) builds its attention mask itself, from the ``attention_mask`` it is called with. Two ways
+in, tried in this order:
 
-:func:`mask_support` finds out which form a model takes by a probe: it runs the model on a short text
-with a mask that allows an irregular set of keys (some keys after the query, some before it not) in each
-candidate form, and accepts the first form under which every layer's eager weights are exactly 0 on the
-masked keys, positive on the allowed ones and sum to 1 per row. If none passes, it tries the same
-pattern cut to the causal mask: a model that adds its own causal mask can still take masks within it.
-The answer is kept on the model (one probe per model).
+1. **The ``attention_mask`` argument** (encoder-only and decoder-only models). Many accept a per-query
+   mask there, in different forms: BERT-era models turn a 3-D ``(batch, query, key)`` 0/1 mask into an
+   additive one (``ModuleUtilsMixin.get_extended_attention_mask``), others take a 4-D additive float mask
+   or a 4-D 0/1 mask as it is.
+2. **At the softmax** (form ``softmax``): the model's attention module computes its weights as
+   ``softmax(scores + own mask)``; Dikkat adds ``-inf`` at the keys the replaced mask forbids to the
+   softmax's input, inside that module only (a ``torch.overrides.TorchFunctionMode`` entered by a forward
+   pre-hook of the module). The weights are then ``softmax`` over the keys both masks allow, which is
+   the definition of masked attention (Vaswani et al. 2017, §3.2.3: illegal connections set to −∞ before
+   the softmax). The module of each layer is found by a probe: the softmax whose output equals that
+   layer's ``output_attentions`` tensor. Works for BLOOM, DeBERTa, XLM, XLNet, OpenAI-GPT and the
+   encoder-decoders on this path (FSMT, MVP...).
+
+A model may also combine what it gets with its own causal mask (decoders); then only masks within the
+causal mask apply as given (scope ``causal``).
+
+:func:`mask_support` finds out which way a model takes by a probe: it runs the model on a short text with
+a mask that allows an irregular set of keys (some keys after the query, some before it not) each way, and
+accepts the first under which every layer's eager weights of the stack are exactly 0 on the masked keys,
+positive on the allowed ones and sum to 1 per row. If none passes, it tries the same pattern cut to the
+causal mask. The answer is kept on the model (one probe per model).
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 FORMS = ("3d", "4d_additive", "4d_binary")
 _LOCK = threading.Lock()
+_SOFTMAXES = (torch.nn.functional.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax)
 
 
 def as_argument(allowed: torch.Tensor, form: str, dtype: torch.dtype, device) -> torch.Tensor:
@@ -72,43 +91,234 @@ def _obeys(tensors, allowed: torch.Tensor) -> bool:
     return True
 
 
-def mask_support(loaded) -> tuple[str, str] | None:
-    """How ``loaded`` (a fallback-path encoder or decoder) takes a replaced mask, found by a probe once.
+class _Applying:
+    """What :func:`applying` set for this context: ``stack -> bool (n, n)`` and the modes entered."""
+
+    def __init__(self, masks: dict[str, torch.Tensor]):
+        self.masks = masks
+        self.modes: list = []
+
+
+_APPLYING: contextvars.ContextVar[_Applying | None] = contextvars.ContextVar("dikkat_softmax_masks", default=None)
+
+
+class _MaskedSoftmax(TorchFunctionMode):
+    """Adds ``-inf`` at the forbidden keys to the input of every softmax over the last axis of a
+    ``(..., n, n)`` tensor called while it is active; a row with no allowed key gives zero weights (not
+    NaN), as on the interface path."""
+
+    def __init__(self, allowed: torch.Tensor):
+        super().__init__()
+        self.allowed = allowed
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _SOFTMAXES and args and isinstance(args[0], torch.Tensor):
+            x = args[0]
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            if (isinstance(dim, int) and x.dim() >= 2 and dim % x.dim() == x.dim() - 1
+                    and tuple(x.shape[-2:]) == tuple(self.allowed.shape)):
+                allowed = self.allowed.to(x.device)
+                out = func(x.masked_fill(~allowed, float("-inf")), *args[1:], **kwargs)
+                empty = ~allowed.any(-1)
+                return out.masked_fill(empty[:, None], 0) if bool(empty.any()) else out
+        return func(*args, **kwargs)
+
+
+def _enter(stack: str):
+    def pre_hook(module, args):
+        state = _APPLYING.get()
+        if state is not None and stack in state.masks:
+            mode = _MaskedSoftmax(state.masks[stack])
+            mode.__enter__()
+            state.modes.append((module, mode))
+
+    return pre_hook
+
+
+def _leave(module, args, output):
+    state = _APPLYING.get()
+    if state is not None and state.modes and state.modes[-1][0] is module:
+        state.modes.pop()[1].__exit__(None, None, None)
+
+
+@contextmanager
+def applying(masks: dict[str, torch.Tensor]):
+    """Context in which the softmax-form hooks (:func:`mask_support`) apply ``masks`` (``stack -> bool
+    (n, n)``, True where a query may attend a key) to the stacks' attention modules. Per context (thread),
+    never global."""
+    token = _APPLYING.set(_Applying(dict(masks)))
+    try:
+        yield
+    finally:
+        _APPLYING.reset(token)
+
+
+class _Recorder(TorchFunctionMode):
+    """Probe: records ``(innermost running module, output)`` of every softmax over the last axis."""
+
+    def __init__(self, running: list):
+        super().__init__()
+        self.running, self.calls = running, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in _SOFTMAXES and self.running and isinstance(out, torch.Tensor) and out.dim() >= 2:
+            self.calls.append((self.running[-1], out))
+        return out
+
+
+def _softmax_modules(loaded, inputs: dict, stacks: set[str]) -> dict[str, list] | None:
+    """``stack -> [module per layer]``: the module whose softmax output is that layer's ``output_attentions``
+    tensor, for each stack in ``stacks``; None for a stack where some layer has none (or one module serves two
+    layers)."""
+    from .loading import _attention_tuples
+
+    running: list = []
+
+    def push(module, args):
+        running.append(module)
+
+    def pop(module, args, output):
+        running.pop()
+
+    handles = []
+    for module in loaded.model.modules():
+        handles.append(module.register_forward_pre_hook(push))
+        handles.append(module.register_forward_hook(pop, always_call=True))
+    recorder = _Recorder(running)
+    try:
+        with torch.no_grad(), recorder:
+            out = loaded.model(**inputs, output_attentions=True, return_dict=True)
+    except Exception:  # noqa: BLE001 - the probe does not run: no softmax form
+        return {}
+    finally:
+        for h in handles:
+            h.remove()
+    found: dict[str, list] = {}
+    for stack, tensors in _attention_tuples(out, loaded.family, loaded.model.config).items():
+        if stack not in stacks:
+            continue
+        modules = []
+        for t in tensors:
+            match = next((m for m, o in recorder.calls  # (batch · heads, q, k) in some models (FSMT)
+                          if o.numel() == t.numel() and o.shape[-2:] == t.shape[-2:]
+                          and torch.equal(o.reshape(t.shape).to(t.dtype), t)), None)
+            if match is None or match in modules:
+                break
+            modules.append(match)
+        else:
+            found[stack] = modules
+    return found
+
+
+@dataclass(frozen=True)
+class MaskSupport:
+    """How a model's stacks take a replaced mask (:func:`mask_support`).
+
+    Attributes:
+        form: ``3d`` / ``4d_additive`` / ``4d_binary`` (the ``attention_mask`` argument, :func:`as_argument`)
+            or ``softmax`` (at the attention modules' softmax, :func:`applying`).
+        scopes: ``stack -> "any"`` (every mask is applied as given) or ``"causal"`` (the model combines it with
+            its own causal mask: only masks within the causal mask are applied as given). A stack not listed
+            cannot take a replaced mask.
+    """
+
+    form: str
+    scopes: dict[str, str] = field(default_factory=dict)
+
+
+def _probe_ids(loaded, inputs: dict) -> dict:
+    """The probe's inputs with a 12-token text (and a 10-token decoder input for an encoder-decoder), called
+    as every analysis calls the model (``LoadedModel.call_kwargs``)."""
+    ids = loaded.tokenizer("the cat chased the mouse and the dog", return_tensors="pt")["input_ids"][:, :12]
+    inputs = dict(inputs, input_ids=ids.to(loaded.device), **loaded.call_kwargs)
+    if "decoder_input_ids" in inputs:
+        start = inputs["decoder_input_ids"][0, 0]
+        inputs["decoder_input_ids"] = start.repeat(1, 10)
+    return inputs
+
+
+def _lengths(inputs: dict) -> dict[str, int]:
+    n = inputs["input_ids"].shape[1]
+    out = {"encoder": n, "decoder": n}
+    if "decoder_input_ids" in inputs:
+        out["decoder"] = inputs["decoder_input_ids"].shape[1]
+    return out
+
+
+def mask_support(loaded) -> MaskSupport | None:
+    """How ``loaded``'s stacks that do not route through the interface take a replaced mask, found by a
+    probe once (see the module's docstring).
 
     Args:
-        loaded: a :class:`models.loading.LoadedModel` on the fallback path.
+        loaded: a :class:`models.loading.LoadedModel` on the fallback path, or on the interface path with
+            ``fallback_stacks``.
 
     Returns:
-        ``(form, scope)``: ``form`` for :func:`as_argument`; ``scope`` is ``any`` (every mask is applied as
-        given) or ``causal`` (the model combines it with its own causal mask: only masks within the causal
-        mask are applied as given). None when no form passes the probe (the mask cannot be replaced).
+        a :class:`MaskSupport`, or None when no way passes the probe for any stack (the mask cannot be
+        replaced).
     """
     with _LOCK:
         if "fallback_mask" in loaded.probes:
             return loaded.probes["fallback_mask"]
     from .loading import _attention_tuples, _probe_inputs
 
+    stacks = set(loaded.stacks if loaded.capture_path == "fallback" else loaded.fallback_stacks) - {"cross"}
     answer = None
-    if loaded.family in ("encoder", "decoder"):
-        inputs = _probe_inputs(loaded)
-        ids = loaded.tokenizer("the cat chased the mouse and the dog", return_tensors="pt")["input_ids"][:, :12]
-        inputs["input_ids"] = ids.to(loaded.device)
-        n = ids.shape[1]
-        for causal in (False, True):
-            allowed = probe_pattern(n, causal)
-            for form in FORMS:
-                try:
-                    with torch.no_grad():
-                        out = loaded.model(**inputs, attention_mask=as_argument(allowed, form, loaded.dtype, loaded.device),
-                                           output_attentions=True, return_dict=True)
-                except Exception:  # noqa: BLE001 - a form the model's code does not take
-                    continue
-                tensors = next(iter(_attention_tuples(out, loaded.family, loaded.model.config).values()), None)
-                if _obeys(tensors, allowed):
-                    answer = (form, "causal" if causal else "any")
+    if stacks and "input_ids" in _probe_inputs(loaded):
+        inputs = _probe_ids(loaded, _probe_inputs(loaded))
+        n = _lengths(inputs)
+
+        def obeyed(out, scopes_tried: dict[str, torch.Tensor]) -> set[str]:
+            maps = _attention_tuples(out, loaded.family, loaded.model.config)
+            return {s for s, allowed in scopes_tried.items() if _obeys(maps.get(s), allowed)}
+
+        if loaded.family in ("encoder", "decoder") and loaded.capture_path == "fallback":
+            stack = next(iter(stacks))
+            for causal in (False, True):
+                allowed = probe_pattern(n[stack], causal)
+                for form in FORMS:
+                    try:
+                        with torch.no_grad():
+                            out = loaded.model(**inputs, attention_mask=as_argument(allowed, form, loaded.dtype,
+                                                                                    loaded.device),
+                                               output_attentions=True, return_dict=True)
+                    except Exception:  # noqa: BLE001 - a form the model's code does not take
+                        continue
+                    if obeyed(out, {stack: allowed}):
+                        answer = MaskSupport(form, {stack: "causal" if causal else "any"})
+                        break
+                if answer:
                     break
-            if answer:
-                break
+        if answer is None:
+            answer = _softmax_support(loaded, inputs, stacks, n, obeyed)
     with _LOCK:
         loaded.probes["fallback_mask"] = answer
     return answer
+
+
+def _softmax_support(loaded, inputs: dict, stacks: set[str], n: dict[str, int], obeyed) -> MaskSupport | None:
+    """The ``softmax`` form: hooks on the modules found by :func:`_softmax_modules`, proven per stack."""
+    modules = _softmax_modules(loaded, inputs, stacks)
+    if not modules:
+        return None
+    for stack, mods in modules.items():
+        for m in mods:
+            if not getattr(m, "_dikkat_softmax_mask", None):
+                m.register_forward_pre_hook(_enter(stack))
+                m.register_forward_hook(_leave, always_call=True)
+                m._dikkat_softmax_mask = stack
+    scopes: dict[str, str] = {}
+    for causal in (False, True):
+        todo = {s: probe_pattern(n[s], causal) for s in modules if s not in scopes}
+        if not todo:
+            break
+        try:
+            with torch.no_grad(), applying(todo):
+                out = loaded.model(**inputs, output_attentions=True, return_dict=True)
+        except Exception:  # noqa: BLE001 - the model does not run with the masks
+            continue
+        for s in obeyed(out, todo):
+            scopes[s] = "causal" if causal else "any"
+    return MaskSupport("softmax", scopes) if scopes else None

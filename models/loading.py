@@ -62,6 +62,9 @@ class LoadedModel:
             replaced.
         missing_stacks: ``stack -> why it is not shown``: a stack that neither routes through the interface
             nor returns token-by-token maps (Pegasus-X's local/global encoder).
+        call_kwargs: extra arguments of every analysing forward pass, found at load time
+            (:func:`_decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose decoder is causal
+            only without a cache (FSMT builds its causal mask only then, as in training).
     """
 
     name: str
@@ -82,6 +85,7 @@ class LoadedModel:
     probes: dict = field(default_factory=dict)
     fallback_stacks: tuple[str, ...] = ()
     missing_stacks: dict[str, str] = field(default_factory=dict)
+    call_kwargs: dict = field(default_factory=dict)
 
     @property
     def stacks(self) -> dict[str, tuple[int, int]]:
@@ -920,7 +924,46 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         head=head, capture_path="interface", sites=[], folder=folder, processor=processor,
     )
     _discover_sites(loaded)
+    loaded.call_kwargs = _decoder_call(loaded)
     return loaded
+
+
+def _decoder_call(loaded: LoadedModel) -> dict:
+    """An encoder-decoder's decoder must be causal: with the whole target as input (teacher forcing), a
+    position's output may not depend on later target tokens. Probed by changing the last decoder token and
+    comparing the outputs before it; a model whose decoder is causal only without a key/value cache (FSMT
+    makes its causal mask only then) is run with ``use_cache=False``, the way it trains.
+
+    Returns:
+        ``{}``, or ``{"use_cache": False}``.
+
+    Raises:
+        NoAttentionWeightsError: the decoder is not causal either way (its maps would let a token see the
+            tokens it is to predict).
+    """
+    if loaded.family != "encoder-decoder":
+        return {}
+    inputs = _probe_inputs(loaded)
+    start = inputs["decoder_input_ids"][0, 0]
+    vocab = int(getattr(loaded.model.get_output_embeddings(), "out_features", 0) or 0) or 8
+    a = torch.stack([start, torch.tensor((int(start) + 1) % vocab), torch.tensor((int(start) + 2) % vocab)])[None]
+    b = a.clone()
+    b[0, -1] = (int(start) + 3) % vocab
+    for extra in ({}, {"use_cache": False}):
+        if extra and not accepts(loaded.model, "use_cache"):
+            break
+        outs = []
+        with torch.no_grad():
+            for ids in (a, b):
+                out = loaded.model(**dict(inputs, decoder_input_ids=ids.to(loaded.device)), return_dict=True, **extra)
+                outs.append(out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state)
+        if torch.allclose(outs[0][:, :-1], outs[1][:, :-1], atol=1e-6, rtol=1e-5):
+            return extra
+    raise NoAttentionWeightsError(
+        f"Model '{loaded.name}' ({loaded.model.config.model_type}): its decoder is not causal (a target token's "
+        "output depends on later target tokens), so its maps would show tokens attending the tokens they are "
+        "to predict.",
+        code="decoder_not_causal", model=loaded.name, model_type=loaded.model.config.model_type)
 
 
 def _input_device(model, default: torch.device) -> torch.device:

@@ -316,7 +316,7 @@ def _forward(loaded: LoadedModel, prep: Prepared, batch: int, gates: dict, *, re
     expand = blocks.get(first) if first > 0 else None
     rows = 1 if expand is not None else batch
     inputs = {k: v.expand(rows, -1).contiguous() for k, v in prep.inputs.items()}
-    extra = {"use_cache": False} if loaded.family == "decoder" else {}
+    extra = {"use_cache": False} if loaded.family == "decoder" else dict(loaded.call_kwargs)
     token = _EXPAND.set((id(expand), batch) if expand is not None else None)
     try:
         with capture.capture(loaded.site_index, gates=gates, record=False):

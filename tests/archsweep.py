@@ -70,6 +70,10 @@ EXTRA = {
     "mamba2": {"head_dim": 16},
     "xmod": {"default_language": "en_XX"},
     "reformer": {"axial_pos_embds_dim": [16, 16], "axial_pos_shape": [8, 16]},
+    # the tests' tokenizer pads with id 0 and starts with [CLS] = 2, XLM's default pad_index: a real checkpoint's
+    # pad_index is its tokenizer's pad (else the model masks the [CLS] key as padding)
+    "xlm": {"pad_index": 0, "pad_token_id": 0},
+    "flaubert": {"pad_index": 0, "pad_token_id": 0},
 }
 # a type in several mappings is tried as its first: BART as a seq-to-seq model, BERT as a masked LM
 MAPPINGS = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
@@ -212,6 +216,8 @@ def _eager_reference(folder: Path, cls_name: str, a):
     inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
     if a.target_tokens is not None:
         inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
+        # with labels, as the model trains (teacher forcing): FSMT makes its decoder's causal mask only then
+        inputs["labels"] = inputs["decoder_input_ids"]
     if a.family == "decoder":
         # no KV cache, as Dikkat runs a decoder: Dory's looped layers with a cache fail in plain transformers
         # (keys of the cached loop against a mask of the new tokens only)
@@ -300,6 +306,10 @@ def check(model_type: str, workdir: Path) -> Result:
                 if err > 1e-5:
                     bad = f"{stack}: max |Δ| {err:.2g}"
                     break
+            if not bad and a.family == "encoder-decoder" and "decoder" in a.attentions:
+                dec = np.asarray(a.attentions["decoder"])
+                if (dec[..., np.triu(np.ones(dec.shape[-2:], dtype=bool), 1)] > 0).any():
+                    bad = "decoder: a target token attends later target tokens (not causal)"
             res.checks["weights"] = bad or True
         if a.logits is not None and getattr(out, "logits", None) is not None:
             err = float(np.abs(a.logits - out.logits[0].float().numpy()).max())

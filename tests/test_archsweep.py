@@ -114,3 +114,45 @@ def test_a_stack_that_does_not_route_comes_from_eager_outputs_or_says_why(tmp_pa
     a = models.analyze(loaded, archsweep.TEXT)
     assert "encoder" not in a.attentions and {"decoder", "cross"} <= set(a.attentions)
     assert "dict" in a.missing_stacks["encoder"] and "not shown" in a.missing_stacks["encoder"]
+
+
+def test_an_encoder_decoder_decoder_is_causal(tmp_path):
+    """FSMT builds its decoder's causal mask only without a key/value cache (as in training): the load probe
+    finds it, so a target token never attends later ones; BART is causal with its defaults."""
+    import numpy as np
+
+    import models
+
+    for model_type, want in (("fsmt", {"use_cache": False}), ("bart", {})):
+        archsweep.build(model_type, tmp_path / model_type)
+        loaded = models.load(str(tmp_path / model_type), device="cpu")
+        assert loaded.call_kwargs == want
+        dec = np.asarray(models.analyze(loaded, archsweep.TEXT, target="the cat chased the").attentions["decoder"])
+        assert dec.shape[-1] == 5 and (dec[..., np.triu(np.ones((5, 5), dtype=bool), 1)] == 0).all()
+        assert (dec[..., np.tril(np.ones((5, 5), dtype=bool))] > 0).all()
+
+
+def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
+    """A decoder whose outputs depend on later target tokens with and without a cache is refused at load."""
+    import types
+
+    import pytest
+    import torch
+
+    import models
+    from models import loading
+
+    class Peeking(torch.nn.Module):  # position i's logits = sum of all decoder ids (it sees the future)
+        def forward(self, input_ids=None, decoder_input_ids=None, use_cache=None, return_dict=True):
+            total = decoder_input_ids.sum(-1, keepdim=True).float()
+            return types.SimpleNamespace(logits=total[..., None].expand(-1, decoder_input_ids.shape[1], 4))
+
+        def get_output_embeddings(self):
+            return torch.nn.Linear(2, 16)
+
+    loaded = types.SimpleNamespace(family="encoder-decoder", model=Peeking(), name="peek", device="cpu")
+    loaded.model.config = types.SimpleNamespace(model_type="peek")
+    monkeypatch.setattr(loading, "_probe_inputs", lambda _: {"input_ids": torch.tensor([[1, 2]]),
+                                                              "decoder_input_ids": torch.tensor([[0, 0]])})
+    with pytest.raises(models.NoAttentionWeightsError, match="decoder is not causal"):
+        loading._decoder_call(loaded)

@@ -1,5 +1,5 @@
-"""Replaced masks on the fallback path: applied through the model's own attention_mask where a probe proves
-it, refused with the reason elsewhere (models.fallback_masks)."""
+"""Replaced masks on the fallback path: applied through the model's own attention_mask or at its attention
+modules' softmax where a probe proves it, refused with the reason elsewhere (models.fallback_masks)."""
 
 from __future__ import annotations
 
@@ -40,14 +40,20 @@ def _restricted(weights: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return w / w.sum(-1, keepdims=True)
 
 
-@pytest.mark.parametrize("model_type,mask", [("mpnet", "custom"), ("falcon", "bidirectional"),
-                                             ("xglm", "sliding_window:2")])
-def test_a_probed_model_takes_the_replaced_mask(tiny, model_type, mask):
+@pytest.mark.parametrize("model_type,mask,form", [
+    ("mpnet", "custom", "argument"), ("falcon", "bidirectional", "argument"), ("xglm", "sliding_window:2", "argument"),
+    # at the softmax: BLOOM (ALiBi, its own causal mask), DeBERTa (disentangled attention), XLNet (two-stream
+    # relative attention, (batch, heads, i, j)), OpenAI-GPT
+    ("bloom", "sliding_window:2", "softmax"), ("deberta", "custom", "softmax"), ("xlnet", "custom", "softmax"),
+    ("openai-gpt", "strided:2", "softmax")])
+def test_a_probed_model_takes_the_replaced_mask(tiny, model_type, mask, form):
     """First layer under a replaced mask = the native first layer restricted to the allowed keys and
     renormalised (softmax over fewer keys), exactly 0 elsewhere; later layers differ from native; a.masks
     lists the mask."""
     loaded = tiny(model_type)
     assert loaded.capture_path == "fallback"
+    got_form = fallback_masks.mask_support(loaded).form
+    assert got_form in fallback_masks.FORMS if form == "argument" else got_form == form
     native = models.analyze(loaded, TEXT)
     n = len(native.tokens)
     stack = next(iter(native.attentions))
@@ -69,13 +75,79 @@ def test_a_probed_model_takes_the_replaced_mask(tiny, model_type, mask):
     assert native.masks == {}  # the native mask of a fallback model is its own business
 
 
-def test_a_model_whose_attention_mask_is_not_per_query_refuses(tiny):
-    """BLOOM builds its ALiBi and mask from a 2-D padding mask: no form passes the probe."""
-    loaded = tiny("bloom")
+def test_a_model_whose_weights_follow_no_mask_refuses(tiny):
+    """Reformer (LSH / chunked local attention): neither its attention_mask argument nor a softmax over
+    (n, n) scores takes a per-query mask: refused, and the native analysis still works."""
+    loaded = tiny("reformer")
     assert fallback_masks.mask_support(loaded) is None
-    with pytest.raises(models.UnsupportedOperationError, match="does not take a per-query mask"):
+    with pytest.raises(models.UnsupportedOperationError, match="neither through its attention_mask argument nor"):
         models.analyze(loaded, TEXT, mask="causal")
-    assert np.asarray(models.analyze(loaded, TEXT).attentions["decoder"]).sum(-1).min() > 0.999  # native still works
+    a = models.analyze(loaded, TEXT)
+    assert np.asarray(a.attentions[next(iter(a.attentions))]).sum(-1).min() > 0.999
+
+
+def test_a_decoder_at_the_softmax_keeps_its_own_causal_mask(tiny):
+    """BLOOM adds its causal mask before the softmax: masks within it apply, a bidirectional one is refused
+    (it would come back causal)."""
+    loaded = tiny("bloom")
+    assert fallback_masks.mask_support(loaded).scopes == {"decoder": "causal"}
+    with pytest.raises(models.UnsupportedOperationError, match="only masks within the causal mask"):
+        models.analyze(loaded, TEXT, mask="bidirectional")
+
+
+def test_the_softmax_form_touches_nothing_outside_its_context(tiny):
+    """After the probe installed its hooks, native analyses are bit-identical to before, and an analysis with
+    a mask in one thread does not mask another thread's analysis of the same model."""
+    import threading
+
+    loaded = tiny("deberta")
+    loaded.probes.pop("fallback_mask", None)
+    before = np.asarray(models.analyze(loaded, TEXT, keep_logits=True).logits)
+    assert fallback_masks.mask_support(loaded).form == "softmax"
+    np.testing.assert_array_equal(np.asarray(models.analyze(loaded, TEXT, keep_logits=True).logits), before)
+    n = len(models.analyze(loaded, TEXT).tokens)
+    got = {}
+
+    def run(name, mask):
+        for _ in range(5):
+            got.setdefault(name, []).append(np.asarray(models.analyze(loaded, TEXT, mask=mask).attentions["encoder"]))
+
+    threads = [threading.Thread(target=run, args=("diag", np.eye(n, dtype=bool))),
+               threading.Thread(target=run, args=("native", "native"))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(np.array_equal(w, np.broadcast_to(np.eye(n), w.shape)) for w in got["diag"])
+    assert all((w > 0).all() for w in got["native"])
+
+
+def test_an_encoder_decoder_takes_a_mask_per_stack_at_the_softmax(tiny):
+    """FSMT: the encoder takes any mask, the decoder masks within its causal mask; cross-attention untouched."""
+    loaded = tiny("fsmt")
+    support = fallback_masks.mask_support(loaded)
+    assert support.form == "softmax" and support.scopes == {"encoder": "any", "decoder": "causal"}
+    native = models.analyze(loaded, TEXT, target="the cat")
+    n, m = len(native.tokens), len(native.target_tokens)
+    enc = fallback_masks.probe_pattern(n, causal=False).numpy()
+    dec = np.eye(m, dtype=bool)
+    a = models.analyze(loaded, TEXT, target="the cat", mask={"encoder": enc, "decoder": dec})
+    w = np.asarray(a.attentions["encoder"])
+    assert (w[:, :, ~enc] == 0).all() and (w[:, :, enc] > 0).all()
+    np.testing.assert_allclose(np.asarray(a.attentions["decoder"]), np.broadcast_to(np.eye(m), a.attentions["decoder"].shape),
+                               atol=1e-7)
+    np.testing.assert_allclose(np.asarray(a.attentions["cross"]).sum(-1), 1, atol=1e-5)
+
+
+def test_a_query_without_keys_gets_zero_weights_at_the_softmax(tiny):
+    """At the softmax a row with no allowed key is all zeros (as on the interface path), never NaN."""
+    loaded = tiny("deberta")
+    n = len(models.analyze(loaded, TEXT).tokens)
+    mask = np.ones((n, n), dtype=bool)
+    mask[2] = False
+    w = np.asarray(models.analyze(loaded, TEXT, mask=mask).attentions["encoder"])
+    assert not np.isnan(w).any() and (w[:, :, 2] == 0).all()
+    np.testing.assert_allclose(np.delete(w, 2, axis=2).sum(-1), 1, atol=1e-5)
 
 
 def test_a_query_without_keys_is_refused_on_the_fallback_path(tiny):
@@ -103,7 +175,8 @@ def test_the_causal_scope_refuses_masks_above_the_diagonal():
 
     class Fake:
         name, family, capture_path = "fake", "decoder", "fallback"
-        probes = {"fallback_mask": ("4d_additive", "causal")}
+        stacks, fallback_stacks = {"decoder": (2, 2)}, ()
+        probes = {"fallback_mask": fallback_masks.MaskSupport("4d_additive", {"decoder": "causal"})}
 
     _check_fallback_masks(Fake(), {"decoder": torch.ones(4, 4, dtype=torch.bool).tril()})
     with pytest.raises(models.UnsupportedOperationError, match="only masks within the causal mask"):

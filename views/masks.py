@@ -166,7 +166,8 @@ def section_compare(sel: shared.Selection) -> None:
     loaded = shared.load_model_ui(sel.model)
     if loaded is None or not _text_model_ok(loaded):
         return
-    if loaded.capture_path == "fallback" and fallback_masks.mask_support(loaded) is None:
+    if loaded.capture_path == "fallback" and compare.main_stack(loaded) not in getattr(
+            fallback_masks.mask_support(loaded), "scopes", {}):
         st.error(t("masks_fallback_no_masks", model=shared.model_name(loaded)))
         return
     if not sel.text.strip():
