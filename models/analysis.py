@@ -466,7 +466,8 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
             )
         out.add((stack, layer, head))
     if out and (loaded.capture_path == "fallback" or loaded.fallback_stacks):
-        missing = [s for s in loaded.sites if not s.out_proj and any(h[:2] == (s.stack, s.layer) for h in out)
+        missing = [s for s in loaded.sites if not (s.out_proj or s.softmax_gate)
+                   and any(h[:2] == (s.stack, s.layer) for h in out)
                    and (loaded.capture_path == "fallback" or s.stack in loaded.fallback_stacks)]
         if missing:
             raise UnsupportedOperationError(
@@ -871,6 +872,7 @@ def analyze(
             if stack not in eager_stacks:
                 continue
             for layer, t in enumerate(tensors):
+                t = state.ungated.get((stack, layer), t)  # heads switched off at the softmax: the map before
                 collector.sink(capture.Site(stack, layer, t.shape[1], ""), 0, 0, t, t.shape[-2], t.shape[-1])
         collector.keep = True
     eager_kept = {stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0]) for stack, m in eager_masks.items()}

@@ -62,6 +62,9 @@ class Site:
             ``layer``: in a hybrid model only some blocks have attention (Jamba's block 4 may be its
             attention layer 0). None when the module is called several times per forward pass (ALBERT's
             shared layer: its calls are layers ``0 .. n - 1`` by depth).
+        softmax_gate: fallback path only: the layer has no proven output projection, and its heads are
+            switched off at its attention module's softmax instead (weights times the gate:
+            :mod:`models.fallback_masks`), which removes the head's output ``A_h · V_h`` the same way.
         sink: the module has a learned attention sink (a ``sinks`` parameter: GPT-OSS, MiMo-V2-Flash's
             sliding layers): one extra logit per head that joins the softmax but attends no token, so a
             query's weights over the tokens sum to ``1 - sink share`` (Xiao et al. 2024, "Efficient
@@ -76,6 +79,7 @@ class Site:
     out_proj: str | None = None
     index: int | None = None
     sink: bool = False
+    softmax_gate: bool = False
 
     @property
     def label(self) -> int:
@@ -130,6 +134,9 @@ class CaptureState:
             (``LoadedModel.sdpa_ok``); a call with a ``softcap`` or positional extra arguments still runs
             eager. Outputs then equal eager's up to float rounding (~1e-6 relative in float32), not bit
             for bit.
+        ungated: fallback path: ``(stack, layer) -> (batch, heads, q, k)`` weights of a layer whose heads were
+            switched off at its softmax (``Site.softmax_gate``), before the gate: what its map shows, as on
+            the interface path (the eager ``output_attentions`` hold the gated weights).
     """
 
     sites: dict[int, Site | tuple[Site, ...]] = field(default_factory=dict)
@@ -148,6 +155,7 @@ class CaptureState:
     made_masks: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
     fused: bool = False
+    ungated: dict = field(default_factory=dict)
 
 
 class StopForward(Exception):

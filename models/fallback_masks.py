@@ -92,61 +92,100 @@ def _obeys(tensors, allowed: torch.Tensor) -> bool:
 
 
 class _Applying:
-    """What :func:`applying` set for this context: ``stack -> bool (n, n)`` and the modes entered."""
+    """What :func:`applying` set for this context: ``stack -> bool (n, n)``."""
 
     def __init__(self, masks: dict[str, torch.Tensor]):
         self.masks = masks
-        self.modes: list = []
 
 
 _APPLYING: contextvars.ContextVar[_Applying | None] = contextvars.ContextVar("dikkat_softmax_masks", default=None)
+# the modes entered by the pre-hooks of the attention modules now running in this context, innermost last
+_ENTERED: contextvars.ContextVar[tuple] = contextvars.ContextVar("dikkat_softmax_modes", default=())
 
 
-class _MaskedSoftmax(TorchFunctionMode):
-    """Adds ``-inf`` at the forbidden keys to the input of every softmax over the last axis of a
-    ``(..., n, n)`` tensor called while it is active; a row with no allowed key gives zero weights (not
-    NaN), as on the interface path."""
+class _AtSoftmax(TorchFunctionMode):
+    """Active while one attention module runs (one that computes exactly one softmax per call, proven by
+    :func:`softmax_modules`). At its softmax over the last axis: with ``allowed`` ``(n, n)`` and scores of
+    that shape, adds ``-inf`` at the keys it forbids to the input (a row with no allowed key gives zero
+    weights, not NaN, as on the interface path); then, with a ``gate`` ``(heads,)``, hands the weights to
+    ``record`` as ``(batch, heads, q, k)`` and multiplies head ``h``'s weights by ``gate[h]`` (0 switches it off: its
+    output ``A_h · V_h`` is 0; the head mask of Michel et al. 2019, §2, which transformers' ``head_mask``
+    applies at the same place)."""
 
-    def __init__(self, allowed: torch.Tensor):
+    def __init__(self, allowed: torch.Tensor | None, gate: torch.Tensor | None, heads: int, record=None):
         super().__init__()
-        self.allowed = allowed
+        self.allowed, self.gate, self.heads, self.record = allowed, gate, heads, record
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _SOFTMAXES and args and isinstance(args[0], torch.Tensor):
-            x = args[0]
-            dim = args[1] if len(args) > 1 else kwargs.get("dim")
-            if (isinstance(dim, int) and x.dim() >= 2 and dim % x.dim() == x.dim() - 1
-                    and tuple(x.shape[-2:]) == tuple(self.allowed.shape)):
-                allowed = self.allowed.to(x.device)
-                out = func(x.masked_fill(~allowed, float("-inf")), *args[1:], **kwargs)
-                empty = ~allowed.any(-1)
-                return out.masked_fill(empty[:, None], 0) if bool(empty.any()) else out
-        return func(*args, **kwargs)
+        if not (func in _SOFTMAXES and args and isinstance(args[0], torch.Tensor)):
+            return func(*args, **kwargs)
+        x = args[0]
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        if not (isinstance(dim, int) and x.dim() >= 2 and dim % x.dim() == x.dim() - 1):
+            return func(*args, **kwargs)
+        allowed = None if self.allowed is None else self.allowed.to(x.device)
+        if allowed is not None and tuple(x.shape[-2:]) == tuple(allowed.shape):
+            out = func(x.masked_fill(~allowed, float("-inf")), *args[1:], **kwargs)
+            empty = ~allowed.any(-1)
+            if bool(empty.any()):
+                out = out.masked_fill(empty[:, None], 0)
+        else:
+            out = func(*args, **kwargs)
+        if self.gate is not None:
+            per_head = out.reshape(-1, self.heads, *out.shape[-2:])
+            if self.record is not None:
+                self.record(per_head)
+            gate = self.gate.to(device=out.device, dtype=out.dtype)
+            gate = gate if gate.dim() == 2 else gate[None].expand(per_head.shape[0], -1)
+            out = (per_head * gate[:, :, None, None]).reshape(out.shape)
+        return out
 
 
-def _enter(stack: str):
+def _enter(site):
+    """Forward pre-hook of ``site``'s attention module: enters an :class:`_AtSoftmax` when this context
+    replaces the stack's mask (:func:`applying`) or, for a site gated here (``Site.softmax_gate``), switches
+    some of its heads off (``capture``'s gates)."""
+    from . import capture
+
     def pre_hook(module, args):
-        state = _APPLYING.get()
-        if state is not None and stack in state.masks:
-            mode = _MaskedSoftmax(state.masks[stack])
-            mode.__enter__()
-            state.modes.append((module, mode))
+        applying_now = _APPLYING.get()
+        allowed = applying_now.masks.get(site.stack) if applying_now is not None else None
+        state = capture.current()
+        gate = state.gates.get((site.stack, site.layer)) if (state is not None and site.softmax_gate) else None
+        if allowed is None and gate is None:
+            return
+        record = None
+        if gate is not None:
+            def record(weights, state=state):
+                state.ungated[(site.stack, site.layer)] = weights.detach()
+        mode = _AtSoftmax(allowed, gate, site.heads, record)
+        mode.__enter__()
+        _ENTERED.set(_ENTERED.get() + ((module, mode),))
 
     return pre_hook
 
 
 def _leave(module, args, output):
-    state = _APPLYING.get()
-    if state is not None and state.modes and state.modes[-1][0] is module:
-        state.modes.pop()[1].__exit__(None, None, None)
+    entered = _ENTERED.get()
+    if entered and entered[-1][0] is module:
+        _ENTERED.set(entered[:-1])
+        entered[-1][1].__exit__(None, None, None)
+
+
+def install_softmax_hooks(site, module) -> None:
+    """Register :func:`_enter` / :func:`_leave` on ``site``'s attention module (once per module)."""
+    if getattr(module, "_dikkat_softmax_site", None) is None:
+        module.register_forward_pre_hook(_enter(site))
+        module.register_forward_hook(_leave, always_call=True)
+        module._dikkat_softmax_site = site
 
 
 @contextmanager
 def applying(masks: dict[str, torch.Tensor]):
-    """Context in which the softmax-form hooks (:func:`mask_support`) apply ``masks`` (``stack -> bool
-    (n, n)``, True where a query may attend a key) to the stacks' attention modules. Per context (thread),
-    never global."""
+    """Context in which the softmax hooks (:func:`mask_support`) apply ``masks`` (``stack -> bool (n, n)``,
+    True where a query may attend a key) to the stacks' attention modules. Per context (thread), never
+    global."""
     token = _APPLYING.set(_Applying(dict(masks)))
     try:
         yield
@@ -168,10 +207,11 @@ class _Recorder(TorchFunctionMode):
         return out
 
 
-def _softmax_modules(loaded, inputs: dict, stacks: set[str]) -> dict[str, list] | None:
-    """``stack -> [module per layer]``: the module whose softmax output is that layer's ``output_attentions``
-    tensor, for each stack in ``stacks``; None for a stack where some layer has none (or one module serves two
-    layers)."""
+def softmax_modules(loaded, inputs: dict, stacks: set[str]) -> dict[str, list]:
+    """``stack -> [module per layer]``: for each stack in ``stacks``, the module whose softmax output is that
+    layer's ``output_attentions`` tensor (as it is, or ``(batch · heads, q, k)`` reshaped: FSMT), found by one
+    probe pass. A stack is left out when some layer has no such module, one module serves two layers, or a
+    module computes more than one softmax per call (its weights would be gated or masked twice)."""
     from .loading import _attention_tuples
 
     running: list = []
@@ -195,6 +235,9 @@ def _softmax_modules(loaded, inputs: dict, stacks: set[str]) -> dict[str, list] 
     finally:
         for h in handles:
             h.remove()
+    calls: dict[int, int] = {}
+    for m, _ in recorder.calls:
+        calls[id(m)] = calls.get(id(m), 0) + 1
     found: dict[str, list] = {}
     for stack, tensors in _attention_tuples(out, loaded.family, loaded.model.config).items():
         if stack not in stacks:
@@ -204,7 +247,7 @@ def _softmax_modules(loaded, inputs: dict, stacks: set[str]) -> dict[str, list] 
             match = next((m for m, o in recorder.calls  # (batch · heads, q, k) in some models (FSMT)
                           if o.numel() == t.numel() and o.shape[-2:] == t.shape[-2:]
                           and torch.equal(o.reshape(t.shape).to(t.dtype), t)), None)
-            if match is None or match in modules:
+            if match is None or match in modules or calls.get(id(match)) != 1:
                 break
             modules.append(match)
         else:
@@ -299,16 +342,14 @@ def mask_support(loaded) -> MaskSupport | None:
 
 
 def _softmax_support(loaded, inputs: dict, stacks: set[str], n: dict[str, int], obeyed) -> MaskSupport | None:
-    """The ``softmax`` form: hooks on the modules found by :func:`_softmax_modules`, proven per stack."""
-    modules = _softmax_modules(loaded, inputs, stacks)
+    """The ``softmax`` form: hooks on the modules found by :func:`softmax_modules`, proven per stack."""
+    modules = softmax_modules(loaded, inputs, stacks)
     if not modules:
         return None
+    sites = {(site.stack, site.layer): site for site in loaded.sites}
     for stack, mods in modules.items():
-        for m in mods:
-            if not getattr(m, "_dikkat_softmax_mask", None):
-                m.register_forward_pre_hook(_enter(stack))
-                m.register_forward_hook(_leave, always_call=True)
-                m._dikkat_softmax_mask = stack
+        for layer, m in enumerate(mods):
+            install_softmax_hooks(sites[(stack, layer)], m)
     scopes: dict[str, str] = {}
     for causal in (False, True):
         todo = {s: probe_pattern(n[s], causal) for s in modules if s not in scopes}

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import budget, cache, capture
+from . import budget, cache, capture, fallback_masks
 from .catalog import CATALOG, ModelSpec, get_spec
 from .errors import (
     DikkatError,
@@ -376,13 +376,21 @@ def _discover_sites(loaded: LoadedModel) -> None:
         )
     _check_maps(loaded, stacks, inputs)
     out_projs = _find_out_projs(model, stacks, inputs)
+    # a stack with a layer whose output projection was not proven: its heads are switched off at the softmax
+    # where one module per layer computes that layer's weights (models.fallback_masks)
+    unproven = {stack for stack, tensors in stacks.items() if any((stack, i) not in out_projs for i in range(len(tensors)))}
+    at_softmax = fallback_masks.softmax_modules(loaded, inputs, unproven) if unproven else {}
     sites = []
     for stack, tensors in stacks.items():
         for layer, w in enumerate(tensors):
             sites.append(capture.Site(stack, layer, int(w.shape[1]), name=f"{stack}.{layer}",
-                                      out_proj=out_projs.get((stack, layer))))
+                                      out_proj=out_projs.get((stack, layer)),
+                                      softmax_gate=(stack, layer) not in out_projs and stack in at_softmax))
     loaded.sites = sites
     capture.install_fallback_hooks(model, sites)
+    for site in sites:
+        if site.softmax_gate:
+            fallback_masks.install_softmax_hooks(site, at_softmax[site.stack][site.layer])
 
 
 def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[capture.Site]:

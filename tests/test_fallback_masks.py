@@ -192,3 +192,31 @@ def test_argument_forms(form):
     else:
         assert arg.shape == ((1, 2, 2) if form == "3d" else (1, 1, 2, 2))
         assert arg.flatten().tolist() == [1, 0, 1, 1]
+
+
+@pytest.mark.parametrize("model_type", ["deberta", "bloom", "fsmt"])
+def test_heads_off_at_the_softmax_equal_heads_off_at_the_output_projection(tiny, model_type, monkeypatch, tmp_path):
+    """A layer without a proven output projection switches heads off at its softmax (weights times the
+    gate). On models where the projection is proven, doing it at the softmax instead (the projection search
+    disabled) gives the same logits as zeroing the head's slice of the projection's input; the map of a
+    switched-off head is its weights before the gate, as on the interface path."""
+    from models import loading
+
+    by_proj = tiny(model_type)
+    stack = "encoder" if by_proj.family != "decoder" else "decoder"
+    assert all(s.out_proj and not s.softmax_gate for s in by_proj.sites if s.stack == stack)
+    monkeypatch.setattr(loading, "_find_out_projs", lambda *a, **k: {})
+    archsweep.build(model_type, tmp_path / model_type)
+    by_softmax = models.load(str(tmp_path / model_type))
+    assert all(s.softmax_gate and not s.out_proj for s in by_softmax.sites)
+    off = [(stack, 0, 1), (stack, 1, 0)] + ([("cross", 1, 1)] if by_proj.family == "encoder-decoder" else [])
+    kw = dict(target="the cat") if by_proj.family == "encoder-decoder" else {}
+    native = models.analyze(by_softmax, TEXT, keep_logits=True, **kw)
+    a = models.analyze(by_proj, TEXT, heads_off=off, keep_logits=True, **kw)
+    b = models.analyze(by_softmax, TEXT, heads_off=off, keep_logits=True, **kw)
+    np.testing.assert_allclose(b.logits, a.logits, atol=1e-5)
+    assert not np.allclose(b.logits, native.logits, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(b.attentions[stack])[0], np.asarray(native.attentions[stack])[0])
+    np.testing.assert_allclose(np.asarray(b.attentions[stack]), np.asarray(a.attentions[stack]), atol=1e-6)
+    back = models.analyze(by_softmax, TEXT, keep_logits=True, **kw)
+    np.testing.assert_array_equal(back.logits, native.logits)
