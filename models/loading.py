@@ -227,6 +227,8 @@ def _family_and_head(config) -> tuple[str, str]:
         return "encoder", "mlm"  # a masked LM whose class is called ...WithLMHeadModel (Flaubert)
     if re.search(r"CausalLM|LMHeadModel", archs) or (getattr(config, "is_decoder", False) and "ForMaskedLM" not in archs):
         return "decoder", "lm"
+    if causal and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES and "ForConditionalGeneration" in archs:
+        return "decoder", "lm"  # a multimodal model's language model (Gemma 3 4B and up, GOT-OCR2): a causal LM
     if re.search(r"ForMaskedLM|ForPreTraining", archs):
         return "encoder", "mlm"
     if config.model_type in ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text", "gpt_neo",

@@ -54,6 +54,14 @@ SIZE = {  # attribute name -> tiny value
     "max_position_embeddings": 128, "n_positions": 128, "max_source_positions": 128, "max_target_positions": 128,
     "vocab_size": VOCAB, "n_shared_experts": 1,
     "mamba_n_heads": 4, "mamba_d_head": 16, "n_mamba_heads": 4, "mamba_headdim": 16, "mamba_d_state": 16,
+    # per-layer input embeddings (Gemma 4), entity and hash vocabularies (LUKE, BLT), expert sizes (LongCat),
+    # latents (Perceiver)
+    "vocab_size_per_layer_input": VOCAB, "hidden_size_per_layer_input": 8, "entity_vocab_size": 16,
+    "entity_emb_size": 16, "encoder_hash_byte_group_vocab": 64, "hidden_size_global": 32, "expert_ffn_hidden_size": 32,
+    "ffn_hidden_size": 64, "zero_expert_num": 2, "d_latents": 32, "num_latents": 16,
+    # experts per token and linear-attention (Mamba-like) sizes under other names
+    "num_experts_per_token": 2, "moe_topk": 2, "linear_head_dim": 8, "linear_num_heads": 4, "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_kv_shared_layers": 2,
 }
 MAX_PARAMS = 20_000_000  # a tiny model has well under 1M; more means a size was not shrunk
 LAYERS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
@@ -73,6 +81,12 @@ EXTRA = {
     # the tests' tokenizer pads with id 0 and starts with [CLS] = 2, XLM's default pad_index: a real checkpoint's
     # pad_index is its tokenizer's pad (else the model masks the [CLS] key as padding)
     "xlm": {"pad_index": 0, "pad_token_id": 0},
+    "neomme": {"head_dim": 16},  # M-RoPE rotates a multiple of 4 dims: 0.25 x 16
+    "gemma4_assistant": {"hidden_size_per_layer_input": 0},
+    # its default has only linear-attention layers (a checkpoint names its attention layers)
+    "granitemoehybrid": {"layer_types": ["linear_attention"] * 4 + ["attention"] + ["linear_attention"] * 3},
+    "cohere_compass_text": {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": 10000.0}
+                                                for kind in ("full_attention", "sliding_attention")}},
     "flaubert": {"pad_index": 0, "pad_token_id": 0},
 }
 # a type in several mappings is tried as its first: BART as a seq-to-seq model, BERT as a masked LM
@@ -102,14 +116,15 @@ def _overrides(config) -> dict:
             kw[name] = SIZE[name] if name == "vocab_size" else min(value, SIZE[name])
         elif name in SIZE and value is None and name not in OPTIONAL:  # derived later from a default that is not tiny
             kw[name] = SIZE[name]
+        elif (name.endswith(("layer_ids", "_idxs")) or name == "moe_layers") and isinstance(value, list) \
+                and all(isinstance(i, int) for i in value):  # indices of layers (LFM2's full_attn_idxs)
+            kw[name] = [i for i in value if i < SIZE["num_hidden_layers"]]
         elif isinstance(value, list) and len(value) > SIZE["num_hidden_layers"] and any(
                 getattr(config, n, None) == len(value) for n in LAYERS):  # one entry per layer (layer_types ...)
             short = list(value[:SIZE["num_hidden_layers"]])
             for i, kind in enumerate(k for k in dict.fromkeys(value) if k not in short):  # keep every kind of layer
                 short[SIZE["num_hidden_layers"] // 2 + i] = kind
             kw[name] = short
-        elif name.endswith("layer_ids") and isinstance(value, list):
-            kw[name] = [i for i in value if isinstance(i, int) and i < SIZE["num_hidden_layers"]]
         elif isinstance(value, PretrainedConfig):
             try:
                 kw[name] = type(value)(**_overrides(value)).to_dict()
@@ -186,7 +201,9 @@ def build(model_type: str, folder: Path) -> str:
     cls = getattr(tf, cls_name)
     wanted = getattr(cls, "config_class", None)
     if isinstance(wanted, type) and not isinstance(config, wanted):  # a text model of a composite config
-        config = next(v for v in vars(config).values() if isinstance(v, wanted))
+        # (or a type that reuses another's class with a config of its own, e.g. EXAONE -> LlamaForCausalLM,
+        # as transformers' auto classes build it)
+        config = next((v for v in vars(config).values() if isinstance(v, wanted)), config)
     with torch.device("meta"):  # a size SIZE could not shrink would build a real-sized model: refuse it first
         params = sum(p.numel() for p in cls(config).parameters())
     if params > MAX_PARAMS:
@@ -196,6 +213,8 @@ def build(model_type: str, folder: Path) -> str:
     with torch.no_grad():  # sharpen the near-uniform random init so maps are informative
         for name, p in model.named_parameters():
             if "weight" in name and p.dim() == 2:
+                if not p.any():  # a zero-initialised projection (NeoMME's o_proj) would cut the heads off the output
+                    p.normal_(0.0, 0.05)
                 p.mul_(2.0)
     kind = {"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "decoder", "MODEL_FOR_MASKED_LM_MAPPING_NAMES": "encoder",
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES": "seq2seq"}[mapping]

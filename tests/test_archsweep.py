@@ -156,3 +156,17 @@ def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
                                                               "decoder_input_ids": torch.tensor([[0, 0]])})
     with pytest.raises(models.NoAttentionWeightsError, match="decoder is not causal"):
         loading._decoder_call(loaded)
+
+
+@pytest.mark.parametrize("model_type,family,head", [
+    ("gemma3", "decoder", "lm"), ("got_ocr2", "decoder", "lm"),  # a multimodal model's language model
+    ("xlm", "encoder", "mlm"), ("flaubert", "encoder", "mlm"), ("bert", "encoder", "mlm"), ("gpt2", "decoder", "lm"),
+    ("bart", "encoder-decoder", "seq2seq")])
+def test_family_from_the_config(model_type, family, head):
+    """Which family a config is (what the maps are labelled, which head predicts): a causal-LM type whose
+    class is ...ForConditionalGeneration (Gemma 3 4B and up) is a decoder, not an encoder without a head."""
+    from models.loading import _family_and_head
+
+    config = archsweep.tiny_config(model_type)
+    config.architectures = [archsweep.model_types()[model_type][1]]
+    assert _family_and_head(config) == (family, head)
