@@ -866,13 +866,10 @@ def analyze(
             hook.remove()
 
     if eager_stacks:
-        from .loading import _attention_tuples
-
-        for stack, tensors in _attention_tuples(outputs, model.family, model.model.config).items():
+        for stack, tensors in fallback_masks.eager_maps(model, outputs, state).items():
             if stack not in eager_stacks:
                 continue
             for layer, t in enumerate(tensors):
-                t = state.ungated.get((stack, layer), t)  # heads switched off at the softmax: the map before
                 collector.sink(capture.Site(stack, layer, t.shape[1], ""), 0, 0, t, t.shape[-2], t.shape[-1])
         collector.keep = True
     eager_kept = {stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0]) for stack, m in eager_masks.items()}

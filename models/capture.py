@@ -65,6 +65,8 @@ class Site:
         softmax_gate: fallback path only: the layer has no proven output projection, and its heads are
             switched off at its attention module's softmax instead (weights times the gate:
             :mod:`models.fallback_masks`), which removes the head's output ``A_h · V_h`` the same way.
+        read_at_softmax: fallback path only: the model returns the scores before the softmax as its
+            ``attentions`` (ProphetNet, SqueezeBERT); the weights are read at its attention module's softmax.
         sink: the module has a learned attention sink (a ``sinks`` parameter: GPT-OSS, MiMo-V2-Flash's
             sliding layers): one extra logit per head that joins the softmax but attends no token, so a
             query's weights over the tokens sum to ``1 - sink share`` (Xiao et al. 2024, "Efficient
@@ -80,6 +82,7 @@ class Site:
     index: int | None = None
     sink: bool = False
     softmax_gate: bool = False
+    read_at_softmax: bool = False
 
     @property
     def label(self) -> int:
@@ -134,9 +137,10 @@ class CaptureState:
             (``LoadedModel.sdpa_ok``); a call with a ``softcap`` or positional extra arguments still runs
             eager. Outputs then equal eager's up to float rounding (~1e-6 relative in float32), not bit
             for bit.
-        ungated: fallback path: ``(stack, layer) -> (batch, heads, q, k)`` weights of a layer whose heads were
-            switched off at its softmax (``Site.softmax_gate``), before the gate: what its map shows, as on
-            the interface path (the eager ``output_attentions`` hold the gated weights).
+        at_softmax: fallback path: ``(stack, layer) -> (batch, heads, q, k)`` weights recorded at the layer's
+            softmax: for a site read there (``Site.read_at_softmax``), and for one whose heads were switched
+            off there (``Site.softmax_gate``), before the gate: what its map shows, as on the interface path
+            (the eager ``output_attentions`` hold the gated weights).
     """
 
     sites: dict[int, Site | tuple[Site, ...]] = field(default_factory=dict)
@@ -155,7 +159,7 @@ class CaptureState:
     made_masks: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
     fused: bool = False
-    ungated: dict = field(default_factory=dict)
+    at_softmax: dict = field(default_factory=dict)
 
 
 class StopForward(Exception):

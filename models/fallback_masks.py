@@ -107,10 +107,10 @@ class _AtSoftmax(TorchFunctionMode):
     """Active while one attention module runs (one that computes exactly one softmax per call, proven by
     :func:`softmax_modules`). At its softmax over the last axis: with ``allowed`` ``(n, n)`` and scores of
     that shape, adds ``-inf`` at the keys it forbids to the input (a row with no allowed key gives zero
-    weights, not NaN, as on the interface path); then, with a ``gate`` ``(heads,)``, hands the weights to
-    ``record`` as ``(batch, heads, q, k)`` and multiplies head ``h``'s weights by ``gate[h]`` (0 switches it off: its
-    output ``A_h · V_h`` is 0; the head mask of Michel et al. 2019, §2, which transformers' ``head_mask``
-    applies at the same place)."""
+    weights, not NaN, as on the interface path); hands the weights to ``record`` (when given) as ``(batch,
+    heads, q, k)``; then, with a ``gate`` ``(heads,)``, multiplies head ``h``'s weights by ``gate[h]`` (0
+    switches it off: its output ``A_h · V_h`` is 0; the head mask of Michel et al. 2019, §2, which
+    transformers' ``head_mask`` applies at the same place)."""
 
     def __init__(self, allowed: torch.Tensor | None, gate: torch.Tensor | None, heads: int, record=None):
         super().__init__()
@@ -132,10 +132,10 @@ class _AtSoftmax(TorchFunctionMode):
                 out = out.masked_fill(empty[:, None], 0)
         else:
             out = func(*args, **kwargs)
+        per_head = out.reshape(-1, self.heads, *out.shape[-2:])
+        if self.record is not None:
+            self.record(per_head)
         if self.gate is not None:
-            per_head = out.reshape(-1, self.heads, *out.shape[-2:])
-            if self.record is not None:
-                self.record(per_head)
             gate = self.gate.to(device=out.device, dtype=out.dtype)
             gate = gate if gate.dim() == 2 else gate[None].expand(per_head.shape[0], -1)
             out = (per_head * gate[:, :, None, None]).reshape(out.shape)
@@ -153,12 +153,13 @@ def _enter(site):
         allowed = applying_now.masks.get(site.stack) if applying_now is not None else None
         state = capture.current()
         gate = state.gates.get((site.stack, site.layer)) if (state is not None and site.softmax_gate) else None
-        if allowed is None and gate is None:
+        read = state is not None and site.read_at_softmax
+        if allowed is None and gate is None and not read:
             return
         record = None
-        if gate is not None:
+        if gate is not None or read:
             def record(weights, state=state):
-                state.ungated[(site.stack, site.layer)] = weights.detach()
+                state.at_softmax[(site.stack, site.layer)] = weights.detach()
         mode = _AtSoftmax(allowed, gate, site.heads, record)
         mode.__enter__()
         _ENTERED.set(_ENTERED.get() + ((module, mode),))
@@ -207,11 +208,13 @@ class _Recorder(TorchFunctionMode):
         return out
 
 
-def softmax_modules(loaded, inputs: dict, stacks: set[str]) -> dict[str, list]:
+def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = frozenset()) -> dict[str, list]:
     """``stack -> [module per layer]``: for each stack in ``stacks``, the module whose softmax output is that
     layer's ``output_attentions`` tensor (as it is, or ``(batch · heads, q, k)`` reshaped: FSMT), found by one
     probe pass. A stack is left out when some layer has no such module, one module serves two layers, or a
-    module computes more than one softmax per call (its weights would be gated or masked twice)."""
+    module computes more than one softmax per call (its weights would be gated or masked twice). For a stack in
+    ``scores`` the model returns the scores before the softmax (ProphetNet, SqueezeBERT): the module's softmax
+    output must then equal their softmax (float32, within 1e-6)."""
     from .loading import _attention_tuples
 
     running: list = []
@@ -244,9 +247,15 @@ def softmax_modules(loaded, inputs: dict, stacks: set[str]) -> dict[str, list]:
             continue
         modules = []
         for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                break
+            if stack in scores:
+                want = torch.softmax(t.float(), -1)
+                same = lambda o, want=want: torch.allclose(o.reshape(want.shape).float(), want, atol=1e-6, rtol=0)  # noqa: E731
+            else:
+                same = lambda o, t=t: torch.equal(o.reshape(t.shape).to(t.dtype), t)  # noqa: E731
             match = next((m for m, o in recorder.calls  # (batch · heads, q, k) in some models (FSMT)
-                          if o.numel() == t.numel() and o.shape[-2:] == t.shape[-2:]
-                          and torch.equal(o.reshape(t.shape).to(t.dtype), t)), None)
+                          if o.numel() == t.numel() and o.shape[-2:] == t.shape[-2:] and same(o)), None)
             if match is None or match in modules or calls.get(id(match)) != 1:
                 break
             modules.append(match)
@@ -290,6 +299,27 @@ def _lengths(inputs: dict) -> dict[str, int]:
     return out
 
 
+def eager_maps(loaded, outputs, state) -> dict[str, tuple]:
+    """``stack -> per-layer (batch, heads, queries, keys)`` weights of the stacks read from eager
+    ``output_attentions``: the model's own tensors, except for a layer whose weights were recorded at its
+    softmax in ``state`` (a :class:`models.capture.CaptureState`; ``at_softmax``: read there, or heads
+    switched off there), which gives those."""
+    from .loading import _attention_tuples
+
+    maps = _attention_tuples(outputs, loaded.family, loaded.model.config)
+    return {stack: tuple(state.at_softmax.get((stack, i), t) for i, t in enumerate(tensors))
+            for stack, tensors in maps.items()}
+
+
+def _probe_run(loaded, inputs: dict, masks: dict | None = None, **extra) -> dict[str, tuple]:
+    """One probe pass (``masks`` applied at the softmax, ``extra`` added to the inputs): the eager maps."""
+    from . import capture
+
+    with torch.no_grad(), capture.capture(loaded.site_index, record=False) as state, applying(masks or {}):
+        out = loaded.model(**inputs, **extra, output_attentions=True, return_dict=True)
+    return eager_maps(loaded, out, state)
+
+
 def mask_support(loaded) -> MaskSupport | None:
     """How ``loaded``'s stacks that do not route through the interface take a replaced mask, found by a
     probe once (see the module's docstring).
@@ -305,45 +335,39 @@ def mask_support(loaded) -> MaskSupport | None:
     with _LOCK:
         if "fallback_mask" in loaded.probes:
             return loaded.probes["fallback_mask"]
-    from .loading import _attention_tuples, _probe_inputs
+    from .loading import _probe_inputs
 
     stacks = set(loaded.stacks if loaded.capture_path == "fallback" else loaded.fallback_stacks) - {"cross"}
     answer = None
     if stacks and "input_ids" in _probe_inputs(loaded):
         inputs = _probe_ids(loaded, _probe_inputs(loaded))
         n = _lengths(inputs)
-
-        def obeyed(out, scopes_tried: dict[str, torch.Tensor]) -> set[str]:
-            maps = _attention_tuples(out, loaded.family, loaded.model.config)
-            return {s for s, allowed in scopes_tried.items() if _obeys(maps.get(s), allowed)}
-
         if loaded.family in ("encoder", "decoder") and loaded.capture_path == "fallback":
             stack = next(iter(stacks))
             for causal in (False, True):
                 allowed = probe_pattern(n[stack], causal)
                 for form in FORMS:
                     try:
-                        with torch.no_grad():
-                            out = loaded.model(**inputs, attention_mask=as_argument(allowed, form, loaded.dtype,
-                                                                                    loaded.device),
-                                               output_attentions=True, return_dict=True)
+                        maps = _probe_run(loaded, inputs, attention_mask=as_argument(allowed, form, loaded.dtype,
+                                                                                     loaded.device))
                     except Exception:  # noqa: BLE001 - a form the model's code does not take
                         continue
-                    if obeyed(out, {stack: allowed}):
+                    if _obeys(maps.get(stack), allowed):
                         answer = MaskSupport(form, {stack: "causal" if causal else "any"})
                         break
                 if answer:
                     break
         if answer is None:
-            answer = _softmax_support(loaded, inputs, stacks, n, obeyed)
+            answer = _softmax_support(loaded, inputs, stacks, n)
     with _LOCK:
         loaded.probes["fallback_mask"] = answer
     return answer
 
 
-def _softmax_support(loaded, inputs: dict, stacks: set[str], n: dict[str, int], obeyed) -> MaskSupport | None:
+def _softmax_support(loaded, inputs: dict, stacks: set[str], n: dict[str, int]) -> MaskSupport | None:
     """The ``softmax`` form: hooks on the modules found by :func:`softmax_modules`, proven per stack."""
-    modules = softmax_modules(loaded, inputs, stacks)
+    scores = {site.stack for site in loaded.sites if site.read_at_softmax}
+    modules = softmax_modules(loaded, inputs, stacks, scores)
     if not modules:
         return None
     sites = {(site.stack, site.layer): site for site in loaded.sites}
@@ -356,10 +380,10 @@ def _softmax_support(loaded, inputs: dict, stacks: set[str], n: dict[str, int], 
         if not todo:
             break
         try:
-            with torch.no_grad(), applying(todo):
-                out = loaded.model(**inputs, output_attentions=True, return_dict=True)
+            maps = _probe_run(loaded, inputs, todo)
         except Exception:  # noqa: BLE001 - the model does not run with the masks
             continue
-        for s in obeyed(out, todo):
-            scopes[s] = "causal" if causal else "any"
+        for s, allowed in todo.items():
+            if _obeys(maps.get(s), allowed):
+                scopes[s] = "causal" if causal else "any"
     return MaskSupport("softmax", scopes) if scopes else None

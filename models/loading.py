@@ -376,23 +376,49 @@ def _discover_sites(loaded: LoadedModel) -> None:
             "either has no softmax attention (e.g. state-space models) or cannot expose it.",
             code="no_attention_weights", model=loaded.name, model_type=model.config.model_type
         )
+    stacks, read_at = _scores_to_weights(loaded, stacks, inputs)
     _check_maps(loaded, stacks, inputs)
     out_projs = _find_out_projs(model, stacks, inputs)
     # a stack with a layer whose output projection was not proven: its heads are switched off at the softmax
     # where one module per layer computes that layer's weights (models.fallback_masks)
     unproven = {stack for stack, tensors in stacks.items() if any((stack, i) not in out_projs for i in range(len(tensors)))}
-    at_softmax = fallback_masks.softmax_modules(loaded, inputs, unproven) if unproven else {}
+    at_softmax = fallback_masks.softmax_modules(loaded, inputs, unproven, scores=set(read_at)) if unproven else {}
     sites = []
     for stack, tensors in stacks.items():
         for layer, w in enumerate(tensors):
             sites.append(capture.Site(stack, layer, int(w.shape[1]), name=f"{stack}.{layer}",
                                       out_proj=out_projs.get((stack, layer)),
-                                      softmax_gate=(stack, layer) not in out_projs and stack in at_softmax))
+                                      softmax_gate=(stack, layer) not in out_projs and stack in at_softmax,
+                                      read_at_softmax=stack in read_at))
     loaded.sites = sites
     capture.install_fallback_hooks(model, sites)
     for site in sites:
-        if site.softmax_gate:
-            fallback_masks.install_softmax_hooks(site, at_softmax[site.stack][site.layer])
+        if site.softmax_gate or site.read_at_softmax:
+            modules = read_at if site.read_at_softmax else at_softmax
+            fallback_masks.install_softmax_hooks(site, modules[site.stack][site.layer])
+
+
+def _scores_to_weights(loaded: LoadedModel, stacks: dict[str, tuple], inputs: dict) -> tuple[dict, dict]:
+    """Some models return the attention scores before the softmax as their ``attentions`` (ProphetNet's
+    encoder, SqueezeBERT: rows that do not sum to 1). Where one module per layer computes exactly the softmax
+    of those scores (:func:`models.fallback_masks.softmax_modules`), the weights are that softmax, read there
+    in every analysis.
+
+    Returns:
+        ``stacks`` with such stacks' tensors replaced by their softmax, and ``stack -> [module per layer]`` of
+        the stacks read at the softmax.
+    """
+    def sums_to_one(t) -> bool:
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            return True  # not scores either: _check_maps says why
+        sums = t.float().sum(-1)
+        return bool(torch.isfinite(sums).all() and ((sums - 1).abs().lt(1e-3) | sums.abs().lt(1e-6)).all())
+
+    suspects = {stack for stack, tensors in stacks.items() if not all(sums_to_one(t) for t in tensors)}
+    read_at = fallback_masks.softmax_modules(loaded, inputs, suspects, scores=suspects) if suspects else {}
+    out = {stack: tuple(torch.softmax(t.float(), -1).to(t.dtype) for t in tensors) if stack in read_at else tensors
+           for stack, tensors in stacks.items()}
+    return out, read_at
 
 
 def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[capture.Site]:

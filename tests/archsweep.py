@@ -298,6 +298,9 @@ def check(model_type: str, workdir: Path) -> Result:
         else:
             want = {"decoder" if a.family == "decoder" else "encoder": out.attentions}
         want = {s: ts for s, ts in want.items() if ts}
+        for stack in want:  # models whose 'attentions' are the scores before the softmax (SqueezeBERT)
+            if any(s.read_at_softmax for s in loaded.sites if s.stack == stack):
+                want[stack] = tuple(torch.softmax(t.float(), -1) for t in want[stack])
         window = getattr(loaded.model.config, "attention_window", None)
         if window is not None and "encoder" in want:  # Longformer / LED: local-window maps, written out by hand
             want["encoder"] = tuple(_full_from_local(t, w) for t, w in zip(

@@ -220,3 +220,27 @@ def test_heads_off_at_the_softmax_equal_heads_off_at_the_output_projection(tiny,
     np.testing.assert_allclose(np.asarray(b.attentions[stack]), np.asarray(a.attentions[stack]), atol=1e-6)
     back = models.analyze(by_softmax, TEXT, keep_logits=True, **kw)
     np.testing.assert_array_equal(back.logits, native.logits)
+
+
+def test_scores_returned_before_the_softmax_are_read_at_the_softmax(tiny):
+    """SqueezeBERT returns its attention scores before the softmax as 'attentions': Dikkat reads the weights
+    at its softmax (rows sum to 1, equal to the softmax of what eager returns), and heads switch off and
+    masks apply there too."""
+    import torch
+
+    loaded = tiny("squeezebert")
+    assert all(s.read_at_softmax for s in loaded.sites)
+    a = models.analyze(loaded, TEXT, keep_logits=True)
+    ids = torch.tensor([[t.id for t in a.tokens]])
+    with torch.no_grad():
+        scores = loaded.model(input_ids=ids, output_attentions=True).attentions
+    want = np.stack([torch.softmax(s.float(), -1)[0].numpy() for s in scores])
+    got = np.asarray(a.attentions["encoder"])
+    assert not np.allclose(np.stack([s[0].numpy() for s in scores]).sum(-1), 1)  # eager's tensors are not weights
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    off = models.analyze(loaded, TEXT, heads_off=[("encoder", 0, 1)], keep_logits=True)
+    assert not np.allclose(off.logits, a.logits, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(off.attentions["encoder"])[0], got[0])
+    n = len(a.tokens)
+    diag = models.analyze(loaded, TEXT, mask=np.eye(n, dtype=bool))
+    np.testing.assert_allclose(np.asarray(diag.attentions["encoder"]), np.broadcast_to(np.eye(n), got.shape), atol=1e-7)
