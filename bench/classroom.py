@@ -604,8 +604,8 @@ def report(results: list[dict]) -> None:
 
 async def main_async(args) -> list[dict]:
     results = []
-    for replicas in (args.replicas if not args.url else [0]):
-        results += await run_server(args, replicas)
+    for count in (args.replicas if not args.url else [0]):
+        results += await run_server(args, count)
     return results
 
 

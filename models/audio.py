@@ -247,9 +247,9 @@ def alignment_heads(loaded: LoadedModel) -> list[tuple[int, int]]:
     layers when the generation config does not list them (empty for a model without cross-attention)."""
     heads = getattr(loaded.model.generation_config, "alignment_heads", None)
     if heads:
-        return [(int(l), int(h)) for l, h in heads]
+        return [(int(layer), int(h)) for layer, h in heads]
     layers, n_heads = loaded.stacks.get("cross", (0, 0))
-    return [(l, h) for l in range(layers // 2, layers) for h in range(n_heads)]
+    return [(layer, h) for layer in range(layers // 2, layers) for h in range(n_heads)]
 
 
 def _text_tokens(tok, ids: list[int], text_offset: int = 0) -> tuple[str, list[Token]]:
@@ -601,7 +601,7 @@ def cross_attention_peaks(result: AudioAnalysis, heads: Iterable[tuple[int, int]
     cross = result.analysis.attentions["cross"]  # (layers, heads, T, frames [+1])
     if heads is None:
         layers = cross.shape[0]
-        heads = [(l, h) for l in range(layers // 2, layers) for h in range(cross.shape[1])]
+        heads = [(layer, h) for layer in range(layers // 2, layers) for h in range(cross.shape[1])]
     avg = cross.heads(heads).mean(axis=0)[:, : result.frames]
     return avg.argmax(axis=-1).astype(np.int64)
 

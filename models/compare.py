@@ -245,7 +245,6 @@ def compare_masks(loaded: LoadedModel, text: str, masks: list, *, target: str | 
     stack = main_stack(loaded)
     native = analyze(loaded, text, target=target, hidden_states=True, keep_logits=loaded.head != "none",
                      max_tokens=max_tokens)
-    n = native.attentions[stack].shape[-1]
     layers = native.attentions[stack].shape[0]
     out = MaskComparison(stack=stack, native=native,
                          native_matrices=[applied_mask(loaded, native, layer, stack) for layer in range(layers)])

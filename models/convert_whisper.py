@@ -198,9 +198,11 @@ def map_weights(v: dict[str, np.ndarray], encoder_layers: int = 6, decoder_layer
     def self_attention(hf: str, ct: str) -> None:
         q, k, v_ = _split_rows(get(f"{ct}/linear_0/weight"), 3)
         qb, _kb, vb = _split_rows(get(f"{ct}/linear_0/bias"), 3)  # Whisper's k_proj has no bias
-        put(f"{hf}.q_proj.weight", q); put(f"{hf}.q_proj.bias", qb)
+        put(f"{hf}.q_proj.weight", q)
+        put(f"{hf}.q_proj.bias", qb)
         put(f"{hf}.k_proj.weight", k)
-        put(f"{hf}.v_proj.weight", v_); put(f"{hf}.v_proj.bias", vb)
+        put(f"{hf}.v_proj.weight", v_)
+        put(f"{hf}.v_proj.bias", vb)
         linear(f"{hf}.out_proj", f"{ct}/linear_1")
 
     def ffn(hf: str, ct: str) -> None:
@@ -231,7 +233,8 @@ def map_weights(v: dict[str, np.ndarray], encoder_layers: int = 6, decoder_layer
         k, v_ = _split_rows(get(f"{ct}/attention/linear_1/weight"), 2)
         _kb, vb = _split_rows(get(f"{ct}/attention/linear_1/bias"), 2)
         put(f"{hf}.encoder_attn.k_proj.weight", k)
-        put(f"{hf}.encoder_attn.v_proj.weight", v_); put(f"{hf}.encoder_attn.v_proj.bias", vb)
+        put(f"{hf}.encoder_attn.v_proj.weight", v_)
+        put(f"{hf}.encoder_attn.v_proj.bias", vb)
         linear(f"{hf}.encoder_attn.out_proj", f"{ct}/attention/linear_2")
         ffn(hf, ct)
     norm(f"{dec}.layer_norm", "decoder/layer_norm")
@@ -300,7 +303,7 @@ def _generation_config(ct2_config: dict, tokenizer_data: dict):
         suppress_tokens=[int(i) for i in ct2_config.get("suppress_ids", [])],
     )
     # Whisper-specific attributes (GenerationConfig keeps unknown keys as attributes).
-    gc.alignment_heads = [[int(l), int(h)] for l, h in ct2_config.get("alignment_heads", [])]
+    gc.alignment_heads = [[int(layer), int(h)] for layer, h in ct2_config.get("alignment_heads", [])]
     gc.is_multilingual = True
     gc.lang_to_id = lang_to_id
     gc.task_to_id = {"translate": TRANSLATE, "transcribe": TRANSCRIBE}

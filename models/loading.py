@@ -23,7 +23,6 @@ from .errors import (
     NoAttentionWeightsError,
     NoUsableModelError,
     UnknownModelError,
-    UnsupportedOperationError,
 )
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

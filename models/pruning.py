@@ -407,8 +407,8 @@ class HeadScores:
 
     def ranked(self) -> list[tuple[HeadId, float]]:
         """Heads from the least to the most important (ties by head order)."""
-        heads = [(s, l, h) for s in sorted(self.values, key=_STACK_ORDER.index)
-                 for l in range(self.values[s].shape[0]) for h in range(self.values[s].shape[1])]
+        heads = [(s, layer, h) for s in sorted(self.values, key=_STACK_ORDER.index)
+                 for layer in range(self.values[s].shape[0]) for h in range(self.values[s].shape[1])]
         flat = self.flat()
         order = np.argsort(flat, kind="stable")
         return [(heads[i], float(flat[i])) for i in order]

@@ -54,3 +54,26 @@ def minilm():
 @pytest.fixture(scope="session")
 def smollm2():
     return models.load("smollm2-135m", device="cpu")
+
+
+# Tests grouped by layer (the markers are declared in pyproject.toml): `pytest -m engine`, `-m "not browser"`.
+LAYERS = {
+    "engine": ("test_budget", "test_engine", "test_error_messages", "test_fallback_masks", "test_fallback_path",
+               "test_fuzz_api", "test_masks_engine", "test_pruning", "test_store", "test_teaching", "test_typed_tokens"),
+    "viz": ("test_masks_viz", "test_transforms", "test_viz_explore", "test_viz_labels"),
+    "app": ("test_explore_app", "test_fuzz_app", "test_hosting", "test_hosting_app", "test_i18n", "test_masks_page",
+            "test_pruning_page", "test_replicas", "test_pages_odd_inputs", "test_teaching_pages", "test_house"),
+    "bundled": ("test_bundled", "test_e5", "test_gemma", "test_whisper"),
+    "browser": ("test_browser",),
+    "sweep": ("test_archsweep",),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its file's layer (:data:`LAYERS`), and ``bundled`` where it uses a bundled model."""
+    for item in items:
+        for marker, files in LAYERS.items():
+            if item.path.stem in files:
+                item.add_marker(marker)
+        if {"minilm", "smollm2"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker("bundled")

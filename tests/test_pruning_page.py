@@ -101,7 +101,7 @@ def test_presets_on_minilm(minilm):
     _ok(at)
     grad = pruning.gradient_importance(minilm, "The cat chased the mouse").values["encoder"]
     kept = {(layer, int(np.argmax(grad[layer]))) for layer in range(6)}
-    assert _off_in_grid(at) == {(l, h) for l in range(6) for h in range(12)} - kept
+    assert _off_in_grid(at) == {(layer, h) for layer in range(6) for h in range(12)} - kept
     assert _count(at).startswith("66 of 72")
     # A toggle after a preset still works.
     at.pills[0].select(0).run()

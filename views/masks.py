@@ -7,7 +7,6 @@ Glue only: widgets -> models (analyze, models.compare) -> viz (viz.masks, viz.al
 from __future__ import annotations
 
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -184,7 +183,6 @@ def section_compare(sel: shared.Selection) -> None:
     stack = compare.main_stack(loaded)
     q_tokens, k_tokens = native.axis_tokens(stack)
     labels = _labels(q_tokens)
-    n = len(labels)
     layers, heads = loaded.stacks[stack]
 
     _bind("masks_kinds", ["bidirectional", "causal"], options=KINDS, kind=list)

@@ -1,4 +1,4 @@
-"""Regressions found by the input review (AppTest over every page × model × odd inputs)."""
+"""Every page × model with odd inputs (AppTest): regressions the input review found, kept as tests."""
 
 from __future__ import annotations
 
