@@ -30,6 +30,7 @@ from .errors import (
     UnknownLanguageError,
     UnknownModelError,
     UnsupportedOperationError,
+    WordMismatchError,
 )
 from .loading import LoadedModel, clear_cache, is_hub_id, load
 from .masks import MaskMode, parse_mask
@@ -42,5 +43,6 @@ __all__ = [
     "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubDownloadTooLargeError", "HubUnreachableError", "InvalidArgumentError",
     "InvalidAudioError", "InvalidHeadError", "InvalidMaskError", "ModelNotAllowedError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
     "NoUsableModelError", "UnknownLanguageError", "UnknownModelError", "UnsupportedOperationError",
+    "WordMismatchError",
     "LoadedModel", "clear_cache", "is_hub_id", "load", "MaskMode", "parse_mask", "AttentionStack", "MaskStack",
 ]

@@ -566,7 +566,7 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
                 )
         items = {stack: parse_mask(m) for stack, m in mask.items()}
     else:
-        main = "encoder" if loaded.family == "encoder" else "decoder"
+        main = loaded.mask_stack
         items = {main: parse_mask(mask)}
     out: dict[str, torch.Tensor] = {}
     for stack, mode in items.items():

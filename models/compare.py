@@ -90,13 +90,6 @@ def empty_rows(matrix: np.ndarray) -> np.ndarray:
     return ~np.asarray(matrix, dtype=bool).any(axis=-1)
 
 
-def main_stack(loaded: LoadedModel) -> str:
-    """The self-attention stack a single mask replaces: ``encoder`` for encoders, else ``decoder``
-    (encoder-decoders included, as in :func:`models.analysis.resolve_masks`; unlike
-    :func:`models.teaching.main_stack`, which answers ``encoder`` for them)."""
-    return "encoder" if loaded.family == "encoder" else "decoder"
-
-
 def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None = None) -> np.ndarray:
     """The model's own mask for one self-attention layer, as a boolean ``(n, n)`` matrix (True = allowed).
 
@@ -106,13 +99,13 @@ def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None =
     (Jiang et al. 2023, §2; see :mod:`models.masks`). Padding never occurs (one text per call).
 
     Args:
-        n: tokens. layer: 0-based layer (for per-layer ``layer_types``). stack: default :func:`main_stack`;
+        n: tokens. layer: 0-based layer (for per-layer ``layer_types``). stack: default ``loaded.mask_stack``;
             any stack other than ``encoder`` is treated as causal self-attention.
 
     Returns:
         bool numpy ``(n, n)``.
     """
-    stack = stack or main_stack(loaded)
+    stack = stack or loaded.mask_stack
     if stack == "encoder":
         return MaskMode("bidirectional").matrix(n)
     cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
@@ -136,9 +129,9 @@ def applied_mask(loaded: LoadedModel, analysis: Analysis, layer: int = 0, stack:
     path, where no mask is recorded, :func:`native_mask` derived from the config.
 
     Raises:
-        KeyError: ``stack`` (default :func:`main_stack`) is not in ``analysis.attentions``.
+        KeyError: ``stack`` (default ``loaded.mask_stack``) is not in ``analysis.attentions``.
     """
-    stack = stack or main_stack(loaded)
+    stack = stack or loaded.mask_stack
     recorded = analysis.masks.get(stack)
     if recorded is not None and 0 <= layer < recorded.shape[0]:
         return recorded[layer]
@@ -181,7 +174,7 @@ class MaskComparison:
     """The native run plus one :class:`MaskRun` per compared mask, all on the same tokens.
 
     Attributes:
-        stack: the self-attention stack the masks replace (:func:`main_stack`).
+        stack: the self-attention stack the masks replace (``loaded.mask_stack``).
         native: the run with the model's own mask (``hidden_states`` kept; ``logits`` with a head).
         native_matrices: one bool ``(n, n)`` matrix per layer of ``stack``: the mask that layer applied
             (:func:`applied_mask`).
@@ -211,7 +204,7 @@ def run_mask(loaded: LoadedModel, text: str, mask, native: Analysis, *, max_toke
         InvalidMaskError: bad mask or wrong custom shape. UnsupportedOperationError: fallback path.
         EmptyTextError etc. as :func:`models.analyze`.
     """
-    stack = main_stack(loaded)
+    stack = loaded.mask_stack
     mode = parse_mask(mask)
     n = native.attentions[stack].shape[-1]
     matrix = mode.matrix(n)
@@ -242,7 +235,7 @@ def compare_masks(loaded: LoadedModel, text: str, masks: list, *, target: str | 
     Raises:
         EmptyTextError, InvalidMaskError, UnsupportedOperationError (as :func:`models.analyze`).
     """
-    stack = main_stack(loaded)
+    stack = loaded.mask_stack
     native = analyze(loaded, text, target=target, hidden_states=True, keep_logits=loaded.head != "none",
                      max_tokens=max_tokens)
     layers = native.attentions[stack].shape[0]

@@ -100,3 +100,8 @@ class UnknownLanguageError(DikkatError, ValueError):
 class AttentionTooLargeError(DikkatError, MemoryError):
     """Every layer's (or one layer's) attention weights at once would exceed the memory allowed for them:
     index a layer, a head or a block of rows instead (``a.attentions[stack][layer, head]``)."""
+
+
+class WordMismatchError(DikkatError, ValueError):
+    """The two sentences of the word-order experiment (:func:`models.lessons.positions.word_order_experiment`)
+    do not consist of the same words."""

@@ -118,12 +118,9 @@ class _AtSoftmax(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not (func in _SOFTMAXES and args and isinstance(args[0], torch.Tensor)):
+        if not (func in _SOFTMAXES and args and _over_last_axis(args, kwargs)):
             return func(*args, **kwargs)
         x = args[0]
-        dim = args[1] if len(args) > 1 else kwargs.get("dim")
-        if not (isinstance(dim, int) and x.dim() >= 2 and dim % x.dim() == x.dim() - 1):
-            return func(*args, **kwargs)
         allowed = None if self.allowed is None else self.allowed.to(x.device)
         if allowed is not None and tuple(x.shape[-2:]) == tuple(allowed.shape):
             out = func(x.masked_fill(~allowed, float("-inf")), *args[1:], **kwargs)
@@ -202,10 +199,19 @@ class _Recorder(TorchFunctionMode):
         self.running, self.calls = running, []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func in _SOFTMAXES and self.running and isinstance(out, torch.Tensor) and out.dim() >= 2:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in _SOFTMAXES and self.running and _over_last_axis(args, kwargs):
             self.calls.append((self.running[-1], out))
         return out
+
+
+def _over_last_axis(args, kwargs) -> bool:
+    """A softmax call's arguments take it over the last axis of a tensor of 2 or more dimensions (not, e.g.,
+    ConvBERT's softmax over its convolution kernel's axis 1)."""
+    x = args[0] if args else kwargs.get("input")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    return isinstance(x, torch.Tensor) and isinstance(dim, int) and x.dim() >= 2 and dim % x.dim() == x.dim() - 1
 
 
 def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = frozenset()) -> dict[str, list]:

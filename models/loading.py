@@ -96,6 +96,19 @@ class LoadedModel:
         return out
 
     @property
+    def input_stack(self) -> str:
+        """The self-attention stack that reads the input text: ``decoder`` for decoders, ``encoder`` for
+        encoders and encoder-decoders. The lessons walk through it."""
+        return "decoder" if self.family == "decoder" else "encoder"
+
+    @property
+    def mask_stack(self) -> str:
+        """The self-attention stack a mask given for no stack in particular replaces (``analyze(mask=...)``):
+        ``encoder`` for encoders, ``decoder`` for decoders and encoder-decoders (whose causal decoder mask
+        is the one worth swapping)."""
+        return "encoder" if self.family == "encoder" else "decoder"
+
+    @property
     def sdpa_ok(self) -> bool:
         """True when layers that record nothing may run transformers' ``sdpa_attention_forward`` (the fused
         kernel) instead of the family's eager function: interface path and a model class that declares

@@ -435,9 +435,10 @@ def test_bad_device_dtype_and_text_type_are_invalid_argument_errors(tiny, tiny_f
         models.load(folder, device="cpu", dtype="float99")
     with pytest.raises(models.InvalidArgumentError, match="must be a string, got int"):
         models.analyze(tiny("gpt2"), 5)
-    from models import compare, teaching
+    from models import compare
+    from models.lessons import positions
 
     with pytest.raises(models.InvalidArgumentError):
         compare.next_token_kl(np.zeros((2, 3)), np.zeros((2, 4)))
     with pytest.raises(ValueError):  # still a ValueError for callers that catch that
-        teaching.alibi_slopes(0)
+        positions.alibi_slopes(0)

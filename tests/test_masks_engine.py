@@ -158,7 +158,7 @@ def test_recorded_masks_are_the_replacement_and_cross_attention_sees_every_sourc
     m = MaskMode("sliding_window", width=2).matrix(n).copy()
     m[1, :] = False
     a = models.analyze(loaded, TEXT, mask=m, **kw)
-    stack = compare.main_stack(loaded)
+    stack = loaded.mask_stack
     assert np.array_equal(a.masks[stack], np.broadcast_to(m, a.masks[stack].shape))
     assert np.array_equal(a.attentions[stack] != 0, np.broadcast_to(m, a.attentions[stack].shape))
     if "cross" in a.masks:

@@ -9,7 +9,7 @@ import streamlit as st
 import torch
 
 import models
-from models import teaching
+from models.lessons import cost
 from views import shared
 from viz import cost as vc
 from viz import numbers as nb
@@ -27,14 +27,14 @@ if loaded is None:
 
 # ---- 1. the n x n matrix ----------------------------------------------------------------------------
 st.header(t("cost_s1"))
-stack = teaching.main_stack(loaded)
+stack = loaded.input_stack
 n_layers, n_heads = loaded.stacks[stack]
 value_bytes = torch.empty(0, dtype=loaded.dtype).element_size()
 st.markdown(t("cost_s1_text", model=sel.model, layers=n_layers, heads=n_heads, bytes=value_bytes))
 rows = []
 for n in (1_000, 100_000, 1_000_000):
-    entries, one = teaching.attention_matrix_size(n, bytes_per_value=4)
-    _, whole = teaching.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
+    entries, one = cost.attention_matrix_size(n, bytes_per_value=4)
+    _, whole = cost.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
     rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries),
                  t("cost_col_one"): nb.human_bytes(one, L), shared.t_plain("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
 shared.table(pd.DataFrame(rows), hide_index=True)  # headers and cells escaped: st.table renders Markdown
@@ -42,7 +42,7 @@ shared.table(pd.DataFrame(rows), hide_index=True)  # headers and cells escaped: 
 # ---- 2. measured -----------------------------------------------------------------------------------------------
 st.header(t("cost_s2"))
 st.markdown(t("cost_s2_text"))
-options = teaching.default_lengths(loaded, top=1024)
+options = cost.default_lengths(loaded, top=1024)
 cap_limit = models.analysis.weight_budget_tokens(loaded)
 c1, c2 = st.columns([3, 1])
 # the page's widgets live in the URL (issue 13)
@@ -68,7 +68,7 @@ if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths
     bar = st.progress(0.0, text=t("cost_starting"))
     record = st.session_state[state_key]
 
-    def on_point(point: teaching.CostPoint, done: int, total: int) -> None:
+    def on_point(point: cost.CostPoint, done: int, total: int) -> None:
         record["points"].append(point)
         record["planned"] = total
         bar.progress(done / total, text=t("cost_progress", done=done, total=total, n=point.n,
@@ -76,8 +76,8 @@ if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths
 
     try:
         with st.spinner(t("cost_preparing")):
-            teaching.default_twin(loaded)
-        teaching.measure_cost(loaded, lengths, repeats=int(repeats), on_point=on_point,
+            cost.default_twin(loaded)
+        cost.measure_cost(loaded, lengths, repeats=int(repeats), on_point=on_point,
                               should_stop=lambda: bool(st.session_state.get("cost_stop")))
         record["done"] = not st.session_state.get("cost_stop")
     except models.DikkatError as exc:
@@ -87,12 +87,12 @@ if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths
 
 record = st.session_state.get(state_key)
 if record and record["points"]:
-    points: list[teaching.CostPoint] = record["points"]
+    points: list[cost.CostPoint] = record["points"]
     if not record["done"]:
         st.warning(t("cost_stopped", done=len(points), total=record["planned"] or len(points)))
     URL.bind("cost_log", True, kind=bool)
     log = st.toggle(t("cost_log"), key="cost_log")
-    impls = [i for i in teaching.IMPLEMENTATIONS if any(p.implementation == i for p in points)]
+    impls = [i for i in cost.IMPLEMENTATIONS if any(p.implementation == i for p in points)]
     series_t, series_m = {}, {}
     for impl in impls:
         ps = sorted((p for p in points if p.implementation == impl), key=lambda p: p.n)
@@ -102,10 +102,10 @@ if record and record["points"]:
     ns = sorted({p.n for p in points})
     ref_ns = np.geomspace(min(ns), max(ns), 40) if len(ns) > 1 else np.array(ns, dtype=float)
     f1, f2 = st.columns(2)
-    fig_time = vc.cost_curves(series_t, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n, anchor.seconds)),
+    fig_time = vc.cost_curves(series_t, reference=(ref_ns, cost.quadratic_reference(ref_ns, anchor.n, anchor.seconds)),
                               reference_name=t("cost_ref"), x_title=t("cost_x"), y_title=t("cost_seconds"),
                               title=t("cost_time_fig"), log=log)
-    fig_memory = vc.cost_curves(series_m, reference=(ref_ns, teaching.quadratic_reference(ref_ns, anchor.n,
+    fig_memory = vc.cost_curves(series_m, reference=(ref_ns, cost.quadratic_reference(ref_ns, anchor.n,
                                                                                           anchor.peak_bytes / 2**20)),
                                 reference_name=t("cost_ref"), x_title=t("cost_x"), y_title="MiB",
                                 title=t("cost_memory_fig"), log=log)

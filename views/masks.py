@@ -165,7 +165,7 @@ def section_compare(sel: shared.Selection) -> None:
     loaded = shared.load_model_ui(sel.model)
     if loaded is None or not _text_model_ok(loaded):
         return
-    if loaded.capture_path == "fallback" and compare.main_stack(loaded) not in getattr(
+    if loaded.capture_path == "fallback" and loaded.mask_stack not in getattr(
             fallback_masks.mask_support(loaded), "scopes", {}):
         st.error(t("masks_fallback_no_masks", model=shared.model_name(loaded)))
         return
@@ -180,7 +180,7 @@ def section_compare(sel: shared.Selection) -> None:
         return
     if native.truncated:
         st.warning(t("truncated", n=native.truncated, limit=native.max_tokens))
-    stack = compare.main_stack(loaded)
+    stack = loaded.mask_stack
     q_tokens, k_tokens = native.axis_tokens(stack)
     labels = _labels(q_tokens)
     layers, heads = loaded.stacks[stack]
@@ -290,7 +290,7 @@ def section_bert_gpt(sel: shared.Selection) -> None:
             a = shared.analysis_ui(name, sel.text, max_tokens=MAX_TOKENS)
             if a is None:
                 continue
-            stack = compare.main_stack(loaded)
+            stack = loaded.mask_stack
             layers, heads = loaded.stacks[stack]
             layer, head = _layer_head(prefix, layers, heads, allow_mean=True)
             labels = _labels(a.tokens)

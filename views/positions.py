@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 import models
-from models import teaching
+from models.lessons import positions
 from views import hosting, shared
 from viz import numbers as nb
 from viz import positions as vp
@@ -18,8 +18,8 @@ MAX_POS = 64  # positions drawn in the RoPE grid and the ALiBi matrix
 
 
 @shared.cached
-def _word_order(name: str, text_a: str, text_b: str) -> teaching.WordOrder:
-    return teaching.word_order_experiment(shared.get_model(name), text_a, text_b)
+def _word_order(name: str, text_a: str, text_b: str) -> positions.WordOrder:
+    return positions.word_order_experiment(shared.get_model(name), text_a, text_b)
 
 
 # the page's widgets live in the URL (issue 13): a link reopens the same positions, heads and sentences
@@ -32,10 +32,10 @@ st.markdown(t("pos_intro"))
 loaded = shared.load_model_ui(sel.model)
 if loaded is None:
     st.stop()
-kind = teaching.position_kind(loaded)
+kind = positions.position_kind(loaded)
 st.info(t(f"pos_kind_{kind}", model=sel.model))
 
-stack = teaching.main_stack(loaded)
+stack = loaded.input_stack
 labels: list[str] = []
 text_model = getattr(loaded.model, "main_input_name", "input_ids") != "input_features"  # not Whisper
 if sel.text.strip() and text_model:
@@ -56,7 +56,7 @@ d_model = int(getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model", 64))
 st.markdown(t("pos_s1_text", n=n, d=d_model))
 st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right),\quad "
          r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right)")
-pe = teaching.sinusoidal_encoding(n, d_model)
+pe = positions.sinusoidal_encoding(n, d_model)
 shared.plotly_chart(vp.sinusoidal_heatmap(pe, pos_labels, title=t("pos_s1_fig", n=n, d=d_model),
                                       dim_title=t("teach_dimension"), position_title=t("teach_position")),
                 key="pos_sin")
@@ -64,8 +64,8 @@ shared.plotly_chart(vp.sinusoidal_heatmap(pe, pos_labels, title=t("pos_s1_fig", 
 # ---- 2. RoPE ----------------------------------------------------------------------------------------------
 st.header(t("pos_s2"))
 rope_model = kind == "rope"
-head_dim = teaching._head_dim(loaded) if rope_model else 64
-theta = (teaching.rope_theta(loaded) or 10000.0) if rope_model else 10000.0
+head_dim = positions.head_dim_of(loaded) if rope_model else 64
+theta = (positions.rope_theta(loaded) or 10000.0) if rope_model else 10000.0
 if rope_model:
     st.markdown(t("pos_s2_text_model", model=sel.model, theta=nb.integer(round(theta), L), d=head_dim))
 else:
@@ -73,7 +73,7 @@ else:
 st.latex(r"(R_m q)\cdot(R_n k) = q \cdot R_{n-m}\,k")
 source = loaded if rope_model else None
 n_rot = min(max(n, 8), 12)
-angles = teaching.rope_angles(source, n_rot, head_dim=head_dim, theta=theta)
+angles = positions.rope_angles(source, n_rot, head_dim=head_dim, theta=theta)
 n_pairs = angles.shape[1]
 pairs = sorted({0, 1, n_pairs // 4, n_pairs - 1})
 shared.plotly_chart(vp.rope_rotations(angles, pairs, title=t("pos_rot_fig", n=n_rot), pair_word=t("pos_pair"),
@@ -81,7 +81,7 @@ shared.plotly_chart(vp.rope_rotations(angles, pairs, title=t("pos_rot_fig", n=n_
 st.caption(t("pos_rot_caption"))
 
 grid_n = min(max(n, 16), MAX_POS)
-grid = teaching.rope_dot_grid(source, grid_n, head_dim=head_dim, theta=theta)
+grid = positions.rope_dot_grid(source, grid_n, head_dim=head_dim, theta=theta)
 shared.plotly_chart(vp.distance_grid(grid, title=t("pos_grid_fig", n=grid_n), query_title=t("pos_query_pos"),
                                  key_title=t("pos_key_pos")), key="pos_grid")
 st.markdown(t("pos_grid_text"))
@@ -92,7 +92,7 @@ URL.bind("pos_t", 7, kind=int, bounds=(0, 100_000))
 m_pos = g1.number_input("m", 0, 100_000, key="pos_m")
 n_pos = g2.number_input("n", 0, 100_000, key="pos_n")
 shift = g3.number_input(t("pos_shift"), 0, 100_000, key="pos_t")
-check = teaching.rope_shift_check(source, int(m_pos), int(n_pos), int(shift), head_dim=head_dim, theta=theta)
+check = positions.rope_shift_check(source, int(m_pos), int(n_pos), int(shift), head_dim=head_dim, theta=theta)
 k1, k2, k3 = st.columns(3)
 k1.metric(t("pos_dot_at", m=check.m, n=check.n), nb.num(check.dot, 5, L))
 k2.metric(t("pos_dot_at", m=check.m + check.t, n=check.n + check.t), nb.num(check.dot_shifted, 5, L))
@@ -109,9 +109,9 @@ if heads > 1:
 if st.session_state.get("pos_alibi_head", 0) >= heads:
     st.session_state["pos_alibi_head"] = 0
 alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), key="pos_alibi_head") if heads > 1 else 0
-slopes = teaching.alibi_slopes(heads)
+slopes = positions.alibi_slopes(heads)
 n_alibi = min(n, MAX_POS)
-bias = teaching.alibi_bias(n_alibi, float(slopes[alibi_head]))
+bias = positions.alibi_bias(n_alibi, float(slopes[alibi_head]))
 shared.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
                                 title_bias=t("pos_alibi_bias", head=alibi_head, m=nb.num(slopes[alibi_head], 4, L)),
                                 head_word=t("teach_head"), slope_word=t("pos_slope")), key="pos_alibi")

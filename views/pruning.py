@@ -222,7 +222,7 @@ if loaded.capture_path == "fallback":
     st.caption(t("prune_fallback_note"))
 
 stack_names = list(stacks)
-main_stack = "decoder" if loaded.family == "decoder" else "encoder"
+main_stack = loaded.input_stack
 grid_stack = main_stack
 if len(stack_names) > 1:
     grid_stack = st.segmented_control(t("prune_stack"), stack_names, default=main_stack, key="prune_grid_stack") \

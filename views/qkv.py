@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 import models
-from models import teaching
+from models.lessons import layer_input, qkv
 from views import shared
 from viz import numbers as nb
 from viz import qkv as vq
@@ -20,8 +20,8 @@ MAX_ROWS = 48  # keys drawn as strips; longer inputs show the keys with the larg
 
 
 @shared.cached
-def _layer(name: str, text: str, stack: str, layer: int) -> teaching.LayerCapture:
-    return teaching.layer_capture(shared.get_model(name), text, stack=stack, layer=layer)
+def _layer(name: str, text: str, stack: str, layer: int) -> layer_input.LayerCapture:
+    return layer_input.layer_capture(shared.get_model(name), text, stack=stack, layer=layer)
 
 
 def _clamp(key: str, n: int, default: int = 0) -> None:
@@ -60,7 +60,7 @@ head = c2.selectbox(t("teach_head"), list(range(n_heads)), key="qkv_head")
 try:
     with st.spinner(t("analysing")):
         lc = _layer(sel.model, sel.text, stack, layer)
-        steps = teaching.head_steps(loaded, lc, head)
+        steps = qkv.head_steps(loaded, lc, head)
 except models.DikkatError as exc:
     shared.show_error(exc)
     st.stop()
@@ -151,17 +151,17 @@ temperatures = [round(0.1 * i, 1) for i in range(1, 51)]
 URL.bind("qkv_temperature", 1.0, options=temperatures)
 temperature = s2.select_slider(t("qkv_temperature"), temperatures, key="qkv_temperature", format_func=lambda v: nb.num(v, 1, L))
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
-adjusted = teaching.softmax_row(row, allowed, temperature=temperature)
+adjusted = qkv.softmax_row(row, allowed, temperature=temperature)
 shared.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
                                names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight")),
                 key="qkv_bars")
 n_allowed = int(allowed.sum())
 m1, m2, m3, m4 = st.columns(4)
-h_model, h_adj = teaching.entropy(weights), teaching.entropy(adjusted)
+h_model, h_adj = qkv.entropy(weights), qkv.entropy(adjusted)
 nats, bits = t("teach_nats"), t("teach_bits")
-m1.metric(t("qkv_entropy_model"), f"{nb.num(h_model, 3, L)} {nats}", f"{nb.num(teaching.entropy(weights, 2), 3, L)} {bits}",
+m1.metric(t("qkv_entropy_model"), f"{nb.num(h_model, 3, L)} {nats}", f"{nb.num(qkv.entropy(weights, 2), 3, L)} {bits}",
           delta_color="off", delta_arrow="off")
-m2.metric(t("qkv_entropy_adjusted"), f"{nb.num(h_adj, 3, L)} {nats}", f"{nb.num(teaching.entropy(adjusted, 2), 3, L)} {bits}",
+m2.metric(t("qkv_entropy_adjusted"), f"{nb.num(h_adj, 3, L)} {nats}", f"{nb.num(qkv.entropy(adjusted, 2), 3, L)} {bits}",
           delta_color="off", delta_arrow="off")
 m3.metric(t("qkv_entropy_max"), f"{nb.num(math.log(max(n_allowed, 1)), 3, L)} {nats}",
           f"{nb.num(math.log2(max(n_allowed, 1)), 3, L)} {bits}", delta_color="off", delta_arrow="off")

@@ -17,7 +17,7 @@ def cost_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *
 
     Args:
         series: ``name -> (ns, values)`` (already translated names).
-        reference: ``(ns, values)`` of the c·n² curve (``models.teaching.quadratic_reference``).
+        reference: ``(ns, values)`` of the c·n² curve (``models.lessons.cost.quadratic_reference``).
         log: log–log axes (an n² curve is then a straight line of slope 2).
 
     Returns:
@@ -50,7 +50,7 @@ def kv_bars(labels: Sequence[str], with_gqa: Sequence[float], without_gqa: Seque
 
     Args:
         labels: one per bar group. with_gqa, without_gqa: sizes in the unit named by ``y_title`` (the
-            caller converts, e.g. ``models.teaching.kv_cache_bytes`` / 2**30 for GiB).
+            caller converts, e.g. ``models.lessons.kvcache.kv_cache_bytes`` / 2**30 for GiB).
 
     Returns:
         plotly Figure (grouped bars).

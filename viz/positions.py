@@ -27,7 +27,7 @@ def sinusoidal_heatmap(pe: np.ndarray, labels: Sequence[str], *, title: str = ""
     """The sinusoidal encoding matrix ``(n, d)`` (Vaswani et al. 2017, §3.5): one row per position.
 
     Args:
-        pe: float ``(n, d)`` in [-1, 1] (``models.teaching.sinusoidal_encoding``). labels: one per position
+        pe: float ``(n, d)`` in [-1, 1] (``models.lessons.positions.sinusoidal_encoding``). labels: one per position
             (e.g. "0 · Kedi").
 
     Returns:
@@ -52,7 +52,7 @@ def rope_rotations(angles: np.ndarray, pairs: Sequence[int], *, title: str = "",
     (fine, local position), the last ones slowly (coarse, long-range position).
 
     Args:
-        angles: float ``(positions, pairs_total)`` in radians (from ``models.teaching.rope_angles``).
+        angles: float ``(positions, pairs_total)`` in radians (from ``models.lessons.positions.rope_angles``).
         pairs: which pair indices to draw (one small panel each).
 
     Returns:
@@ -89,7 +89,7 @@ def distance_grid(grid: np.ndarray, *, title: str = "", query_title: str = "quer
     product depends only on n − m (Su et al. 2021, eq. 16).
 
     Args:
-        grid: float ``(positions, positions)`` (``models.teaching.rope_dot_grid``).
+        grid: float ``(positions, positions)`` (``models.lessons.positions.rope_dot_grid``).
 
     Returns:
         plotly Figure, rows m, columns n, colours symmetric around 0.
@@ -111,8 +111,8 @@ def alibi_figure(slopes: np.ndarray, bias: np.ndarray, labels: Sequence[str], he
     chosen head's bias matrix ``-m·(i − j)`` (blocked cells NaN, drawn empty).
 
     Args:
-        slopes: float ``(heads,)`` (``models.teaching.alibi_slopes``). bias: float ``(n, n)``
-            (``models.teaching.alibi_bias``). labels: n token labels. head: chosen head (0-based).
+        slopes: float ``(heads,)`` (``models.lessons.positions.alibi_slopes``). bias: float ``(n, n)``
+            (``models.lessons.positions.alibi_bias``). labels: n token labels. head: chosen head (0-based).
 
     Returns:
         plotly Figure with two panels.
@@ -142,7 +142,7 @@ def word_order_figure(words: Sequence[str], a: np.ndarray, b: np.ndarray, diff: 
     in A's word order), and their difference (diverging colours, centred on 0). Each cell is annotated.
 
     Args:
-        words: W labels (A's order). a, b, diff: float ``(W, W)`` (``models.teaching.WordOrder``
+        words: W labels (A's order). a, b, diff: float ``(W, W)`` (``models.lessons.positions.WordOrder``
             ``attn_a``/``attn_b``/``diff`` of one layer and head).
 
     Returns:

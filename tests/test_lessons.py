@@ -1,4 +1,4 @@
-"""Teaching engine (models/teaching.py): Q/K/V from the model's own weights, positions, cost, KV cache."""
+"""The lessons' engine (models/lessons/): Q/K/V from the model's own weights, positions, cost, KV cache."""
 
 from __future__ import annotations
 
@@ -9,21 +9,21 @@ import pytest
 import torch
 
 import models
-from models import teaching
+from models.lessons import cost, kvcache, layer_input, positions, qkv
 
 SENTENCE = "kedi fareyi kovaladı dün"
 
 
 def _all_heads(loaded, text, atol=1e-5):
     """Recompute every head of every layer; return the largest difference seen."""
-    stack = teaching.main_stack(loaded)
+    stack = loaded.input_stack
     n_layers, n_heads = loaded.stacks[stack]
-    captures = teaching.layer_captures(loaded, text)
+    captures = layer_input.layer_captures(loaded, text)
     assert sorted(captures) == list(range(n_layers))
     worst = 0.0
     for layer, lc in captures.items():
         for head in range(n_heads):
-            steps = teaching.head_steps(loaded, lc, head)
+            steps = qkv.head_steps(loaded, lc, head)
             recorded = lc.analysis.attentions[stack][layer, head]
             np.testing.assert_allclose(steps.weights, recorded, atol=atol, rtol=0)
             assert steps.max_abs_diff == pytest.approx(float(np.abs(steps.weights - recorded).max()))
@@ -40,10 +40,10 @@ def test_qkv_reproduces_recorded_attention_tiny(tiny, arch):
 
 def test_qkv_llama_gqa_and_rope(tiny):
     loaded = tiny("llama")  # 4 query heads, 2 key/value heads
-    lc = teaching.layer_capture(loaded, SENTENCE, layer=1)
-    kv_of = [teaching.head_steps(loaded, lc, h).kv_head for h in range(4)]
+    lc = layer_input.layer_capture(loaded, SENTENCE, layer=1)
+    kv_of = [qkv.head_steps(loaded, lc, h).kv_head for h in range(4)]
     assert kv_of == [0, 0, 1, 1]
-    steps = teaching.head_steps(loaded, lc, 3)
+    steps = qkv.head_steps(loaded, lc, 3)
     assert steps.rope and steps.kv_heads == 2 and steps.heads == 4
     # Position 0 is not rotated; later positions are, and rotation keeps lengths.
     np.testing.assert_allclose(steps.queries[0], steps.queries_unrotated[0], atol=1e-6)
@@ -51,7 +51,7 @@ def test_qkv_llama_gqa_and_rope(tiny):
     np.testing.assert_allclose(np.linalg.norm(steps.queries, axis=-1), np.linalg.norm(steps.queries_unrotated, axis=-1),
                                rtol=1e-5)
     # Heads 2 and 3 share key/value head 1: identical keys and values.
-    other = teaching.head_steps(loaded, lc, 2)
+    other = qkv.head_steps(loaded, lc, 2)
     np.testing.assert_array_equal(other.keys, steps.keys)
     np.testing.assert_array_equal(other.values, steps.values)
 
@@ -60,15 +60,15 @@ def test_qkv_check_catches_a_wrong_computation(tiny):
     """The comparison has teeth: skipping RoPE, or reading the wrong key/value head, shows up as a large
     difference from the recorded attention."""
     loaded = tiny("llama")
-    lc = teaching.layer_capture(loaded, SENTENCE, layer=0)
-    steps = teaching.head_steps(loaded, lc, 0)
+    lc = layer_input.layer_capture(loaded, SENTENCE, layer=0)
+    steps = qkv.head_steps(loaded, lc, 0)
     allowed = steps.allowed
     no_rope = steps.queries_unrotated @ steps.keys_unrotated.T * steps.scaling
-    w = np.stack([teaching.softmax_row(r, a) for r, a in zip(no_rope, allowed)])
+    w = np.stack([qkv.softmax_row(r, a) for r, a in zip(no_rope, allowed)])
     assert np.abs(w - steps.recorded).max() > 1e-3
-    wrong_kv = teaching.head_steps(loaded, lc, 3)  # reads kv head 1
+    wrong_kv = qkv.head_steps(loaded, lc, 3)  # reads kv head 1
     scores = steps.queries @ wrong_kv.keys.T * steps.scaling
-    w = np.stack([teaching.softmax_row(r, a) for r, a in zip(scores, allowed)])
+    w = np.stack([qkv.softmax_row(r, a) for r, a in zip(scores, allowed)])
     assert np.abs(w - steps.recorded).max() > 1e-3
 
 
@@ -76,7 +76,7 @@ def test_qkv_check_catches_a_wrong_computation(tiny):
 def test_qkv_head_output_equals_module_output(tiny, arch):
     """weights · values for every head equals what the model passes to its output projection."""
     loaded = tiny(arch)
-    lc = teaching.layer_capture(loaded, SENTENCE, layer=1)
+    lc = layer_input.layer_capture(loaded, SENTENCE, layer=1)
     module = lc.module
     seen = {}
 
@@ -95,15 +95,15 @@ def test_qkv_head_output_equals_module_output(tiny, arch):
     per_head = seen["x"][0].detach().float().numpy()  # (n, heads * head_dim)
     n_heads = loaded.stacks[lc.stack][1]
     for head in range(n_heads):
-        steps = teaching.head_steps(loaded, lc, head)
+        steps = qkv.head_steps(loaded, lc, head)
         d = steps.head_dim
         np.testing.assert_allclose(steps.output, per_head[:, head * d:(head + 1) * d], atol=1e-5, rtol=0)
 
 
 def test_qkv_mistral_sliding_window_mask(tiny):
     loaded = tiny("mistral")  # sliding window 3
-    lc = teaching.layer_capture(loaded, SENTENCE, layer=0)
-    steps = teaching.head_steps(loaded, lc, 1)
+    lc = layer_input.layer_capture(loaded, SENTENCE, layer=0)
+    steps = qkv.head_steps(loaded, lc, 1)
     n = steps.allowed.shape[0]
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     np.testing.assert_array_equal(steps.allowed, (j <= i) & (j > i - 3))
@@ -113,7 +113,7 @@ def test_qkv_mistral_sliding_window_mask(tiny):
 def test_qkv_minilm_all_heads(minilm):
     worst = _all_heads(minilm, "Kedi fareyi kovaladı")
     assert worst < 1e-5
-    steps = teaching.qkv_steps(minilm, "Kedi fareyi kovaladı", layer=2, head=5)
+    steps = qkv.qkv_steps(minilm, "Kedi fareyi kovaladı", layer=2, head=5)
     assert steps.head_dim == 32 and steps.scaling == pytest.approx(32 ** -0.5)
     assert not steps.rope and steps.kv_heads == steps.heads == 12
     assert "query" in steps.source
@@ -122,7 +122,7 @@ def test_qkv_minilm_all_heads(minilm):
 def test_qkv_smollm2_all_heads(smollm2):
     worst = _all_heads(smollm2, "Kedi fareyi kovaladı")
     assert worst < 1e-5
-    steps = teaching.qkv_steps(smollm2, "Kedi fareyi kovaladı", layer=4, head=7)
+    steps = qkv.qkv_steps(smollm2, "Kedi fareyi kovaladı", layer=4, head=7)
     assert steps.rope and steps.head_dim == 64
     assert (steps.heads, steps.kv_heads, steps.kv_head) == (9, 3, 2)
     assert not steps.allowed[0, 1] and steps.allowed[-1].all()  # causal
@@ -130,24 +130,24 @@ def test_qkv_smollm2_all_heads(smollm2):
 
 def test_qkv_errors(tiny):
     with pytest.raises(models.UnsupportedOperationError, match="fallback"):
-        teaching.layer_capture(tiny("gpt_neo"), SENTENCE)
+        layer_input.layer_capture(tiny("gpt_neo"), SENTENCE)
     llama = tiny("llama")
     with pytest.raises(models.InvalidHeadError):
-        teaching.layer_capture(llama, SENTENCE, layer=7)
-    lc = teaching.layer_capture(llama, SENTENCE, layer=0)
+        layer_input.layer_capture(llama, SENTENCE, layer=7)
+    lc = layer_input.layer_capture(llama, SENTENCE, layer=0)
     with pytest.raises(models.InvalidHeadError):
-        teaching.head_steps(llama, lc, 4)
+        qkv.head_steps(llama, lc, 4)
     with pytest.raises(models.UnsupportedOperationError, match="cross"):
-        teaching.layer_capture(llama, SENTENCE, stack="cross")
+        layer_input.layer_capture(llama, SENTENCE, stack="cross")
     with pytest.raises(models.EmptyTextError):
-        teaching.layer_capture(llama, "   ")
+        layer_input.layer_capture(llama, "   ")
 
 
 def test_hooks_do_not_change_outputs(tiny):
     """The input hooks only record inside layer_capture: other calls stay bit-identical (C07 kind)."""
     loaded = tiny("gpt2")
     before = models.analyze(loaded, SENTENCE)
-    teaching.layer_capture(loaded, SENTENCE, layer=0)
+    layer_input.layer_capture(loaded, SENTENCE, layer=0)
     after = models.analyze(loaded, SENTENCE)
     np.testing.assert_array_equal(before.attentions["decoder"], after.attentions["decoder"])
     np.testing.assert_array_equal(before.next_token.probs, after.next_token.probs)
@@ -156,18 +156,18 @@ def test_hooks_do_not_change_outputs(tiny):
 def test_softmax_row_temperature_and_entropy():
     scores = np.array([2.0, 1.0, 0.0, -1.0])
     allowed = np.array([True, True, True, False])
-    w = teaching.softmax_row(scores, allowed)
+    w = qkv.softmax_row(scores, allowed)
     e = np.exp([2.0, 1.0, 0.0])
     np.testing.assert_allclose(w, np.append(e / e.sum(), 0.0))
-    sharp = teaching.softmax_row(scores, allowed, temperature=0.1)
-    flat = teaching.softmax_row(scores, allowed, temperature=10.0)
-    assert teaching.entropy(sharp) < teaching.entropy(w) < teaching.entropy(flat) < math.log(3)
-    uniform = teaching.softmax_row(np.zeros(4))
-    assert teaching.entropy(uniform) == pytest.approx(math.log(4))
-    assert teaching.entropy(uniform, base=2) == pytest.approx(2.0)
-    assert teaching.softmax_row(scores, np.zeros(4, bool)).sum() == 0
+    sharp = qkv.softmax_row(scores, allowed, temperature=0.1)
+    flat = qkv.softmax_row(scores, allowed, temperature=10.0)
+    assert qkv.entropy(sharp) < qkv.entropy(w) < qkv.entropy(flat) < math.log(3)
+    uniform = qkv.softmax_row(np.zeros(4))
+    assert qkv.entropy(uniform) == pytest.approx(math.log(4))
+    assert qkv.entropy(uniform, base=2) == pytest.approx(2.0)
+    assert qkv.softmax_row(scores, np.zeros(4, bool)).sum() == 0
     with pytest.raises(ValueError):
-        teaching.softmax_row(scores, temperature=0)
+        qkv.softmax_row(scores, temperature=0)
 
 
 # ---- positions -----------------------------------------------------------------------------------------
@@ -175,44 +175,44 @@ def test_softmax_row_temperature_and_entropy():
 
 def test_rope_check_on_smollm2(smollm2):
     """Su et al. 2021, eq. 16, on the loaded model's own rotary embedding."""
-    rot = teaching.rotary_module(smollm2)
-    assert rot is not None and teaching.position_kind(smollm2) == "rope"
-    theta = teaching.rope_theta(smollm2)
+    rot = positions.rotary_module(smollm2)
+    assert rot is not None and positions.position_kind(smollm2) == "rope"
+    theta = positions.rope_theta(smollm2)
     assert theta == 100000.0
-    d = teaching._head_dim(smollm2)
+    d = positions.head_dim_of(smollm2)
     np.testing.assert_allclose(rot.inv_freq.cpu().numpy(), 1.0 / theta ** (np.arange(0, d, 2) / d), rtol=1e-5)
     for m, n, t in [(2, 5, 7), (0, 10, 100), (30, 3, 250)]:
-        check = teaching.rope_shift_check(smollm2, m, n, t)
+        check = positions.rope_shift_check(smollm2, m, n, t)
         assert check.abs_diff <= 1e-5 * max(1.0, abs(check.dot)), check
         assert abs(check.dot - check.dot_unrotated) > 1e-3  # the rotation did something
     # A different distance gives a different dot product.
-    a = teaching.rope_shift_check(smollm2, 2, 5, 0)
-    b = teaching.rope_shift_check(smollm2, 2, 9, 0)
+    a = positions.rope_shift_check(smollm2, 2, 5, 0)
+    b = positions.rope_shift_check(smollm2, 2, 9, 0)
     assert abs(a.dot - b.dot) > 1e-3
 
 
 def test_rope_tables_match_forward_pass(tiny):
     """The tables rope_tables returns are those the attention layers received in the forward pass."""
     loaded = tiny("llama")
-    lc = teaching.layer_capture(loaded, SENTENCE, layer=0)
+    lc = layer_input.layer_capture(loaded, SENTENCE, layer=0)
     n = lc.cos.shape[0]
-    cos, sin = teaching.rope_tables(loaded, range(n))
+    cos, sin = positions.rope_tables(loaded, range(n))
     np.testing.assert_allclose(cos.numpy(), lc.cos.numpy(), atol=1e-6)
     np.testing.assert_allclose(sin.numpy(), lc.sin.numpy(), atol=1e-6)
 
 
 def test_rope_grid_is_toeplitz(smollm2):
-    grid = teaching.rope_dot_grid(smollm2, 24)
+    grid = positions.rope_dot_grid(smollm2, 24)
     np.testing.assert_allclose(grid[1:, 1:], grid[:-1, :-1], atol=1e-4)
     assert np.ptp(grid[0]) > 1e-2  # but it does change with the distance
-    textbook = teaching.rope_dot_grid(None, 16, head_dim=32)
+    textbook = positions.rope_dot_grid(None, 16, head_dim=32)
     np.testing.assert_allclose(textbook[1:, 1:], textbook[:-1, :-1], atol=1e-4)
     with pytest.raises(models.UnsupportedOperationError):
-        teaching.rope_tables(models.load("minilm-l6", device="cpu"), [0, 1])
+        positions.rope_tables(models.load("minilm-l6", device="cpu"), [0, 1])
 
 
 def test_sinusoidal_encoding_by_hand():
-    pe = teaching.sinusoidal_encoding(50, 16)
+    pe = positions.sinusoidal_encoding(50, 16)
     assert pe.shape == (50, 16) and pe.dtype == np.float32
     pos, i = 7, 3
     assert pe[pos, 2 * i] == pytest.approx(math.sin(pos / 10000 ** (2 * i / 16)), abs=1e-6)
@@ -222,14 +222,14 @@ def test_sinusoidal_encoding_by_hand():
 
 
 def test_alibi_slopes_and_bias():
-    np.testing.assert_allclose(teaching.alibi_slopes(8), [2.0 ** -k for k in range(1, 9)])
-    s16 = teaching.alibi_slopes(16)
+    np.testing.assert_allclose(positions.alibi_slopes(8), [2.0 ** -k for k in range(1, 9)])
+    s16 = positions.alibi_slopes(16)
     np.testing.assert_allclose(s16, [2.0 ** (-k / 2) for k in range(1, 17)])
-    s12 = teaching.alibi_slopes(12)
-    np.testing.assert_allclose(s12, list(teaching.alibi_slopes(8)) + list(s16[0::2][:4]))
-    bias = teaching.alibi_bias(5, 0.25)
+    s12 = positions.alibi_slopes(12)
+    np.testing.assert_allclose(s12, list(positions.alibi_slopes(8)) + list(s16[0::2][:4]))
+    bias = positions.alibi_bias(5, 0.25)
     assert bias[3, 1] == pytest.approx(-0.5) and bias[4, 4] == 0 and np.isnan(bias[1, 3])
-    sym = teaching.alibi_bias(5, 0.25, causal=False)
+    sym = positions.alibi_bias(5, 0.25, causal=False)
     assert sym[1, 3] == pytest.approx(-0.5)
 
 
@@ -239,7 +239,7 @@ def test_word_attention_by_hand():
     attn[1] = [0.1, 0.2, 0.3, 0.4]
     attn[2] = [0.0, 0.5, 0.1, 0.4]
     attn[3] = [0.2, 0.2, 0.2, 0.4]
-    w = teaching.word_attention(attn, words, words)
+    w = positions.word_attention(attn, words, words)
     # row "ab": mean over its pieces of (sum over key pieces)
     assert w[0, 0] == pytest.approx(((0.2 + 0.3) + (0.5 + 0.1)) / 2)
     assert w[0, 1] == pytest.approx((0.4 + 0.4) / 2)
@@ -247,48 +247,48 @@ def test_word_attention_by_hand():
 
 
 def test_word_order_experiment(minilm, tiny):
-    wo = teaching.word_order_experiment(minilm)
+    wo = positions.word_order_experiment(minilm)
     assert wo.words == ["Kedi", "fareyi", "kovaladı"]
     assert wo.order_b == [1, 0, 2]
     layers, heads = minilm.stacks["encoder"]
     assert wo.attn_a.shape == (layers, heads, 3, 3)
-    raw_b = teaching.word_attention(wo.analysis_b.attentions["encoder"], wo.analysis_b.words, wo.analysis_b.words)
+    raw_b = positions.word_attention(wo.analysis_b.attentions["encoder"], wo.analysis_b.words, wo.analysis_b.words)
     # B's "kedi" is its word 1; in A's order it is row/column 0.
     assert wo.attn_b[2, 3, 0, 1] == pytest.approx(raw_b[2, 3, 1, 0])
     np.testing.assert_allclose(wo.diff, wo.attn_a - wo.attn_b)
     assert np.abs(wo.diff).max() > 1e-3  # positions matter to a BERT model
-    with pytest.raises(teaching.WordMismatchError):
-        teaching.word_order_experiment(minilm, "Kedi fareyi kovaladı", "Köpek fareyi kovaladı")
+    with pytest.raises(models.WordMismatchError):
+        positions.word_order_experiment(minilm, "Kedi fareyi kovaladı", "Köpek fareyi kovaladı")
     # Turkish casing: "IŞIK" and "ışık" are the same word.
-    teaching.word_order_experiment(tiny("bert"), "kedi ışık", "IŞIK kedi")
+    positions.word_order_experiment(tiny("bert"), "kedi ışık", "IŞIK kedi")
 
 
 # ---- cost -----------------------------------------------------------------------------------------------------
 
 
 def test_attention_matrix_sizes():
-    assert teaching.attention_matrix_size(1_000) == (10**6, 4 * 10**6)
-    assert teaching.attention_matrix_size(100_000)[0] == 10**10
-    assert teaching.attention_matrix_size(1_000_000)[0] == 10**12
-    assert teaching.attention_matrix_size(1_000, bytes_per_value=2, layers=30, heads=9)[1] == 2 * 270 * 10**6
+    assert cost.attention_matrix_size(1_000) == (10**6, 4 * 10**6)
+    assert cost.attention_matrix_size(100_000)[0] == 10**10
+    assert cost.attention_matrix_size(1_000_000)[0] == 10**12
+    assert cost.attention_matrix_size(1_000, bytes_per_value=2, layers=30, heads=9)[1] == 2 * 270 * 10**6
 
 
 def test_default_twin_shares_weights_and_agrees(tiny):
     loaded = tiny("llama")
-    twin = teaching.default_twin(loaded)
+    twin = cost.default_twin(loaded)
     assert twin.config._attn_implementation == "sdpa"
     assert loaded.model.config._attn_implementation == "dikkat"
     assert twin.model.embed_tokens.weight.data_ptr() == loaded.model.model.embed_tokens.weight.data_ptr()
     ids = torch.tensor([[5, 20, 30, 40, 50, 60]])
     with torch.no_grad():
         np.testing.assert_allclose(twin(ids).logits.numpy(), loaded.model(ids).logits.numpy(), atol=1e-4)
-    assert teaching.default_twin(loaded) is twin
+    assert cost.default_twin(loaded) is twin
 
 
 def test_measure_cost_tiny(tiny):
     loaded = tiny("bert")  # 2 layers x 4 heads, limit 64 tokens
     seen = []
-    points = teaching.measure_cost(loaded, [8, 16, 1000], repeats=1, on_point=lambda p, d, t: seen.append((d, t)))
+    points = cost.measure_cost(loaded, [8, 16, 1000], repeats=1, on_point=lambda p, d, t: seen.append((d, t)))
     assert [(p.n, p.implementation) for p in points] == [(8, "sdpa"), (8, "captured"), (16, "sdpa"), (16, "captured")]
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
     for p in points:
@@ -299,13 +299,13 @@ def test_measure_cost_tiny(tiny):
         else:
             assert p.recorded_bytes == 0 and p.peak_bytes > 0
     calls = iter([False, True])
-    stopped = teaching.measure_cost(loaded, [8, 16], repeats=1, should_stop=lambda: next(calls))
+    stopped = cost.measure_cost(loaded, [8, 16], repeats=1, should_stop=lambda: next(calls))
     assert len(stopped) == 1
 
 
 def test_peak_tensor_memory_counts_new_tensors():
     weight = torch.ones(1000)
-    with teaching._PeakTensorMemory() as tracker:
+    with cost._PeakTensorMemory() as tracker:
         a = weight * 2  # 4000 bytes
         b = a + 1  # 4000 more while a is alive
         view = b[:10]  # a view: no new memory
@@ -317,7 +317,7 @@ def test_peak_tensor_memory_counts_new_tensors():
 
 
 def test_quadratic_reference():
-    ref = teaching.quadratic_reference([16, 32, 64], 64, 2.0)
+    ref = cost.quadratic_reference([16, 32, 64], 64, 2.0)
     np.testing.assert_allclose(ref, [0.125, 0.5, 2.0])
 
 
@@ -325,24 +325,24 @@ def test_quadratic_reference():
 
 
 def test_kv_cache_llama3_8b_by_hand():
-    cfg = teaching.KV_PRESETS["Llama 3 8B"]
+    cfg = kvcache.KV_PRESETS["Llama 3 8B"]
     assert (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value) == (32, 32, 8, 128, 2)
-    assert teaching.kv_cache_bytes(cfg) == 2 * 32 * 8 * 128 * 2 == 131_072
-    assert teaching.kv_cache_bytes(cfg, 131_072) == 16 * 2**30
-    assert teaching.kv_cache_bytes(cfg, 131_072, gqa=False) == 64 * 2**30
+    assert kvcache.kv_cache_bytes(cfg) == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert kvcache.kv_cache_bytes(cfg, 131_072) == 16 * 2**30
+    assert kvcache.kv_cache_bytes(cfg, 131_072, gqa=False) == 64 * 2**30
 
 
 def test_kv_config_from_models(smollm2, minilm):
-    cfg = teaching.kv_config_from_model(smollm2)
+    cfg = kvcache.kv_config_from_model(smollm2)
     assert (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value) == (30, 9, 3, 64, 4)
-    assert teaching.kv_cache_bytes(cfg) == 2 * 30 * 3 * 64 * 4
-    assert teaching.kv_cache_bytes(cfg, gqa=False) == 3 * teaching.kv_cache_bytes(cfg)
-    enc = teaching.kv_config_from_model(minilm, bytes_per_value=2)
+    assert kvcache.kv_cache_bytes(cfg) == 2 * 30 * 3 * 64 * 4
+    assert kvcache.kv_cache_bytes(cfg, gqa=False) == 3 * kvcache.kv_cache_bytes(cfg)
+    enc = kvcache.kv_config_from_model(minilm, bytes_per_value=2)
     assert (enc.layers, enc.heads, enc.kv_heads, enc.head_dim) == (6, 12, 12, 32)
 
 
 def test_generation_with_and_without_cache_same_tokens(smollm2):
-    with_cache, without = teaching.compare_generation(smollm2, "The cat chased the mouse", max_new_tokens=10)
+    with_cache, without = kvcache.compare_generation(smollm2, "The cat chased the mouse", max_new_tokens=10)
     assert with_cache.use_cache and not without.use_cache
     assert len(with_cache.tokens) == 10
     assert with_cache.tokens == without.tokens
@@ -352,27 +352,27 @@ def test_generation_with_and_without_cache_same_tokens(smollm2):
 
 def test_generation_errors(minilm, tiny):
     with pytest.raises(models.UnsupportedOperationError):
-        teaching.compare_generation(minilm, "Kedi")
+        kvcache.compare_generation(minilm, "Kedi")
     with pytest.raises(models.EmptyTextError):
-        teaching.compare_generation(tiny("llama"), "  ")
+        kvcache.compare_generation(tiny("llama"), "  ")
 
 
 def test_kv_cache_with_sliding_window_by_hand(tiny):
     """A sliding-window layer caches at most w tokens (Mistral's rolling buffer): Mistral 7B at 128K keeps
     4096 tokens on every layer; on tiny Gemma 3 (layer 0 sliding with w=2, layer 1 full) only layer 1
     grows; a smollm2-like model without a window is unchanged."""
-    mistral = teaching.KV_PRESETS["Mistral 7B"]
+    mistral = kvcache.KV_PRESETS["Mistral 7B"]
     per_token = 2 * 32 * 8 * 128 * 2
-    assert teaching.kv_cache_bytes(mistral, 131_072) == per_token * 131_072
-    assert teaching.kv_cache_bytes(mistral, 131_072, window=True) == per_token * 4096
-    assert teaching.kv_cache_bytes(mistral, 1000, window=True) == per_token * 1000
-    gemma = teaching.kv_config_from_model(tiny("gemma3"))
+    assert kvcache.kv_cache_bytes(mistral, 131_072) == per_token * 131_072
+    assert kvcache.kv_cache_bytes(mistral, 131_072, window=True) == per_token * 4096
+    assert kvcache.kv_cache_bytes(mistral, 1000, window=True) == per_token * 1000
+    gemma = kvcache.kv_config_from_model(tiny("gemma3"))
     assert (gemma.sliding_window, gemma.sliding_layers, gemma.layers) == (2, 1, 2)
     per_layer = 2 * gemma.kv_heads * gemma.head_dim * 4
-    assert teaching.kv_cache_bytes(gemma, 10, window=True) == per_layer * (10 + 2)
-    mis = teaching.kv_config_from_model(tiny("mistral"))
+    assert kvcache.kv_cache_bytes(gemma, 10, window=True) == per_layer * (10 + 2)
+    mis = kvcache.kv_config_from_model(tiny("mistral"))
     assert (mis.sliding_window, mis.sliding_layers) == (3, None)
-    assert teaching.kv_cache_bytes(mis, 10, window=True) == 2 * mis.kv_heads * mis.head_dim * 4 * 2 * 3
-    llama = teaching.kv_config_from_model(tiny("llama"))
+    assert kvcache.kv_cache_bytes(mis, 10, window=True) == 2 * mis.kv_heads * mis.head_dim * 4 * 2 * 3
+    llama = kvcache.kv_config_from_model(tiny("llama"))
     assert llama.sliding_window is None
-    assert teaching.kv_cache_bytes(llama, 10, window=True) == teaching.kv_cache_bytes(llama, 10)
+    assert kvcache.kv_cache_bytes(llama, 10, window=True) == kvcache.kv_cache_bytes(llama, 10)
