@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import models
+from models import kv_layout
 from models.lessons import cost, kvcache, layer_input, positions, qkv
 
 SENTENCE = "kedi fareyi kovaladı dün"
@@ -325,19 +326,19 @@ def test_quadratic_reference():
 
 
 def test_kv_cache_llama3_8b_by_hand():
-    cfg = kvcache.KV_PRESETS["Llama 3 8B"]
+    cfg = kv_layout.KV_PRESETS["Llama 3 8B"]
     assert (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value) == (32, 32, 8, 128, 2)
-    assert kvcache.kv_cache_bytes(cfg) == 2 * 32 * 8 * 128 * 2 == 131_072
-    assert kvcache.kv_cache_bytes(cfg, 131_072) == 16 * 2**30
-    assert kvcache.kv_cache_bytes(cfg, 131_072, gqa=False) == 64 * 2**30
+    assert kv_layout.kv_cache_bytes(cfg) == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert kv_layout.kv_cache_bytes(cfg, 131_072) == 16 * 2**30
+    assert kv_layout.kv_cache_bytes(cfg, 131_072, gqa=False) == 64 * 2**30
 
 
-def test_kv_config_from_models(smollm2, minilm):
-    cfg = kvcache.kv_config_from_model(smollm2)
+def test_kv_layout_from_models(smollm2, minilm):
+    cfg = kv_layout.kv_layout(smollm2)
     assert (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value) == (30, 9, 3, 64, 4)
-    assert kvcache.kv_cache_bytes(cfg) == 2 * 30 * 3 * 64 * 4
-    assert kvcache.kv_cache_bytes(cfg, gqa=False) == 3 * kvcache.kv_cache_bytes(cfg)
-    enc = kvcache.kv_config_from_model(minilm, bytes_per_value=2)
+    assert kv_layout.kv_cache_bytes(cfg) == 2 * 30 * 3 * 64 * 4
+    assert kv_layout.kv_cache_bytes(cfg, gqa=False) == 3 * kv_layout.kv_cache_bytes(cfg)
+    enc = kv_layout.kv_layout(minilm, bytes_per_value=2)
     assert (enc.layers, enc.heads, enc.kv_heads, enc.head_dim) == (6, 12, 12, 32)
 
 
@@ -361,18 +362,18 @@ def test_kv_cache_with_sliding_window_by_hand(tiny):
     """A sliding-window layer caches at most w tokens (Mistral's rolling buffer): Mistral 7B at 128K keeps
     4096 tokens on every layer; on tiny Gemma 3 (layer 0 sliding with w=2, layer 1 full) only layer 1
     grows; a smollm2-like model without a window is unchanged."""
-    mistral = kvcache.KV_PRESETS["Mistral 7B"]
+    mistral = kv_layout.KV_PRESETS["Mistral 7B"]
     per_token = 2 * 32 * 8 * 128 * 2
-    assert kvcache.kv_cache_bytes(mistral, 131_072) == per_token * 131_072
-    assert kvcache.kv_cache_bytes(mistral, 131_072, window=True) == per_token * 4096
-    assert kvcache.kv_cache_bytes(mistral, 1000, window=True) == per_token * 1000
-    gemma = kvcache.kv_config_from_model(tiny("gemma3"))
+    assert kv_layout.kv_cache_bytes(mistral, 131_072) == per_token * 131_072
+    assert kv_layout.kv_cache_bytes(mistral, 131_072, window=True) == per_token * 4096
+    assert kv_layout.kv_cache_bytes(mistral, 1000, window=True) == per_token * 1000
+    gemma = kv_layout.kv_layout(tiny("gemma3"))
     assert (gemma.sliding_window, gemma.sliding_layers, gemma.layers) == (2, 1, 2)
     per_layer = 2 * gemma.kv_heads * gemma.head_dim * 4
-    assert kvcache.kv_cache_bytes(gemma, 10, window=True) == per_layer * (10 + 2)
-    mis = kvcache.kv_config_from_model(tiny("mistral"))
+    assert kv_layout.kv_cache_bytes(gemma, 10, window=True) == per_layer * (10 + 2)
+    mis = kv_layout.kv_layout(tiny("mistral"))
     assert (mis.sliding_window, mis.sliding_layers) == (3, None)
-    assert kvcache.kv_cache_bytes(mis, 10, window=True) == 2 * mis.kv_heads * mis.head_dim * 4 * 2 * 3
-    llama = kvcache.kv_config_from_model(tiny("llama"))
+    assert kv_layout.kv_cache_bytes(mis, 10, window=True) == 2 * mis.kv_heads * mis.head_dim * 4 * 2 * 3
+    llama = kv_layout.kv_layout(tiny("llama"))
     assert llama.sliding_window is None
-    assert kvcache.kv_cache_bytes(llama, 10, window=True) == kvcache.kv_cache_bytes(llama, 10)
+    assert kv_layout.kv_cache_bytes(llama, 10, window=True) == kv_layout.kv_cache_bytes(llama, 10)

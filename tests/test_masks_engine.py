@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import models
-from models import compare
+from models import compare, kv_layout
 from models.masks import MaskMode
 
 TEXT = "kedi fareyi kovaladı . the cat chased a mouse"
@@ -204,15 +204,15 @@ def test_cosine_drift_formula():
 
 def test_gqa_groups_and_kv_bytes(tiny, smollm2):
     """SmolLM2: 9 query heads over 3 key/value heads; KV cache 2 x 30 x 3 x 64 x 2 bytes per token in bf16."""
-    layout = compare.gqa_layout(smollm2)
+    layout = kv_layout.kv_layout(smollm2)
     assert (layout.layers, layout.heads, layout.kv_heads, layout.head_dim) == (30, 9, 3, 64)
     assert layout.groups == [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
     assert layout.bytes_per_token(2) == 2 * 30 * 3 * 64 * 2 == 23040
     assert layout.bytes_per_token(2, sharing=False) == 3 * 23040
-    tiny_layout = compare.gqa_layout(tiny("llama"))
+    tiny_layout = kv_layout.kv_layout(tiny("llama"))
     assert tiny_layout.groups == [(0, 1), (2, 3)] and tiny_layout.head_dim == 8
     with pytest.raises(ValueError):
-        compare.kv_groups(9, 2)
+        kv_layout.kv_groups(9, 2)
 
 
 def test_gqa_groups_match_repeat_kv(tiny):
@@ -220,7 +220,7 @@ def test_gqa_groups_match_repeat_kv(tiny):
     replacing the query weights of group members by one another's gives identical attention maps."""
     loaded = tiny("llama")
     attn = loaded.model.model.layers[0].self_attn
-    layout = compare.gqa_layout(loaded)
+    layout = kv_layout.kv_layout(loaded)
     d = layout.head_dim
     original = attn.q_proj.weight.detach().clone()
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 import models
+from models import kv_layout
 from models.lessons import kvcache
 from views import hosting, shared
 from viz import cost as vc
@@ -22,7 +23,7 @@ BOUNDS = {"kv_layers": (1, 1000), "kv_heads_q": (1, 1024), "kv_heads_kv": (1, 10
 URL = shared.UrlState(("kv_preset",) + FIELDS + ("kv_tokens", "kv_prompt", "kv_new_tokens"))
 
 
-def _fill(cfg: kvcache.KVConfig) -> None:
+def _fill(cfg: kv_layout.KVLayout) -> None:
     window = cfg.sliding_window or 0
     window_layers = (cfg.layers if cfg.sliding_layers is None else cfg.sliding_layers) if window else 0
     for key, value in zip(FIELDS, (cfg.layers, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.bytes_per_value, window,
@@ -42,11 +43,11 @@ if loaded is None:
 st.header(t("kv_s1"))
 st.markdown(t("kv_s1_text"))
 st.latex(t("kv_formula"))
-own = kvcache.kv_config_from_model(loaded)
+own = kv_layout.kv_layout(loaded)
 # The loaded model's option is named by the model, not by its translated label: a label as the value would
 # not be among the options after a language switch, and the calculator would be refilled (losing edits).
 own_key = f"loaded:{sel.model}"
-presets = {own_key: own, **kvcache.KV_PRESETS}
+presets = {own_key: own, **kv_layout.KV_PRESETS}
 names = list(presets)
 
 
@@ -88,10 +89,10 @@ window_layers = w[1].number_input(t("kv_window_layers"), 0, 1000, key="kv_window
 if kv_heads > heads or heads % kv_heads:
     st.error(t("kv_bad_heads", heads=heads, kv=kv_heads))
 else:
-    cfg = kvcache.KVConfig("custom", int(layers), int(heads), int(kv_heads), int(head_dim), int(bytes_per),
+    cfg = kv_layout.KVLayout("custom", int(layers), int(heads), int(kv_heads), int(head_dim), int(bytes_per),
                             sliding_window=int(window) or None, sliding_layers=min(int(window_layers), int(layers)))
-    per_gqa = kvcache.kv_cache_bytes(cfg, 1)
-    per_mha = kvcache.kv_cache_bytes(cfg, 1, gqa=False)
+    per_gqa = kv_layout.kv_cache_bytes(cfg, 1)
+    per_mha = kv_layout.kv_cache_bytes(cfg, 1, gqa=False)
     m = st.columns(4)
     m[0].metric(t("kv_per_token_gqa"), nb.human_bytes(per_gqa, L), f"{nb.integer(per_gqa, L)} B", delta_color="off",
                 delta_arrow="off")
@@ -105,15 +106,15 @@ else:
     else:
         worked += " " + t("kv_worked_mha", heads=heads)
     st.markdown(worked)
-    windowed = kvcache.kv_cache_bytes(cfg, int(tokens), window=True)
+    windowed = kv_layout.kv_cache_bytes(cfg, int(tokens), window=True)
     if windowed < per_gqa * tokens:
         st.info(t("kv_window_line", window=nb.integer(window, L), wl=cfg.sliding_layers, layers=layers,
                   tokens=nb.integer(tokens, L), windowed=nb.human_bytes(windowed, L),
                   full=nb.human_bytes(per_gqa * tokens, L)))
     contexts = [4_096, 32_768, 131_072]
     shared.plotly_chart(vc.kv_bars([f"{x // 1024}K" for x in contexts],
-                               [kvcache.kv_cache_bytes(cfg, x) / 2**30 for x in contexts],
-                               [kvcache.kv_cache_bytes(cfg, x, gqa=False) / 2**30 for x in contexts],
+                               [kv_layout.kv_cache_bytes(cfg, x) / 2**30 for x in contexts],
+                               [kv_layout.kv_cache_bytes(cfg, x, gqa=False) / 2**30 for x in contexts],
                                names=(t("kv_with_gqa"), t("kv_without_gqa")), y_title="GiB",
                                title=t("kv_bars_title")), key="kv_bars")
 

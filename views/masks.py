@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 import models
-from models import compare, fallback_masks
+from models import compare, fallback_masks, kv_layout
 from models.masks import MaskMode
 from views import hosting, shared
 from viz import alignment as va
@@ -574,7 +574,7 @@ def section_gqa(sel: shared.Selection) -> None:
     layout = None
     if loaded is not None:
         try:
-            layout = compare.gqa_layout(loaded)
+            layout = kv_layout.kv_layout(loaded)
         except ValueError:
             layout = None
     if layout is None or not layout.shared:
@@ -583,7 +583,7 @@ def section_gqa(sel: shared.Selection) -> None:
         loaded = shared.load_model_ui(GQA_MODEL)
         if loaded is None:
             return
-        name, layout = GQA_MODEL, compare.gqa_layout(loaded)
+        name, layout = GQA_MODEL, kv_layout.kv_layout(loaded)
     st.markdown("**" + t("masks_gqa_layout", model=name, layers=layout.layers, heads=layout.heads,
                          kv=layout.kv_heads, d=layout.head_dim) + "**")
     _chart(vm.gqa_figure(layout.groups, query_label=t("masks_query_head"), kv_label=t("masks_kv_head")),
