@@ -1,9 +1,11 @@
 // Dikkat head view: queries (left) -> keys (right), one line per (head, query, key) whose opacity is the
 // attention weight, one colour per head. Plain DOM + SVG, no library, nothing fetched from outside.
-// Data: <script type="application/json" id="hv-data"> written by viz/head_view.py.
-(function () {
+// Data: <script type="application/json" class="hv-data"> written by viz/head_view.py, in the same container as
+// this script (the page's body, or one <div> of a notebook's output: any number per page, nothing global).
+(function (root) {
   "use strict";
-  var D = JSON.parse(document.getElementById("hv-data").textContent);
+  var page = root === document.body;  // a whole page (Streamlit's iframe) keeps its element ids
+  var D = JSON.parse(root.querySelector(".hv-data").textContent);
   var L = D.layout, S = D.strings || {};
   var NS = "http://www.w3.org/2000/svg";
   var nq = D.q.length, nk = D.k.length, nh = D.heads.length;
@@ -26,7 +28,7 @@
   }
 
   // ---- controls: a checkbox per head, all/none, pair filter, downloads
-  var controls = document.getElementById("hv-controls");
+  var controls = root.querySelector(".hv-controls");
   controls.appendChild(h("span", {}, (S.heads || "Heads") + ":"));
   var boxes = [];
   D.heads.forEach(function (head, i) {
@@ -42,14 +44,14 @@
   });
   function setAll(v) { boxes.forEach(function (b, i) { b.checked = v; shown[i] = v; }); draw(); }
   if (nh > 1) {
-    var all = h("button", { type: "button", id: "hv-all" }, S.all || "all");
+    var all = h("button", { type: "button", "class": "hv-all" }, S.all || "all");
     all.addEventListener("click", function () { setAll(true); });
-    var none = h("button", { type: "button", id: "hv-none" }, S.none || "none");
+    var none = h("button", { type: "button", "class": "hv-none" }, S.none || "none");
     none.addEventListener("click", function () { setAll(false); });
     controls.appendChild(all); controls.appendChild(none);
   }
   if (D.pair) {
-    var sel = h("select", { id: "hv-pair", title: S.pair || "Sentence pair" });
+    var sel = h("select", { "class": "hv-pair", title: S.pair || "Sentence pair" });
     ["all", "AA", "AB", "BA", "BB"].forEach(function (v) {
       var o = h("option", { value: v }, v === "all" ? (S.pair_all || "A+B") : v[0] + "\u2192" + v[1]);
       sel.appendChild(o);
@@ -60,9 +62,9 @@
   }
   // the two downloads wrap as one group, never one button alone on a line
   var actions = h("span", { "class": "hv-actions" });
-  var bSvg = h("button", { type: "button", id: "hv-svg-dl" }, S.svg || "SVG");
+  var bSvg = h("button", { type: "button", "class": "hv-svg-dl" }, S.svg || "SVG");
   bSvg.addEventListener("click", function () { download(svgText(), "image/svg+xml", D.filename + ".svg"); });
-  var bPng = h("button", { type: "button", id: "hv-png-dl" }, S.png || "PNG");
+  var bPng = h("button", { type: "button", "class": "hv-png-dl" }, S.png || "PNG");
   bPng.addEventListener("click", savePng);
   actions.appendChild(bSvg); actions.appendChild(bPng);
   controls.appendChild(actions);
@@ -72,7 +74,7 @@
   var top = L.top;
   var width = Math.round(L.colq + L.gap + L.colk), height = Math.round(top + L.row * Math.max(nq, nk) + 10);
   var x1 = L.colq, x2 = L.colq + L.gap;
-  var svg = el("svg", { id: "hv-svg", xmlns: NS, width: width, height: height, viewBox: "0 0 " + width + " " + height,
+  var svg = el("svg", { "class": "hv-svg", xmlns: NS, width: width, height: height, viewBox: "0 0 " + width + " " + height,
     "font-family": "DejaVu Sans, Noto Sans, Arial, sans-serif", "font-size": "13" });
   svg.appendChild(el("rect", { width: width, height: height, fill: "#ffffff" }));
   D.title_lines.forEach(function (line, i) {
@@ -82,7 +84,7 @@
   D.note_lines.forEach(function (line, i) {
     svg.appendChild(el("text", { x: 4, y: firstNote + L.line * i, fill: "#555", "class": "hv-note" }, line));
   });
-  var lines = el("g", { id: "hv-lines" });
+  var lines = el("g", { "class": "hv-lines" });
   svg.appendChild(lines);
   var qText = [], kText = [];
   function tokenText(side, i, label) {
@@ -102,7 +104,14 @@
   }
   D.q.forEach(function (label, i) { qText.push(tokenText("q", i, label)); });
   D.k.forEach(function (label, i) { kText.push(tokenText("k", i, label)); });
-  document.getElementById("hv-root").appendChild(svg);
+  root.querySelector(".hv-root").appendChild(svg);
+  if (page) {  // the ids the page's tests and downloads have always used
+    [["hv-all", ".hv-all"], ["hv-none", ".hv-none"], ["hv-pair", ".hv-pair"], ["hv-svg-dl", ".hv-svg-dl"],
+     ["hv-png-dl", ".hv-png-dl"], ["hv-svg", ".hv-svg"], ["hv-lines", ".hv-lines"]].forEach(function (p) {
+      var e = root.querySelector(p[1]);
+      if (e) { e.id = p[0]; }
+    });
+  }
   // the widths above are estimates: widen the drawing if the browser's font draws any text wider
   var box = svg.getBBox();
   var x0 = Math.min(0, Math.floor(box.x) - 2), xr = Math.max(width, Math.ceil(box.x + box.width) + 4);
@@ -142,7 +151,7 @@
     lines.appendChild(frag);
     qText.forEach(function (t, i) { t.setAttribute("font-weight", focus && focus.side === "q" && focus.index === i ? "bold" : "normal"); });
     kText.forEach(function (t, i) { t.setAttribute("font-weight", focus && focus.side === "k" && focus.index === i ? "bold" : "normal"); });
-    document.body.setAttribute("data-drawn", String(lines.childNodes.length));
+    root.setAttribute("data-drawn", String(lines.childNodes.length));
   }
 
   function svgText() {
@@ -171,4 +180,4 @@
   }
 
   draw();
-})();
+})(document.currentScript.parentNode);

@@ -42,7 +42,7 @@ def head_view_data(at: AppTest) -> dict:
     frames = unknown(at, "iframe")
     assert frames, "no head view iframe on the page"
     doc = frames[0].proto.srcdoc
-    m = re.search(r'<script type="application/json" id="hv-data">(.*?)</script>', doc, re.S)
+    m = re.search(r'id="hv-data">(.*?)</script>', doc, re.S)
     return json.loads(m.group(1).replace("<\\/", "</"))
 
 

@@ -19,6 +19,7 @@ import colorsys
 import html
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -184,26 +185,64 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
     Raises:
         ValueError: as :func:`head_view_data`. OSError: ``assets/headview.js`` cannot be read.
     """
-    data = head_view_data(weights, query_labels, key_labels, head_names=head_names, query_segments=query_segments,
-                          key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
-                          first_position=first_position)
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    script = JS_FILE.read_text(encoding="utf-8")
+    body = _head_view_body(weights, query_labels, key_labels, head_names=head_names, query_segments=query_segments,
+                           key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
+                           first_position=first_position)
     return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>"
-        "body{margin:0;font:13px 'DejaVu Sans','Noto Sans',Arial,sans-serif;color:#222;background:#fff}"
-        "#hv-controls{display:flex;flex-wrap:wrap;gap:6px 12px;align-items:center;margin:4px 0 6px}"
-        "#hv-controls label{display:inline-flex;align-items:center;gap:3px;cursor:pointer;user-select:none}"
-        "#hv-controls .sw{display:inline-block;width:12px;height:12px;border-radius:2px}"
-        "#hv-controls button,#hv-controls select{font:inherit;padding:1px 6px}"
-        "#hv-controls .hv-actions{display:inline-flex;gap:6px;align-items:center;white-space:nowrap}"
-        "#hv-svg{max-width:100%;height:auto;display:block}"
-        "#hv-svg text{cursor:pointer}"
-        "</style></head><body>"
-        "<div id=\"hv-controls\"></div><div id=\"hv-root\"></div>"
-        f"<script type=\"application/json\" id=\"hv-data\">{payload}</script>"
-        f"<script>{script}</script></body></html>"
+        f"body{{margin:0;{_FONT}}}{_css('')}</style></head><body>{body}</body></html>"
     )
+
+
+def head_view_fragment(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
+                       head_names: Sequence[str], query_segments: Sequence[int] | None = None,
+                       key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
+                       strings: dict | None = None, filename: str = "head_view", first_position: int = 0) -> str:
+    """The interactive head view as one ``<div>`` to put inside another page (a Jupyter notebook's output):
+    its style applies only inside the div (a selector with the div's own id, new on every call), the script
+    finds its data and elements within the div, and it sets no element id, so any number of head views
+    live on one page. Arguments, shapes and errors as :func:`head_view_html`.
+
+    Returns:
+        ``<div class="dikkat-head-view" id="dikkat-hv-…">…</div>`` (str) with no external reference.
+    """
+    scope = f"dikkat-hv-{uuid.uuid4().hex}"
+    body = _head_view_body(weights, query_labels, key_labels, ids=False, head_names=head_names, query_segments=query_segments,
+                           key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
+                           first_position=first_position)
+    return (f'<div class="dikkat-head-view" id="{scope}"><style>#{scope}{{{_FONT}}}{_css("#" + scope + " ")}</style>'
+            f"{body}</div>")
+
+
+_FONT = "font:13px 'DejaVu Sans','Noto Sans',Arial,sans-serif;color:#222;background:#fff"
+
+
+def _css(scope: str) -> str:
+    """The head view's style, every selector under ``scope`` (``""`` for a page of its own)."""
+    rules = (
+        ".hv-controls{display:flex;flex-wrap:wrap;gap:6px 12px;align-items:center;margin:4px 0 6px}",
+        ".hv-controls label{display:inline-flex;align-items:center;gap:3px;cursor:pointer;user-select:none}",
+        ".hv-controls .sw{display:inline-block;width:12px;height:12px;border-radius:2px}",
+        ".hv-controls button,{s}.hv-controls select{font:inherit;padding:1px 6px}",
+        ".hv-controls .hv-actions{display:inline-flex;gap:6px;align-items:center;white-space:nowrap}",
+        ".hv-svg{max-width:100%;height:auto;display:block}",
+        ".hv-svg text{cursor:pointer}",
+    )
+    return "".join(scope + rule.replace("{s}", scope) for rule in rules)
+
+
+def _head_view_body(weights, query_labels, key_labels, *, ids: bool = True, **kwargs) -> str:
+    """Controls, drawing area, data and script: what :func:`head_view_html` and :func:`head_view_fragment`
+    share; element ids only for a page of its own (``ids``)."""
+    data = head_view_data(weights, query_labels, key_labels, **kwargs)
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    script = JS_FILE.read_text(encoding="utf-8")
+    def id_(name: str) -> str:
+        return f' id="{name}"' if ids else ""
+
+    return (f'<div class="hv-controls"{id_("hv-controls")}></div><div class="hv-root"{id_("hv-root")}></div>'
+            f'<script type="application/json" class="hv-data"{id_("hv-data")}>{payload}</script>'
+            f"<script>{script}</script>")
 
 
 def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12, width_px: int = 840) -> int:

@@ -83,7 +83,8 @@ def mosaic(maps: np.ndarray, gap: int) -> np.ndarray:
     return img
 
 
-def model_view(weights: np.ndarray, *, layer_names: Sequence[str], head_names: Sequence[str], title: str = "",
+def model_view(weights: np.ndarray, *, layer_names: Sequence[str] | None = None,
+               head_names: Sequence[str] | None = None, title: str = "",
                hover: str = "layer %{customdata[0]} · head %{customdata[1]}", layer_title: str = "layer",
                head_title: str = "head", selected: tuple[int, int] | None = None,
                max_cell: int = MAX_CELL, budget: int = BUDGET, width_px: int = 900,
@@ -92,7 +93,8 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str], head_names: S
 
     Args:
         weights: float ``(layers, heads, query, key)``.
-        layer_names, head_names: tick labels of the rows / columns (``heads`` may be 1 for an average).
+        layer_names, head_names: tick labels of the rows / columns (``heads`` may be 1 for an average);
+            default ``0 .. layers - 1`` and ``0 .. heads - 1``.
         title: figure title (say there whether rows were renormalised or maps pooled).
         hover: hover template of a map (``customdata[0]`` = layer, ``customdata[1]`` = head).
         layer_title, head_title: axis titles.
@@ -112,6 +114,8 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str], head_names: S
     if w.ndim != 4:
         raise ValueError(f"expected (layers, heads, query, key), got shape {w.shape}")
     layers, heads, nq, nk = w.shape
+    layer_names = [str(i) for i in range(layers)] if layer_names is None else layer_names
+    head_names = [str(i) for i in range(heads)] if head_names is None else head_names
     if len(layer_names) != layers or len(head_names) != heads:
         raise ValueError(f"{len(layer_names)} layer / {len(head_names)} head names for {layers}x{heads} maps")
     side = cell_size(max(nq, nk), layers * heads, max_cell, budget)
