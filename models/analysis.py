@@ -19,7 +19,8 @@ from .errors import (
     ModelOutOfMemoryError,
     UnsupportedOperationError,
 )
-from .loading import LoadedModel, accepts as _accepts
+from .loading import LoadedModel
+from .sites import accepts as _accepts
 from .masks import parse_mask
 from .store import MATERIALIZE_BYTES, AttentionStack, LazyMap, MaskStack, Replay
 

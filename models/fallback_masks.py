@@ -221,7 +221,7 @@ def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = f
     module computes more than one softmax per call (its weights would be gated or masked twice). For a stack in
     ``scores`` the model returns the scores before the softmax (ProphetNet, SqueezeBERT): the module's softmax
     output must then equal their softmax (float32, within 1e-6)."""
-    from .loading import _attention_tuples
+    from .sites import attention_tuples
 
     running: list = []
 
@@ -248,7 +248,7 @@ def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = f
     for m, _ in recorder.calls:
         calls[id(m)] = calls.get(id(m), 0) + 1
     found: dict[str, list] = {}
-    for stack, tensors in _attention_tuples(out, loaded.family, loaded.model.config).items():
+    for stack, tensors in attention_tuples(out, loaded.family, loaded.model.config).items():
         if stack not in stacks:
             continue
         modules = []
@@ -310,9 +310,9 @@ def eager_maps(loaded, outputs, state) -> dict[str, tuple]:
     ``output_attentions``: the model's own tensors, except for a layer whose weights were recorded at its
     softmax in ``state`` (a :class:`models.capture.CaptureState`; ``at_softmax``: read there, or heads
     switched off there), which gives those."""
-    from .loading import _attention_tuples
+    from .sites import attention_tuples
 
-    maps = _attention_tuples(outputs, loaded.family, loaded.model.config)
+    maps = attention_tuples(outputs, loaded.family, loaded.model.config)
     return {stack: tuple(state.at_softmax.get((stack, i), t) for i, t in enumerate(tensors))
             for stack, tensors in maps.items()}
 
@@ -341,12 +341,12 @@ def mask_support(loaded) -> MaskSupport | None:
     with _LOCK:
         if "fallback_mask" in loaded.probes:
             return loaded.probes["fallback_mask"]
-    from .loading import _probe_inputs
+    from .sites import probe_inputs
 
     stacks = set(loaded.stacks if loaded.capture_path == "fallback" else loaded.fallback_stacks) - {"cross"}
     answer = None
-    if stacks and "input_ids" in _probe_inputs(loaded):
-        inputs = _probe_ids(loaded, _probe_inputs(loaded))
+    if stacks and "input_ids" in probe_inputs(loaded):
+        inputs = _probe_ids(loaded, probe_inputs(loaded))
         n = _lengths(inputs)
         if loaded.family in ("encoder", "decoder") and loaded.capture_path == "fallback":
             stack = next(iter(stacks))

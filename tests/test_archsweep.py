@@ -88,8 +88,8 @@ def test_fallback_output_projection_is_found_and_proven(tmp_path):
 
 def test_a_stack_that_does_not_route_comes_from_eager_outputs_or_says_why(tmp_path):
     """BigBird-Pegasus: decoder and cross-attention route through the interface, the encoder does not; its
-    maps come from eager output_attentions in the same pass (equal to a plain eager run), and its heads switch
-    off through the proven output projection. Pegasus-X: its encoder returns local/global dicts, so the
+    maps come from eager output_attentions in the same pass (equal to a plain eager run), its heads switch
+    off through the proven output projection and its mask is replaced at its softmax. Pegasus-X: its encoder returns local/global dicts, so the
     encoder is left out with the reason, never silently."""
     import numpy as np
 
@@ -106,8 +106,10 @@ def test_a_stack_that_does_not_route_comes_from_eager_outputs_or_says_why(tmp_pa
     assert all(s.out_proj for s in loaded.sites if s.stack == "encoder")
     off = models.analyze(loaded, archsweep.TEXT, heads_off={("encoder", 0, 1)}, keep_logits=True)
     assert not np.array_equal(off.logits, a.logits)
-    with pytest.raises(models.UnsupportedOperationError, match="encoder stack"):
-        models.analyze(loaded, archsweep.TEXT, mask={"encoder": "causal"})
+    n = len(a.tokens)  # its encoder's mask is replaced at the encoder's softmax (models.fallback_masks)
+    diag = models.analyze(loaded, archsweep.TEXT, mask={"encoder": np.eye(n, dtype=bool)})
+    np.testing.assert_allclose(np.asarray(diag.attentions["encoder"]),
+                               np.broadcast_to(np.eye(n), diag.attentions["encoder"].shape), atol=1e-7)
 
     archsweep.build("pegasus_x", tmp_path / "px")
     loaded = models.load(str(tmp_path / "px"))
@@ -140,7 +142,7 @@ def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
     import torch
 
     import models
-    from models import loading
+    from models import sites
 
     class Peeking(torch.nn.Module):  # position i's logits = sum of all decoder ids (it sees the future)
         def forward(self, input_ids=None, decoder_input_ids=None, use_cache=None, return_dict=True):
@@ -152,10 +154,10 @@ def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
 
     loaded = types.SimpleNamespace(family="encoder-decoder", model=Peeking(), name="peek", device="cpu")
     loaded.model.config = types.SimpleNamespace(model_type="peek")
-    monkeypatch.setattr(loading, "_probe_inputs", lambda _: {"input_ids": torch.tensor([[1, 2]]),
+    monkeypatch.setattr(sites, "probe_inputs", lambda _: {"input_ids": torch.tensor([[1, 2]]),
                                                               "decoder_input_ids": torch.tensor([[0, 0]])})
     with pytest.raises(models.NoAttentionWeightsError, match="decoder is not causal"):
-        loading._decoder_call(loaded)
+        sites.decoder_call(loaded)
 
 
 @pytest.mark.parametrize("model_type,family,head", [
@@ -165,8 +167,8 @@ def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
 def test_family_from_the_config(model_type, family, head):
     """Which family a config is (what the maps are labelled, which head predicts): a causal-LM type whose
     class is ...ForConditionalGeneration (Gemma 3 4B and up) is a decoder, not an encoder without a head."""
-    from models.loading import _family_and_head
+    from models.families import family_and_head
 
     config = archsweep.tiny_config(model_type)
     config.architectures = [archsweep.model_types()[model_type][1]]
-    assert _family_and_head(config) == (family, head)
+    assert family_and_head(config) == (family, head)

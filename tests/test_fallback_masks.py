@@ -200,12 +200,12 @@ def test_heads_off_at_the_softmax_equal_heads_off_at_the_output_projection(tiny,
     gate). On models where the projection is proven, doing it at the softmax instead (the projection search
     disabled) gives the same logits as zeroing the head's slice of the projection's input; the map of a
     switched-off head is its weights before the gate, as on the interface path."""
-    from models import loading
+    from models import sites
 
     by_proj = tiny(model_type)
     stack = "encoder" if by_proj.family != "decoder" else "decoder"
     assert all(s.out_proj and not s.softmax_gate for s in by_proj.sites if s.stack == stack)
-    monkeypatch.setattr(loading, "_find_out_projs", lambda *a, **k: {})
+    monkeypatch.setattr(sites, "_find_out_projs", lambda *a, **k: {})
     archsweep.build(model_type, tmp_path / model_type)
     by_softmax = models.load(str(tmp_path / model_type))
     assert all(s.softmax_gate and not s.out_proj for s in by_softmax.sites)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from models.loading import _batch_first, local_to_full
+from models.sites import _batch_first, local_to_full
 
 
 def test_longformer_local_window_becomes_a_full_map():

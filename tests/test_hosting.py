@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import models
-from models import loading
+from models import hub
 
 
 @pytest.mark.parametrize("name", ["~nosuchuser", "~nosuchuser/model", "a" * 300, "x/" + "b" * 300, "/tmp/\x00x",
@@ -51,7 +51,7 @@ def test_a_stalled_hub_times_out(monkeypatch):
     server, held = _silent_server()
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the suite runs offline
     monkeypatch.setenv("DIKKAT_HUB_TIMEOUT_S", "0.5")
-    monkeypatch.setattr(loading, "HUB_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setattr(hub, "HUB_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
     outcome = []
 
     def load():
@@ -105,7 +105,7 @@ def test_loading_one_model_never_blocks_another(monkeypatch):
         release.wait(60)
         raise models.HubUnreachableError("released")
 
-    monkeypatch.setattr(loading, "_download", slow_download)
+    monkeypatch.setattr(hub, "download", slow_download)
     errors = []
     stalled = threading.Thread(target=lambda: errors.append(pytest.raises(models.HubUnreachableError,
                                                                           models.load, "slow/model")))
