@@ -466,6 +466,13 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
                 f"({stack}, {layer}, {head}) is out of range: '{stack}' has {n_layers} layers x {n_heads} heads."
             )
         out.add((stack, layer, head))
+    mixed = [s for s in loaded.sites if s.mixed_heads and any(h[:2] == (s.stack, s.layer) for h in out)]
+    if mixed:
+        raise UnsupportedOperationError(
+            f"Model '{loaded.name}' mixes its heads before the output projection ({mixed[0].stack} layer "
+            f"{mixed[0].layer}: e.g. differential attention's pairs of heads), so no part of the projection's input "
+            "belongs to one head alone: a head cannot be switched off by itself.",
+            code="mixed_heads", model=loaded.name, stack=mixed[0].stack, layer=mixed[0].layer)
     if out and (loaded.capture_path == "fallback" or loaded.fallback_stacks):
         missing = [s for s in loaded.sites if not (s.out_proj or s.softmax_gate)
                    and any(h[:2] == (s.stack, s.layer) for h in out)

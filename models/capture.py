@@ -56,8 +56,15 @@ class Site:
         layer: layer index within the stack (0-based).
         heads: number of query heads (maps recorded per layer).
         name: the module's dotted name in the model.
-        out_proj: fallback path only: dotted name of the output projection whose input holds the
-            per-head outputs, concatenated head after head; ``None`` if unknown.
+        out_proj: dotted name of the output projection whose input holds the per-head outputs, concatenated
+            head after head, where heads are switched off by zeroing their slice of its input (a pre-hook):
+            on the fallback path, and on the interface path where something lies between the attention
+            function and the projection (BitNet's sub-norm: a gate at the function would rescale the other
+            heads' slices); ``None`` if unknown (fallback) or not needed (interface: the gate is applied to
+            the attention function's output, which is the projection's input).
+        mixed_heads: interface path: the module mixes heads between the attention function and its output
+            projection (DiffLlama's differential pairs), so no slice of the projection's input belongs to one
+            head; switching a head off is refused.
         index: the layer's own number in the model (the index in its module name), when it differs from
             ``layer``: in a hybrid model only some blocks have attention (Jamba's block 4 may be its
             attention layer 0). None when the module is called several times per forward pass (ALBERT's
@@ -82,6 +89,7 @@ class Site:
     index: int | None = None
     sink: bool = False
     softmax_gate: bool = False
+    mixed_heads: bool = False
     read_at_softmax: bool = False
 
     @property
@@ -111,6 +119,8 @@ class CaptureState:
         masks: ``stack -> bool tensor (n, n)``, True where a query may attend a key; replaces the
             model's own mask for that self-attention stack. Rows with no allowed key give zero weights
             and a zero per-head output (never NaN).
+        outputs: when not None, ``(stack, layer) -> (batch, query_len, heads, head_dim)`` output of each site's
+            (first) attention call, after its gate (used at load time: :func:`models.sites.gate_points`).
         probe: when not None, ``(module, query heads, query_len, key_len)`` of every attention call is
             appended, in call order (used at load time).
         sink: when not None, ``sink(site, q0, k0, weights, q_len, k_len)`` receives the weights of every
@@ -151,6 +161,7 @@ class CaptureState:
     gates: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
     probe: list | None = None
+    outputs: dict | None = None
     sink: Callable | None = None
     mask_sink: Callable | None = None
     want: set | None = None
@@ -334,7 +345,7 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     if isinstance(site, tuple):  # a module called several times per forward pass: one site per call
         site = site[(forward - 1) % len(site)]
     if again and site is not None:
-        gate = state.gates.get((site.stack, site.layer))
+        gate = None if site.out_proj else state.gates.get((site.stack, site.layer))
         site = None
         if gate is not None:
             out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
@@ -418,10 +429,12 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         if keep:
             state.weights[(site.stack, site.layer)] = full
     if site is not None:
-        gate = state.gates.get((site.stack, site.layer))
+        gate = None if site.out_proj else state.gates.get((site.stack, site.layer))  # else at the projection
         if gate is not None:
             gate = gate.to(device=out.device, dtype=out.dtype)
             out = out * (gate[:, None, :, None] if gate.dim() == 2 else gate[None, None, :, None])
+        if state.outputs is not None:
+            state.outputs.setdefault((site.stack, site.layer), out)
         if chosen and state.pending is not None:
             state.pending.discard((site.stack, site.layer))
             if not state.pending:
@@ -446,7 +459,7 @@ def _sdpa():
 
 
 def _fallback_pre_hook(site: Site):
-    """Forward pre-hook for the output projection of ``site`` on the fallback path: multiplies head
+    """Forward pre-hook for the output projection of ``site`` (``Site.out_proj``): multiplies head
     ``h``'s slice ``[h*d, (h+1)*d)`` of the input (``(batch, query_len, heads*head_dim)``) by its gate."""
 
     def hook(module, args):

@@ -11,6 +11,7 @@ decoder (:func:`decoder_call`).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -114,6 +115,7 @@ def discover_sites(loaded: LoadedModel) -> None:
         if loaded.family == "encoder-decoder" and "encoder" not in depth:
             sites += _encoder_from_outputs(loaded, inputs)
         loaded.sites = sorted(sites, key=lambda s: (("encoder", "decoder", "cross").index(s.stack), s.layer))
+        gate_points(loaded, inputs)
         return
 
     # Fallback path: eager + output_attentions.
@@ -444,3 +446,101 @@ def decoder_call(loaded: LoadedModel) -> dict:
         "output depends on later target tokens), so its maps would show tokens attending the tokens they are "
         "to predict.",
         code="decoder_not_causal", model=loaded.name, model_type=loaded.model.config.model_type)
+
+
+def gate_points(loaded: LoadedModel, inputs: dict) -> None:
+    """Interface path: make switching a head off mean the same for every family, zeroing the head's slice of
+    its output projection's input (Michel et al. 2019, §2: the head mask on ``Att_h(x)`` inside
+    ``W_O [Att_1; ...; Att_H]``), found and proven by up to two probe passes.
+
+    * If a linear map inside the attention module's parent (the projection may sit beside the attention
+      module: BERT's ``attention.output.dense``) takes the attention function's output as it is
+      (``(batch, q, heads · head_dim)``), the gate stays on that output (the common case: the same thing).
+    * Else, if a linear map's input has head ``g``'s slice exactly 0 once head ``g`` is gated at the function
+      (BitNet's sub-norm between them: RMSNorm of a zero slice is zero, but the other slices are rescaled),
+      the site's gate moves to that map's input (``Site.out_proj``, a pre-hook), so the other heads' slices
+      stay as they are.
+    * Else the module mixes heads before its projection (DiffLlama's differential pairs): ``mixed_heads``,
+      and switching a head off is refused.
+
+    Modules called several times per pass (ALBERT's shared layer) keep the gate at the function. Replaces
+    ``loaded.sites`` / ``loaded.site_index`` entries and installs the pre-hooks.
+    """
+    model = loaded.model
+    names = {id(m): n for n, m in model.named_modules()}
+    single = {mid: site for mid, site in loaded.site_index.items() if isinstance(site, capture.Site)}
+    modules = {id(m): m for m in model.modules() if id(m) in single}
+    all_modules = dict(model.named_modules())
+
+    def block(mid) -> str:  # the module holding the attention module: its projection may sit beside it (BERT)
+        return names[mid].rsplit(".", 1)[0] if "." in names[mid] else names[mid]
+
+    candidates = {mid: [f"{block(mid)}.{sub}" for sub, m in all_modules[block(mid)].named_modules()
+                        if sub and _linear_width(m) and _linear_width(m)[0] % single[mid].heads == 0]
+                  for mid in single if mid in modules}
+    wanted = {name for names_ in candidates.values() for name in names_}
+    if not wanted:
+        return
+
+    def run(gates: dict) -> tuple[dict, dict]:
+        seen: dict[str, torch.Tensor] = {}
+
+        def keep(name):
+            def hook(_module, args) -> None:  # returns None: the input stays as it is
+                if args and isinstance(args[0], torch.Tensor):
+                    seen.setdefault(name, args[0].detach())
+            return hook
+
+        hooks = [all_modules[name].register_forward_pre_hook(keep(name)) for name in wanted]
+        try:
+            with torch.no_grad(), capture.capture(loaded.site_index, record=False, gates=gates) as state:
+                state.outputs = {}
+                model(**inputs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return seen, state.outputs
+
+    try:
+        native, outputs = run({})
+    except Exception:  # noqa: BLE001 - a probe that does not run changes nothing
+        return
+    undecided = {}
+    for mid, site in single.items():
+        out = outputs.get((site.stack, site.layer))
+        if out is None or mid not in candidates:
+            continue
+        flat = out.reshape(*out.shape[:2], -1)
+        direct = any(native.get(n) is not None and native[n].shape == flat.shape
+                     and torch.allclose(native[n].float(), flat.float(), atol=1e-6) for n in candidates[mid])
+        if not direct:
+            undecided[mid] = site
+    if not undecided:
+        return
+    g = {mid: min(1, site.heads - 1) for mid, site in undecided.items()}
+    gates = {}
+    for mid, site in undecided.items():
+        gate = torch.ones(site.heads)
+        gate[g[mid]] = 0.0
+        gates[(site.stack, site.layer)] = gate
+    try:
+        gated, _ = run(gates)
+    except Exception:  # noqa: BLE001
+        return
+    replaced = {}
+    for mid, site in undecided.items():
+        found = None
+        for name in candidates[mid]:
+            x, x0 = gated.get(name), native.get(name)
+            if x is None or x0 is None or x.dim() < 2:
+                continue
+            d = x.shape[-1] // site.heads
+            part, part0 = x[..., g[mid] * d:(g[mid] + 1) * d], x0[..., g[mid] * d:(g[mid] + 1) * d]
+            if not part.any() and part0.any():
+                found = name
+                break
+        replaced[mid] = replace(site, out_proj=found) if found else replace(site, mixed_heads=True)
+    loaded.site_index = {mid: replaced.get(mid, site) for mid, site in loaded.site_index.items()}
+    by_id = {id(site): new for mid, new in replaced.items() for site in [single[mid]]}
+    loaded.sites = [by_id.get(id(site), site) for site in loaded.sites]
+    capture.install_fallback_hooks(model, [site for site in replaced.values() if site.out_proj])

@@ -172,3 +172,44 @@ def test_family_from_the_config(model_type, family, head):
     config = archsweep.tiny_config(model_type)
     config.architectures = [archsweep.model_types()[model_type][1]]
     assert family_and_head(config) == (family, head)
+
+
+def test_switching_a_head_off_zeroes_its_slice_of_the_projection_input_in_every_family(tmp_path):
+    """BitNet normalises the heads' outputs (attn_sub_norm) before o_proj: a gate on the attention function's
+    output would rescale the other heads' slices. The gate sits at o_proj's input there: with head 1 of layer
+    0 off, o_proj's input is the native one with that slice zeroed and every other slice unchanged. Llama (no
+    norm between) keeps the gate on the function, which is the same thing. DiffLlama mixes pairs of heads
+    before o_proj: switching one off is refused with the reason."""
+    import numpy as np
+    import torch
+
+    import models
+
+    def o_proj_input(loaded, heads_off):
+        layer = loaded.model.model.layers[0].self_attn.o_proj
+        got = []
+        hook = layer.register_forward_pre_hook(lambda m, args: got.append(args[0].detach().clone()))
+        try:
+            models.analyze(loaded, archsweep.TEXT, heads_off=heads_off)
+        finally:
+            hook.remove()
+        return got[0][0]
+
+    for model_type, moved in (("bitnet", True), ("llama", False)):
+        archsweep.build(model_type, tmp_path / model_type)
+        loaded = models.load(str(tmp_path / model_type), device="cpu")
+        site = next(s for s in loaded.sites if (s.stack, s.layer) == ("decoder", 0))
+        assert bool(site.out_proj) == moved and not site.mixed_heads
+        native, off = o_proj_input(loaded, []), o_proj_input(loaded, [("decoder", 0, 1)])
+        d = native.shape[-1] // site.heads
+        want = native.clone()
+        want[:, d:2 * d] = 0
+        np.testing.assert_array_equal(off.numpy(), want.numpy())
+        assert native[:, d:2 * d].abs().sum() > 0 and torch.equal(off[:, :d], native[:, :d])
+
+    archsweep.build("diffllama", tmp_path / "diffllama")
+    loaded = models.load(str(tmp_path / "diffllama"), device="cpu")
+    assert all(s.mixed_heads for s in loaded.sites)
+    with pytest.raises(models.UnsupportedOperationError, match="mixes its heads"):
+        models.analyze(loaded, archsweep.TEXT, heads_off=[("decoder", 0, 1)])
+    assert models.analyze(loaded, archsweep.TEXT).attentions["decoder"].shape[0] == len(loaded.sites)
