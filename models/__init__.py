@@ -9,7 +9,9 @@ No Streamlit and no plotly here: a notebook user imports ``models`` directly::
 """
 
 from .audio import AudioAnalysis, analyze_audio
-from .analysis import Analysis, TopK, Token, Word, analyze, default_max_tokens
+from .analysis import Analysis, analyze, default_max_tokens
+from .outputs import TopK
+from .tokens import Token, Word
 from .catalog import CATALOG, DEFAULT_MODEL, ModelSpec, default_model_for_language, get_spec, list_models
 from .errors import (
     AttentionTooLargeError,

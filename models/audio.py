@@ -26,7 +26,10 @@ import numpy as np
 import torch
 
 from . import capture
-from .analysis import KEEP_BYTES, Analysis, Token, Word, _heads_to_gates, _topk, attach_stacks, group_words
+from .analysis import KEEP_BYTES, Analysis, attach_stacks
+from .heads import heads_to_gates
+from .outputs import topk
+from .tokens import Token, Word, group_words
 from .errors import (
     EmptyTextError,
     InvalidArgumentError,
@@ -402,7 +405,7 @@ def analyze_audio(
     n = max(1, min(total, math.ceil(round(duration / FRAME_SECONDS, 6))))
     keep_pad = padding == "column" and n < total
     heads_off = frozenset(tuple(h) for h in (heads_off or ()))
-    gates = _heads_to_gates(loaded, heads_off)
+    gates = heads_to_gates(loaded, heads_off)
     prompt = prompt_ids(loaded, language)
     tok = loaded.tokenizer
 
@@ -470,7 +473,7 @@ def analyze_audio(
     label_t = torch.tensor(labels, device=logits.device)
     first = len(prompt) - 1  # the <|notimestamps|> position predicts the first text token
     loss = float(torch.nn.functional.cross_entropy(logits[first:].float(), label_t[first:]))
-    next_token = _topk(logits, top_k, tok)
+    next_token = topk(logits, top_k, tok)
     del state, outputs
 
     text, f_tokens, f_words = _frame_tokens(n, max(1, round(word_seconds / FRAME_SECONDS)), keep_pad)

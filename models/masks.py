@@ -19,10 +19,16 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
-from .errors import InvalidMaskError
+from . import fallback_masks
+from .errors import InvalidMaskError, UnsupportedOperationError
+
+if TYPE_CHECKING:
+    from .loading import LoadedModel
 
 MAX_WIDTH = 10 ** 9  # tokens; a wider window or stride is the same as the whole text
 KINDS = ("native", "bidirectional", "causal", "sliding_window", "strided", "custom")
@@ -156,3 +162,81 @@ def _width(kind: str, raw) -> int:
         got = "" if raw is None or (isinstance(raw, str) and raw == "") else f", got {_short(raw)}"
         raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1 (a whole number){got}, e.g. '{kind}:4'.")
     return min(value, MAX_WIDTH)  # any width >= the text's length is the same mask
+
+
+def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None = None) -> tuple[dict[str, torch.Tensor], str]:
+    """Turn the ``mask`` argument of :func:`analyze` into ``stack -> bool tensor``.
+
+    A single mask applies to the model's main self-attention stack (``encoder`` for encoders,
+    ``decoder`` for decoders and encoder-decoders); a dict maps stacks to masks.
+
+    Args:
+        loaded: the model. mask: as for :func:`analyze`.
+        n_main: tokens of the main input (``tokens``). n_target: decoder tokens of an encoder-decoder.
+
+    Returns:
+        ``(stack -> bool CPU tensor (n, n), True = allowed; description)``. ``native`` stacks are left
+        out of the dict; the description is e.g. ``"causal"`` or ``"encoder=native, decoder=causal"``.
+
+    Raises:
+        InvalidMaskError: bad mask, a dict naming a stack the model lacks, or ``cross``.
+        UnsupportedOperationError: a replaced mask on the fallback path.
+    """
+    if isinstance(mask, dict):
+        for stack in mask:
+            if stack not in loaded.stacks:
+                raise InvalidMaskError(
+                    f"Model '{loaded.name}' has no '{stack}' stack to mask (it has {', '.join(loaded.stacks)})."
+                )
+        items = {stack: parse_mask(m) for stack, m in mask.items()}
+    else:
+        main = loaded.mask_stack
+        items = {main: parse_mask(mask)}
+    out: dict[str, torch.Tensor] = {}
+    for stack, mode in items.items():
+        if stack == "cross":
+            raise InvalidMaskError("Cross-attention masks cannot be replaced (only self-attention stacks).")
+        n = n_target if (stack == "decoder" and loaded.family == "encoder-decoder") else n_main
+        matrix = mode.matrix(n or 0)
+        if matrix is not None:
+            out[stack] = torch.from_numpy(np.ascontiguousarray(matrix))
+    check_fallback_masks(loaded, out)
+    desc = ", ".join(f"{s}={m}" for s, m in items.items()) if isinstance(mask, dict) else str(next(iter(items.values())))
+    return out, desc
+
+
+def check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) -> None:
+    """Refuse replaced masks for stacks that do not route through the interface (the fallback path, or an
+    interface model's ``fallback_stacks``) unless a probe proved how the stack takes them
+    (:func:`models.fallback_masks.mask_support`), with the reason."""
+    eager = set(loaded.stacks) if loaded.capture_path == "fallback" else set(loaded.fallback_stacks)
+    wanted = {stack: allowed for stack, allowed in masks.items() if stack in eager}
+    if not wanted:
+        return
+    support = fallback_masks.mask_support(loaded)
+    missing = sorted(s for s in wanted if support is None or s not in support.scopes)
+    if missing and loaded.capture_path != "fallback":
+        raise UnsupportedOperationError(
+            f"The {', '.join(missing)} stack of '{loaded.name}' does not route through transformers' "
+            "AttentionInterface (its weights are the model's own output_attentions), and a probe found that its "
+            "weights do not follow a replaced mask: its mask cannot be replaced.",
+            code="mask_stack_not_routed", model=loaded.name, stacks=", ".join(missing))
+    base = (f"Model '{loaded.name}' uses the fallback capture path (its attention does not route through "
+            "transformers' AttentionInterface)")
+    if missing:
+        raise UnsupportedOperationError(
+            f"{base}, and a probe found that its weights follow a per-query mask neither through its "
+            "attention_mask argument nor at its softmax: its mask cannot be replaced.",
+            code="fallback_mask_unsupported", model=loaded.name)
+    for stack, allowed in wanted.items():
+        if support.form != "softmax" and not allowed.any(-1).all():
+            raise UnsupportedOperationError(
+                f"{base}: it cannot give zero weights to a query whose mask allows no key; allow at least one "
+                "key per query.",
+                code="fallback_mask_empty_row", model=loaded.name)
+        if support.scopes[stack] == "causal" and (allowed & ~torch.ones_like(allowed).tril()).any():
+            raise UnsupportedOperationError(
+                f"{base}, and it combines the mask it is given with its own causal mask: only masks within the "
+                "causal mask (causal, sliding_window:W, strided:S, or an array with nothing above the diagonal) "
+                "can be applied.",
+                code="fallback_mask_causal", model=loaded.name)

@@ -45,7 +45,9 @@ import numpy as np
 import torch
 
 from . import capture
-from .analysis import default_max_tokens, generate_target, validate_heads
+from .analysis import default_max_tokens
+from .heads import validate_heads
+from .outputs import generate_target
 from .errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from .loading import LoadedModel
 
@@ -92,7 +94,7 @@ def metric_kind(loaded: LoadedModel) -> str:
 
 
 def check_heads(loaded: LoadedModel, heads: Iterable) -> frozenset[HeadId]:
-    """Validate ``(stack, layer, head)`` triples (see :func:`models.analysis.validate_heads`).
+    """Validate ``(stack, layer, head)`` triples (see :func:`models.heads.validate_heads`).
 
     Raises:
         InvalidHeadError: a malformed triple or one the model lacks.

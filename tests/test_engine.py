@@ -259,7 +259,7 @@ def test_sentence_pair_segments(tiny):
 def test_C04_words_keep_their_combining_marks(text, words):
     """A combining mark is not matched by \\w: "नमस्ते दुनिया" gave the words 'नमस' and 'द', Arabic with
     vowel marks 16 words instead of 3, NFD "şöyle" the words 's', '̧', 'o', '̈', 'yle'."""
-    from models.analysis import Token, group_words
+    from models.tokens import Token, group_words
 
     pieces, tokens, pos = text.split(" "), [], 0
     for piece in pieces:

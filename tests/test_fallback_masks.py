@@ -171,16 +171,16 @@ def test_the_probe_runs_once_per_model(tiny, monkeypatch):
 
 def test_the_causal_scope_refuses_masks_above_the_diagonal():
     """A model that adds its own causal mask ("causal" scope) takes masks within it and refuses the rest."""
-    from models.analysis import _check_fallback_masks
+    from models.masks import check_fallback_masks
 
     class Fake:
         name, family, capture_path = "fake", "decoder", "fallback"
         stacks, fallback_stacks = {"decoder": (2, 2)}, ()
         probes = {"fallback_mask": fallback_masks.MaskSupport("4d_additive", {"decoder": "causal"})}
 
-    _check_fallback_masks(Fake(), {"decoder": torch.ones(4, 4, dtype=torch.bool).tril()})
+    check_fallback_masks(Fake(), {"decoder": torch.ones(4, 4, dtype=torch.bool).tril()})
     with pytest.raises(models.UnsupportedOperationError, match="only masks within the causal mask"):
-        _check_fallback_masks(Fake(), {"decoder": torch.ones(4, 4, dtype=torch.bool)})
+        check_fallback_masks(Fake(), {"decoder": torch.ones(4, 4, dtype=torch.bool)})
 
 
 @pytest.mark.parametrize("form", fallback_masks.FORMS)

@@ -156,11 +156,11 @@ def test_masks_are_stored_once_per_distinct_mask(tiny):
 
 
 def test_lm_head_in_blocks_gives_the_same_predictions_and_loss(tiny, monkeypatch):
-    from models import analysis
+    from models import outputs
 
     loaded = tiny("llama")
     whole = models.analyze(loaded, LONG)
-    monkeypatch.setattr(analysis, "LOGITS_BYTES", 4 * 320 * 5)  # blocks of positions
+    monkeypatch.setattr(outputs, "LOGITS_BYTES", 4 * 320 * 5)  # blocks of positions
     parts = models.analyze(loaded, LONG)
     assert np.array_equal(parts.next_token.ids, whole.next_token.ids)
     np.testing.assert_allclose(parts.next_token.probs, whole.next_token.probs, atol=1e-6)
@@ -194,12 +194,12 @@ def test_concurrent_long_analyses_keep_their_own_hidden_states(tiny, monkeypatch
     """Blocked logits read this call's final hidden states only, though the model is shared by threads."""
     import threading
 
-    from models import analysis
+    from models import outputs
 
     loaded = tiny("llama")
     texts = [LONG, "the cat chased the mouse " * 8, "dün kedi fare " * 10, "a " * 30]
     want = [models.analyze(loaded, t) for t in texts]
-    monkeypatch.setattr(analysis, "LOGITS_BYTES", 4 * 320 * 3)
+    monkeypatch.setattr(outputs, "LOGITS_BYTES", 4 * 320 * 3)
     got: dict[int, models.Analysis] = {}
     errors = []
 
