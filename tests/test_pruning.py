@@ -85,8 +85,8 @@ def _fd_embedding_sensitivity(m, prep, i, eps):
     keep[0, i] += eps
     keep[1, i] -= eps
     with torch.no_grad():
-        out = pruning._forward(m, prep, 2, pruning.gates_from_keep(m, keep, all_layers=True))
-        unit = pruning._unit_embedding(m, out)
+        out = pruning.core._forward(m, prep, 2, pruning.gates_from_keep(m, keep, all_layers=True))
+        unit = pruning.core._unit_embedding(m, out)
     return float(((unit[0] - unit[1]) / (2 * eps)).norm())
 
 
@@ -285,7 +285,7 @@ def test_prefix_reuse_gives_the_same_metric(tiny, arch):
     heads = pruning.head_list(m)
     rows = [[h] for h in heads if h[1] == 1] + [[h for h in heads if h[1] == 1 and h[2] < 2]]
     keep = pruning.keep_matrix(m, rows)
-    assert pruning._layer_blocks(m)  # supported on these models
+    assert pruning.core._layer_blocks(m)  # supported on these models
     reused = pruning.evaluate(m, prep, keep, reuse_prefix=True)
     plain = pruning.evaluate(m, prep, keep, reuse_prefix=False)
     np.testing.assert_allclose(reused, plain, atol=1e-6, rtol=0)

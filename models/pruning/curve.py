@@ -1,0 +1,158 @@
+"""The pruning curve: heads switched off in order of importance against random orders (Michel et al.
+2019, fig. 3/4; Voita et al. 2019, fig. 7), and a measured estimate of its time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..loading import LoadedModel
+from .core import DEFAULT_SHARES, HeadId, _limit, _texts, evaluate, head_list, metric_kind, prepare
+from .importance import HeadScores, gradient_importance
+
+
+# --------------------------------------------------------------------------------------------------
+# Pruning curve
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PruningCurve:
+    """Metric against the share of heads pruned.
+
+    Attributes:
+        shares: float64 ``(steps,)`` share of heads switched off (0 .. 0.9).
+        n_pruned: int ``(steps,)`` heads switched off at each step (``round(share * total)``, numpy
+            ``rint``: halves round to even).
+        by_importance: float64 ``(steps,)`` mean metric over ``texts``, least important heads off first.
+        random: float64 ``(orders, steps)`` the same for random orders (one row per order).
+        metric: the metric kind. order: the heads in pruning order (least important first).
+        texts: the sentences evaluated. total_heads: heads in the model.
+        seconds: wall time of the computation, in seconds.
+    """
+
+    shares: np.ndarray
+    n_pruned: np.ndarray
+    by_importance: np.ndarray
+    random: np.ndarray
+    metric: str
+    order: list[HeadId]
+    texts: list[str]
+    total_heads: int
+    seconds: float = 0.0
+
+    @property
+    def random_mean(self) -> np.ndarray:
+        """float64 ``(steps,)`` mean over the random orders."""
+        return self.random.mean(axis=0)
+
+
+def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadScores | np.ndarray, *,
+                  shares: Sequence[float] = DEFAULT_SHARES, random_orders: int = 3, seed: int = 0,
+                  batch_size: int = 64, max_tokens: int | None = None,
+                  progress: Callable[[float], None] | None = None) -> PruningCurve:
+    """Switch heads off in order of importance and measure the metric on ``texts`` at each share.
+
+    The ``k = round(share * N)`` heads with the lowest importance are switched off (ties in head order),
+    as in Michel et al. (2019, §4, fig. 3: heads pruned by increasing importance, 10 % steps); the same
+    shares are evaluated for ``random_orders`` random permutations (numpy ``default_rng(seed)``). All
+    steps of all orders for one text run as rows of one batch.
+
+    Args:
+        texts: the sentence set (e.g. ``assets/sentences.json``).
+        importance: :class:`HeadScores` or a float array in :func:`head_list` order (any shape that
+            flattens to ``total_heads``); higher = more important.
+        shares: shares to evaluate, each in [0, 1].
+        random_orders: how many random permutations to evaluate. seed: their numpy seed.
+        batch_size: rows per forward pass (see :func:`evaluate`).
+        max_tokens: cut each text to this many tokens.
+        progress: called with the fraction done, in [0, 1], after each text.
+
+    Returns:
+        :class:`PruningCurve` (metric in nats for the loss kinds, ``1 - cos`` for ``embedding_distance``).
+
+    Raises:
+        InvalidArgumentError: importance of the wrong size or a share outside [0, 1].
+        EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError (as :func:`prepare`).
+    """
+    import time
+
+    texts = _texts(texts)
+    start = time.perf_counter()
+    heads = head_list(loaded)
+    n = len(heads)
+    flat = importance.flat() if isinstance(importance, HeadScores) else np.asarray(importance, dtype=np.float64).reshape(-1)
+    if flat.size != n:
+        raise InvalidArgumentError(f"importance has {flat.size} values; model '{loaded.name}' has {n} heads.")
+    shares_arr = np.asarray(shares, dtype=np.float64)
+    if ((shares_arr < 0) | (shares_arr > 1)).any():
+        raise InvalidArgumentError("shares must lie in [0, 1].")
+    n_pruned = np.rint(shares_arr * n).astype(int)
+    rng = np.random.default_rng(seed)
+    orders = [np.argsort(flat, kind="stable")] + [rng.permutation(n) for _ in range(random_orders)]
+    keep = np.ones((len(orders) * len(shares_arr), n))
+    for o, order in enumerate(orders):
+        for s, k in enumerate(n_pruned):
+            keep[o * len(shares_arr) + s, order[:k]] = 0.0
+    total = np.zeros(len(keep))
+    for i, text in enumerate(texts):
+        prep = prepare(loaded, text, max_tokens=max_tokens)
+        total += evaluate(loaded, prep, keep, batch_size=batch_size)
+        if progress:
+            progress((i + 1) / len(texts))
+    mean = (total / len(texts)).reshape(len(orders), len(shares_arr))
+    return PruningCurve(
+        shares=shares_arr, n_pruned=n_pruned, by_importance=mean[0], random=mean[1:], metric=metric_kind(loaded),
+        order=[heads[i] for i in orders[0]], texts=texts, total_heads=n, seconds=time.perf_counter() - start,
+    )
+
+
+@dataclass
+class CurveEstimate:
+    """How long :func:`gradient_importance` plus :func:`pruning_curve` will take on a sentence set.
+
+    Attributes:
+        seconds: the estimate for the whole set, in seconds of wall time on this machine.
+        probe_seconds: what the measured probe itself took (both functions on ``probe_text``), in seconds.
+        probe_text: the set's text with the fewest tokens, on which the probe ran.
+        tokens: tokens of each text, in the set's order.
+    """
+
+    seconds: float
+    probe_seconds: float
+    probe_text: str
+    tokens: list[int]
+
+
+def estimate_curve_seconds(loaded: LoadedModel, texts: Sequence[str], *, random_orders: int = 3,
+                           shares: Sequence[float] = DEFAULT_SHARES, batch_size: int = 64,
+                           max_tokens: int | None = None) -> CurveEstimate:
+    """Measure :func:`gradient_importance` and :func:`pruning_curve` on the set's shortest text and scale
+    the time to the whole set: each text's time is taken as the probe's time × (its tokens ÷ the probe's
+    tokens). The per-pass cost grows at least linearly with the tokens at sentence lengths (the linear
+    layers dominate; attention adds an n² term), and a fixed per-pass overhead makes the scaled time an
+    overestimate for longer texts; ``bench/pruning_page.py`` prints estimate ÷ actual for the bundled
+    models.
+
+    Args:
+        texts: the sentence set (as for :func:`pruning_curve`).
+        random_orders, shares, batch_size, max_tokens: as for :func:`pruning_curve`.
+
+    Returns:
+        :class:`CurveEstimate` (seconds).
+
+    Raises:
+        EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError: as :func:`prepare`.
+    """
+    texts = _texts(texts)
+    limit = _limit(loaded, max_tokens)
+    tokens = [len(loaded.tokenizer(text, truncation=True, max_length=limit)["input_ids"]) for text in texts]
+    probe = int(np.argmin(tokens))
+    importance = gradient_importance(loaded, [texts[probe]], batch_size=batch_size, max_tokens=max_tokens)
+    curve = pruning_curve(loaded, [texts[probe]], importance, shares=shares, random_orders=random_orders,
+                          batch_size=batch_size, max_tokens=max_tokens)
+    probe_seconds = importance.seconds + curve.seconds
+    return CurveEstimate(probe_seconds * sum(tokens) / max(tokens[probe], 1), probe_seconds, texts[probe], tokens)
