@@ -28,7 +28,7 @@ def _strings() -> dict:
 def _raise_sites() -> list[tuple[str, list[str], set[str]]]:
     """(file:line, codes, keyword names other than code) of every ``raise XError(..., code=...)``."""
     out = []
-    for path in sorted((ROOT / "models").glob("*.py")) + sorted((ROOT / "views").glob("*.py")):
+    for path in sorted((ROOT / "models").rglob("*.py")) + sorted((ROOT / "views").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):

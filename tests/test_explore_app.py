@@ -299,7 +299,8 @@ def test_error_text_falls_back_to_the_nearest_translated_class():
         pass
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(shared, "lang", lambda: "tr")
+        for module in (shared.strings, shared.output):
+            mp.setattr(module, "lang", lambda: "tr")
         assert shared.error_text(Odd("w < 1")).startswith("**Bu maske uygulanamıyor.**")
         assert shared.error_text(Odd("w < 1")).endswith("w \\< 1")  # the engine's text, shown as text
         assert shared.error_text(models.DikkatError("x")).startswith("**Bu işlem yapılamadı.**")

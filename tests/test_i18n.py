@@ -37,7 +37,7 @@ def test_no_key_is_defined_twice_and_the_loader_says_so(tmp_path, monkeypatch):
     (tmp_path / "i18n").mkdir()
     (tmp_path / "i18n" / "a.json").write_text('{"x": {"en": "1", "tr": "1"}}', encoding="utf-8")
     (tmp_path / "i18n" / "b.json").write_text('{"x": {"en": "2", "tr": "2"}}', encoding="utf-8")
-    monkeypatch.setattr(shared, "ASSETS", tmp_path)
+    monkeypatch.setattr(shared.strings, "ASSETS", tmp_path)
     shared._strings.cache_clear()
     try:
         with pytest.raises(ValueError, match="'x' is defined in both a.json and b.json"):
@@ -63,7 +63,7 @@ def test_every_key_a_page_names_exists():
     from views import shared
 
     strings = shared._strings()
-    sources = [ROOT / "app.py"] + sorted((ROOT / "views").glob("*.py"))
+    sources = [ROOT / "app.py"] + sorted((ROOT / "views").rglob("*.py"))
     named = {(path.name, key) for path in sources
              for key in re.findall(r"\bt(?:_plain)?\(\s*\"([A-Za-z0-9_]+)\"\s*[,)]", path.read_text(encoding="utf-8"))}
     assert len(named) > 300

@@ -1,0 +1,25 @@
+"""What every page shares (a package beside the pages, one module per concern): UI strings in both languages
+and escaping (:mod:`.strings`), figures, tables and errors on a page (:mod:`.output`), the cached models and
+analyses (:mod:`.cache`), the page's state in the link (:mod:`.urlstate`), the sidebar (:mod:`.sidebar`).
+Pages use them as ``shared.t``, ``shared.get_analysis``, ....
+
+A loaded model is cached per process by :func:`models.load` and shared by every browser session;
+per-request settings (heads off, masks) travel with each call into ``models.analyze``. Analyses, prepared
+views and other results of every page share one cache bounded by bytes (:data:`CACHE`,
+``DIKKAT_CACHE_GIB``, default 4 GiB), so an analysis is stored once for all pages.
+"""
+from .cache import (  # noqa: F401
+    CACHE, analysis_ui, cached, get_analysis, get_model, load_model_ui, reads_text,
+)
+from .output import (  # noqa: F401
+    PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,
+)
+from .sidebar import (  # noqa: F401
+    DEFAULT_TEXT, DEFAULT_TEXTS, Selection, _catalog_label, default_text, examples, selection, sidebar, spec_text,
+)
+from .strings import (  # noqa: F401
+    ASSETS, Md, _strings, lang, md, t, t_plain,
+)
+from .urlstate import (  # noqa: F401
+    UrlState, url_drop, url_init, url_sync,
+)

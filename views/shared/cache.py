@@ -1,0 +1,138 @@
+"""The models and analyses every page and session shares: one cache bounded by bytes (:data:`CACHE`,
+``DIKKAT_CACHE_GIB``, default 4 GiB), loading with a spinner and the device line."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import OrderedDict
+
+import streamlit as st
+
+import models
+from models import budget
+
+from .. import hosting
+from .output import message, model_name, show_error
+from .strings import Md, md, t
+
+
+def _measure(value) -> int:
+    """Bytes an entry of :data:`CACHE` holds (its model not counted: the model cache counts it). For an
+    analysis, what it held when created is measured once; the layers its on-demand stacks keep and the
+    statistics and overview maps (filled when first read) at each use."""
+    if isinstance(value, models.Analysis):
+        fixed = value.__dict__.get("_fixed_nbytes")
+        if fixed is None:
+            fixed = value.__dict__["_fixed_nbytes"] = budget.nbytes(
+                value, skip=(models.LoadedModel, OrderedDict, models.store.LazyMap))
+        grown = sum(stack.cached_nbytes for stack in value.attentions.values())
+        for lazy in (value.statistics, value.overview):
+            if getattr(lazy, "computed", True):
+                grown += budget.nbytes(dict(lazy))
+        return fixed + grown
+    return budget.nbytes(value, skip=(models.LoadedModel,))
+
+
+# Analyses, prepared views and page results of every session, least recently used dropped first.
+CACHE = budget.ByteLRU(budget.budget_from_env("DIKKAT_CACHE_GIB", 4), measure=_measure)
+
+
+def cached(fn):
+    """Decorator: cache ``fn``'s results in :data:`CACHE` by its name and (hashable) arguments, computed
+    once even when several sessions ask at once; results are shared, read-only."""
+    name = (fn.__code__.co_filename, fn.__qualname__)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        key = (name, args, tuple(sorted(kwargs.items())))
+        try:
+            hash(key)
+        except TypeError:
+            return fn(*args, **kwargs)
+        value = CACHE.get_or_create(key, lambda: fn(*args, **kwargs))
+        if isinstance(value, models.Analysis):
+            CACHE.remeasure(key)  # it may hold more since: layers its stacks kept, statistics, overview
+        return value
+
+    return wrapper
+
+
+def get_model(name: str) -> models.LoadedModel:
+    """``models.load`` of the model a page names (:func:`hosting.source`: in classroom mode only the catalog and
+    the teacher's list, else :class:`models.ModelNotAllowedError`): cached per process (bounded by bytes) and
+    shared by all sessions."""
+    return models.load(hosting.source(name))
+
+
+def get_analysis(name: str, text: str, text_pair: str | None = None, target: str | None = None,
+                 heads_off: frozenset = frozenset(), mask="native", max_tokens: int | None = None) -> models.Analysis:
+    """``models.analyze`` cached in :data:`CACHE` by its (hashable) arguments; results are read-only.
+
+    A ``max_tokens`` that does not cut this text is dropped from the key, so pages with different limits
+    share one analysis of a short text (not for encoder-decoders, where it also cuts the generated target)."""
+    if max_tokens is not None and text_pair is None and target is None and get_model(name).family != "encoder-decoder":
+        n = len(get_model(name).tokenizer(text)["input_ids"])
+        if n <= max_tokens:
+            max_tokens = None
+    return _analysis(name, text, text_pair, target, heads_off, mask, max_tokens)
+
+
+@cached
+def _analysis(name, text, text_pair, target, heads_off, mask, max_tokens) -> models.Analysis:
+    return models.analyze(get_model(name), text, text_pair=text_pair, target=target, heads_off=heads_off,
+                          mask=mask, max_tokens=max_tokens)
+
+
+def _show_device(loaded: models.LoadedModel) -> None:
+    """Write the device in use into the sidebar slot made by :func:`sidebar` (if this run has one)."""
+    slot = st.session_state.get("_device_slot")
+    if slot is None:
+        return
+    kv = f" · {t('device_kv_heads', n=loaded.num_key_value_heads)}" if loaded.num_key_value_heads else ""
+    shape = ", ".join(f"{t(f'stack_{stack}')} {layers}×{heads}" for stack, (layers, heads) in loaded.stacks.items())
+    slot.caption(t("device_line", device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
+                   path=Md(t(f"capture_{loaded.capture_path}")), shape=Md(md(shape) + kv)))
+
+
+def load_model_ui(name: str) -> models.LoadedModel | None:
+    """Load with a spinner that shows the elapsed time (and what is happening); on failure show the reason
+    and return None. Shows the device in use in the sidebar."""
+    start = time.perf_counter()
+    try:
+        with st.spinner(t("loading", model=name), show_time=True):
+            loaded = get_model(name)
+    except models.DikkatError as exc:
+        show_error(exc)
+        return None
+    except OSError as exc:  # a folder or hub id transformers cannot read
+        reason = message(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+        st.error(t("load_failed", model=name, reason=reason))
+        return None
+    elapsed = time.perf_counter() - start
+    if elapsed > 1.0:
+        st.toast(t("loaded_in", model=name, seconds=elapsed))
+    _show_device(loaded)
+    return loaded
+
+
+def reads_text(loaded: models.LoadedModel) -> bool:
+    """True for a text model; for a speech model (input features, e.g. Whisper) show why a text page cannot use
+    it and where its attention is shown instead, and return False."""
+    if getattr(loaded.model, "main_input_name", "input_ids") == "input_features":
+        st.info(t("speech_model_no_text", model=model_name(loaded)))
+        return False
+    return True
+
+
+def analysis_ui(name: str, text: str, **kwargs) -> models.Analysis | None:
+    """Analyse with a spinner; show errors as messages (never a traceback) and the truncation notice."""
+    try:
+        with st.spinner(t("analysing")):
+            result = get_analysis(name, text, **kwargs)
+    except models.DikkatError as exc:
+        show_error(exc)
+        return None
+    if result.truncated:
+        st.warning(t("truncated", n=result.truncated, limit=result.max_tokens))
+    return result

@@ -1,0 +1,174 @@
+"""The sidebar every page shares: model, language, text (or a sentence pair), examples; and
+:class:`Selection`, what the pages read from it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import streamlit as st
+
+import models
+
+from .. import hosting
+from .strings import ASSETS, _strings, lang, md, t
+from .urlstate import url_drop, url_init, url_sync
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the sidebar chose: model name, sentence, interface language."""
+
+    model: str
+    text: str
+    lang: str
+
+
+DEFAULT_TEXT = "Kedi fareyi kovaladı"
+# The first sentence a class sees, in the interface language, so the default model of that language reads it
+# well (the English default model, minilm-l6, is English-only: the Turkish sentence came out as
+# "Ked·i·fare·yi·ko·val·ad·ı").
+DEFAULT_TEXTS = {"tr": DEFAULT_TEXT, "en": "The cat chased the mouse."}
+
+
+def default_text(language: str | None = None) -> str:
+    """The default sentence of ``language`` (the interface language when None)."""
+    return DEFAULT_TEXTS.get(language or lang(), DEFAULT_TEXT)
+
+
+def examples() -> list[dict]:
+    """Example sentences shipped in ``assets/examples.json``."""
+    return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))["examples"]
+
+
+def spec_text(spec: models.ModelSpec, field: str) -> str:
+    """A catalog entry's ``title``, ``languages`` or ``licence`` in the interface language: the
+    ``catalog_<key>_<field>`` UI string when it has one for this language, else the catalog's English."""
+    entry = _strings().get(f"catalog_{spec.key}_{field}", {})
+    return entry.get(lang()) or getattr(spec, field)
+
+
+def _model_label(key: str) -> str:
+    if key not in models.CATALOG:  # a model from the classroom teacher's list
+        return f"{key} · {t('classroom_teacher_model')}"
+    return _catalog_label(key)
+
+
+def _catalog_label(key: str) -> str:
+    """The picker's label of a catalog entry. It must not depend on the interface language: the browser
+    keeps the label of the chosen option, and a label that changes with the language would no longer match
+    on the next run, resetting the model to the first entry. The caption under the picker is translated."""
+    spec = models.get_spec(key)
+    mark = "" if spec.installed else " ✗"
+    # short enough for the sidebar (family and languages are in the caption under it)
+    return f"{key} · {spec.params_m:.0f}M{mark}"
+
+
+def _model_chosen() -> None:
+    st.session_state["_model_chosen_by_user"] = True
+
+
+def _settable(value) -> bool:
+    """Whether a widget value may be written back through Session State: the values of option widgets
+    (radio, selectbox, multiselect, segmented control, pills), sliders and number or text inputs.
+
+    Buttons and download buttons (a bool), an empty upload or recording (None), an uploaded file, the data
+    editor and selectable charts and tables (dict-like states) refuse a value set through Session State:
+    the assignment itself succeeds in a callback, but drawing the widget then raises
+    ``StreamlitValueAssignmentNotAllowedError``. Checkboxes and toggles (a bool, not a label) need no
+    write-back."""
+    if isinstance(value, (list, tuple)):
+        return all(_settable(v) for v in value)
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _language_changed() -> None:
+    """Switching the interface language also switches the default model, unless the user picked one.
+
+    It also writes the widgets' values back into Session State. Streamlit (1.67) keeps the value of a
+    radio, selectbox or multiselect in the browser as the option's *label*; with translated labels the old
+    label no longer matches after the switch and the widget would fall back to its default (the masks
+    page's section, the chosen masks ...). A value set from a callback wins over the browser's label.
+    Only values Streamlit lets a script set are written back (:func:`_settable`).
+    """
+    for key in list(st.session_state):
+        if key == "lang" or str(key).startswith("_"):
+            continue
+        value = st.session_state[key]
+        if _settable(value):
+            st.session_state[key] = value
+    if not st.session_state.get("_model_chosen_by_user") and not st.query_params.get("model_key"):
+        st.session_state["model_key"] = models.default_model_for_language(st.session_state.get("lang", "en"))
+    if st.session_state.get("text") in DEFAULT_TEXTS.values():  # an untouched default follows the language
+        st.session_state["text"] = default_text(st.session_state.get("lang", "en"))
+
+
+def _use_example() -> None:
+    chosen = st.session_state.get("example")
+    if chosen:
+        st.session_state["text"] = chosen
+    st.session_state["example"] = None
+
+
+def sidebar() -> Selection:
+    """The shared sidebar: interface language, model picker, sentence, device. Returns the selection.
+
+    Every widget's value is kept in the URL query string (:func:`url_init`, :func:`url_sync`), so a
+    shared link reopens the same model, sentence and language.
+    """
+    with st.sidebar:
+        url_init("lang", ["en", "tr"])
+        st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True, on_change=_language_changed,
+                 format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
+        url_sync("lang", "en")
+        keys = hosting.offered()
+        url_init("model_key", keys)
+        if "model_key" not in st.session_state:
+            # Turkish interface -> multilingual-e5-small when installed (issue 7), else minilm-l6
+            st.session_state["model_key"] = models.default_model_for_language(lang())
+        st.selectbox(t("model"), keys, key="model_key", format_func=_model_label, on_change=_model_chosen)
+        url_sync("model_key", models.default_model_for_language(lang()))
+        classroom = hosting.current().classroom
+        if not classroom:
+            url_init("model_custom")
+        if not classroom and str(st.session_state.get("model_custom") or "").strip():
+            # a folder or hub model replaces the list's: describing the list's model would mislead (issue 13)
+            st.caption(t("catalog_not_in_use", model=st.session_state["model_key"]))
+        elif st.session_state["model_key"] in models.CATALOG:
+            spec = models.get_spec(st.session_state["model_key"])
+            state = t("installed") if spec.installed else t("not_installed", hint=spec.install_hint)
+            st.caption(" · ".join([md(spec_text(spec, "title")), t(f"teach_family_{spec.family}"),
+                                   f"{spec.layers}×{spec.heads}", md(spec_text(spec, "languages")),
+                                   f"{t('licence')}: {md(spec_text(spec, 'licence'))}", state]))
+        else:
+            st.caption(t("classroom_teacher_model_note"))
+        custom = ""
+        if classroom:
+            # no folder paths or hub ids from the browser or a link: the server's disk is not an oracle
+            url_drop("model_custom")
+            st.session_state.pop("model_custom", None)
+            st.caption(t("classroom_note"))
+        else:
+            custom = st.text_input(t("model_custom"), key="model_custom",
+                                   placeholder="owner/name · /path/to/folder").strip()
+            url_sync("model_custom", "")
+            if custom:
+                st.caption(t("custom_note", name=custom))
+        st.selectbox(t("examples"), [e["text"] for e in examples()], index=None, key="example",
+                     placeholder=t("examples_pick"), on_change=_use_example)
+        # the default must stay the same on every run: a widget whose default changes is a new widget
+        url_init("text")
+        if isinstance(st.session_state.get("text"), str):  # a link's text, cut like a typed one
+            st.session_state["text"] = hosting.clip(st.session_state["text"])
+        if "text" not in st.session_state:  # the language's own default sentence (set once, like the model)
+            st.session_state["text"] = default_text()
+        st.text_area(t("sentence"), key="text", help=t("sentence_help"), max_chars=hosting.current().max_chars)
+        url_sync("text", default_text())
+        st.session_state["_device_slot"] = st.empty()
+    return Selection(model=custom or st.session_state["model_key"], text=hosting.clip(st.session_state.get("text", "")),
+                     lang=lang())
+
+
+def selection() -> Selection:
+    """The current selection (set by :func:`sidebar` in ``app.py``)."""
+    return st.session_state["_selection"]
