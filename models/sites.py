@@ -453,9 +453,10 @@ def gate_points(loaded: LoadedModel, inputs: dict) -> None:
     its output projection's input (Michel et al. 2019, §2: the head mask on ``Att_h(x)`` inside
     ``W_O [Att_1; ...; Att_H]``), found and proven by up to two probe passes.
 
-    * If a linear map inside the attention module's parent (the projection may sit beside the attention
-      module: BERT's ``attention.output.dense``) takes the attention function's output as it is
-      (``(batch, q, heads · head_dim)``), the gate stays on that output (the common case: the same thing).
+    * If a module inside the attention module's parent (the projection may sit beside the attention module:
+      BERT's ``attention.output.dense``; JetMoE's is expert-routed, not a Linear) takes the attention
+      function's output as it is (the same values, in any layout or row order), the gate stays on that output
+      (the common case: the same thing).
     * Else, if a linear map's input has head ``g``'s slice exactly 0 once head ``g`` is gated at the function
       (BitNet's sub-norm between them: RMSNorm of a zero slice is zero, but the other slices are rescaled),
       the site's gate moves to that map's input (``Site.out_proj``, a pre-hook), so the other heads' slices
@@ -478,7 +479,10 @@ def gate_points(loaded: LoadedModel, inputs: dict) -> None:
     candidates = {mid: [f"{block(mid)}.{sub}" for sub, m in all_modules[block(mid)].named_modules()
                         if sub and _linear_width(m) and _linear_width(m)[0] % single[mid].heads == 0]
                   for mid in single if mid in modules}
-    wanted = {name for names_ in candidates.values() for name in names_}
+    # any module that may take the function's output as it is (JetMoE's expert-routed projection is no Linear)
+    takers = {mid: [f"{block(mid)}.{sub}" for sub, _ in all_modules[block(mid)].named_modules() if sub]
+              for mid in candidates}
+    wanted = {name for names_ in takers.values() for name in names_}
     if not wanted:
         return
 
@@ -510,9 +514,11 @@ def gate_points(loaded: LoadedModel, inputs: dict) -> None:
         out = outputs.get((site.stack, site.layer))
         if out is None or mid not in candidates:
             continue
-        flat = out.reshape(*out.shape[:2], -1)
-        direct = any(native.get(n) is not None and native[n].shape == flat.shape
-                     and torch.allclose(native[n].float(), flat.float(), atol=1e-6) for n in candidates[mid])
+        # the same values, in any order (JetMoE's experts take the rows sorted by expert): nothing in between
+        values = out.detach().float().flatten().sort().values
+        direct = any(native.get(n) is not None and native[n].numel() == values.numel()
+                     and torch.allclose(native[n].float().flatten().sort().values, values, atol=1e-6)
+                     for n in takers[mid])
         if not direct:
             undecided[mid] = site
     if not undecided:
