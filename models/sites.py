@@ -479,8 +479,10 @@ def gate_points(loaded: LoadedModel, inputs: dict) -> None:
     candidates = {mid: [f"{block(mid)}.{sub}" for sub, m in all_modules[block(mid)].named_modules()
                         if sub and _linear_width(m) and _linear_width(m)[0] % single[mid].heads == 0]
                   for mid in single if mid in modules}
-    # any module that may take the function's output as it is (JetMoE's expert-routed projection is no Linear)
-    takers = {mid: [f"{block(mid)}.{sub}" for sub, _ in all_modules[block(mid)].named_modules() if sub]
+    # any projection (a module with a weight matrix: JetMoE's expert-routed one is no Linear) that may take the
+    # function's output as it is; a norm (a weight vector) taking it is something in between
+    takers = {mid: [f"{block(mid)}.{sub}" for sub, m in all_modules[block(mid)].named_modules()
+                    if sub and isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.dim() >= 2]
               for mid in candidates}
     wanted = {name for names_ in takers.values() for name in names_}
     if not wanted:
