@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PORT ?= 8501
 ADDRESS ?= 0.0.0.0
+RUN_ADDRESS ?= 127.0.0.1
 REPLICAS ?= 1
 STAMP := $(VENV)/.installed
 
@@ -37,8 +38,10 @@ install-gemma: $(STAMP)
 
 browser: /usr/bin/chromium
 
+## `make run` listens on this machine only (it takes folder paths and hub ids from the browser); RUN_ADDRESS=0.0.0.0
+## opens it to the network. `make serve` (classroom mode) listens on ADDRESS, every interface by default.
 run: install
-	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.headless true \
+	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.address $(RUN_ADDRESS) --server.headless true \
 		--server.fileWatcherType none --browser.gatherUsageStats false
 
 ## Classroom mode (issue 12): one server for a class. Only catalog models and the teacher's list

@@ -1,6 +1,6 @@
 """The key/value layout of a decoder's self-attention: grouped-query attention's head groups and the size of
 a key/value cache (Ainslie et al. 2023, "GQA"; Pope et al. 2022, §3.1). Used by the Masks page's GQA section
-and the KV-cache lesson (:mod:`models.lessons.kvcache`)."""
+(``views/mask_sections/gqa.py``) and the KV-cache lesson page (``views/kvcache.py``)."""
 
 from __future__ import annotations
 

@@ -71,3 +71,28 @@ def test_no_option_is_the_weights_as_they_are():
     p = prepare(a, "encoder")
     assert not p.renormalised and p.weights.dtype == np.float32
     np.testing.assert_array_equal(p.weights, a.attentions["encoder"])
+
+
+def test_bad_options_say_what_is_wrong():
+    import pytest
+
+    a = FakeAnalysis()
+    with pytest.raises(ValueError, match="mode must be one of heads, avg, rollout"):
+        prepare(a, "encoder", mode="average")
+    for rows in ((4, 1), (3, 50), (-1, 2)):
+        with pytest.raises(ValueError, match="rows must be"):
+            prepare(a, "encoder", rows=rows)
+    with pytest.raises(IndexError, match="layer 1 is out of range: there are 1"):
+        prepare(a, "encoder", layer=1)
+    with pytest.raises(IndexError, match="head -3 is out of range"):
+        prepare(a, "encoder", layer=0, head=-3)
+    np.testing.assert_array_equal(prepare(a, "encoder", layer=-1, head=-1).weights,
+                                  prepare(a, "encoder", layer=0, head=1).weights)
+
+
+def test_rollout_of_some_rows_is_those_rows_of_the_rollout():
+    from viz import transforms as tf
+
+    a = FakeAnalysis()
+    full = tf.rollout(a.attentions["encoder"])
+    np.testing.assert_allclose(prepare(a, "encoder", mode="rollout", layer=0, rows=(1, 3)).weights, full[:, :, 1:3])

@@ -15,13 +15,13 @@
   into the notebook itself once, and nothing (plotly.js, MathJax) is fetched from a CDN
   (:func:`use_offline_renderer`).
 * Every function takes the options of Explore (:func:`viz.prepare.prepare`: ``hide_special``,
-  ``hide_first``, ``words``, ``mode`` = ``all`` / ``avg`` / ``rollout``). numpy, plotly and the standard
+  ``hide_first``, ``words``, ``mode`` = ``heads`` / ``avg`` / ``rollout``). numpy, plotly and the standard
   library only: ``analysis`` is anything with the attributes of a :class:`models.Analysis`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -87,12 +87,8 @@ def _layer_label(analysis, stack: str, layer: int) -> int:
 
 
 def _one_layer(analysis, stack: str, layer: int, head: int | None = None, rows=None, **options) -> Prepared:
-    """:func:`viz.prepare.prepare` of one layer (rollout multiplies through the layers before it, so it is
-    prepared for every layer and the one asked for is taken)."""
-    if options.get("mode") != "rollout":
-        return prepare(analysis, stack, layer=layer, head=head, rows=rows, **options)
-    p = prepare(analysis, stack, rows=rows, **options)
-    return replace(p, weights=p.weights[layer:layer + 1])
+    """:func:`viz.prepare.prepare` of one layer (with rollout: through every layer up to it)."""
+    return prepare(analysis, stack, layer=layer, head=head, rows=rows, **options)
 
 
 def _options_title(p: Prepared, mode: str, words: bool) -> str:
@@ -101,8 +97,8 @@ def _options_title(p: Prepared, mode: str, words: bool) -> str:
     return " · ".join(x for x in parts if x)
 
 
-def head_view(analysis, stack: str | None = None, layer: int = 0, *, hide_special: bool = False,
-              hide_first: bool = False, words: bool = False, mode: str = "all", rows: tuple[int, int] | None = None,
+def head_view(analysis, layer: int = 0, *, stack: str | None = None, hide_special: bool = False,
+              hide_first: bool = False, words: bool = False, mode: str = "heads", rows: tuple[int, int] | None = None,
               title: str | None = None) -> HeadView:
     """One layer's head view (queries left, keys right, a line per head, query and key whose opacity is the
     weight; BertViz's head view, Vig 2019).
@@ -123,7 +119,7 @@ def head_view(analysis, stack: str | None = None, layer: int = 0, *, hide_specia
     p = _one_layer(analysis, stack, layer, rows=rows, hide_special=hide_special, hide_first=hide_first,
                    words=words, mode=mode)
     heads = p.weights.shape[1]
-    names = [f"head {h}" for h in range(heads)] if heads > 1 else [mode if mode != "all" else "head 0"]
+    names = [f"head {h}" for h in range(heads)] if heads > 1 else [mode if mode != "heads" else "head 0"]
     if title is None:
         title = f"{getattr(analysis, 'model', '')} · {stack} layer {_layer_label(analysis, stack, layer)}"
         extra = _options_title(p, mode, words)
@@ -134,8 +130,8 @@ def head_view(analysis, stack: str | None = None, layer: int = 0, *, hide_specia
         key_segments=p.k_segments, title=title, filename=f"head_view_{stack}_{layer}", first_position=first))
 
 
-def model_view(analysis, stack: str | None = None, *, hide_special: bool = False, hide_first: bool = False,
-               words: bool = False, mode: str = "all", title: str | None = None) -> go.Figure:
+def model_view(analysis, *, stack: str | None = None, hide_special: bool = False, hide_first: bool = False,
+               words: bool = False, mode: str = "heads", title: str | None = None) -> go.Figure:
     """Every layer x head of one stack as small maps in one grid (BertViz's model view); options as
     :func:`head_view`. Returns a plotly figure. Raises KeyError: no such stack."""
     stack = _stack(analysis, stack)
@@ -147,15 +143,15 @@ def model_view(analysis, stack: str | None = None, *, hide_special: bool = False
     return fig
 
 
-def heatmap(analysis, stack: str | None = None, layer: int = 0, head: int = 0, *, hide_special: bool = False,
-            hide_first: bool = False, words: bool = False, mode: str = "all", title: str | None = None) -> go.Figure:
+def heatmap(analysis, layer: int = 0, head: int = 0, *, stack: str | None = None, hide_special: bool = False,
+            hide_first: bool = False, words: bool = False, mode: str = "heads", title: str | None = None) -> go.Figure:
     """One head's map (query rows, key columns); with ``mode`` ``avg`` or ``rollout`` the one combined map.
     Options as :func:`head_view`. Returns a plotly figure. Raises KeyError / IndexError: no such stack,
     layer or head."""
     stack = _stack(analysis, stack)
-    p = _one_layer(analysis, stack, layer, head=head if mode == "all" else None, hide_special=hide_special,
+    p = _one_layer(analysis, stack, layer, head=head if mode == "heads" else None, hide_special=hide_special,
                    hide_first=hide_first, words=words, mode=mode)
     if title is None:
-        which = f"head {head}" if mode == "all" else {"avg": "mean of the heads", "rollout": "rollout"}.get(mode, mode)
+        which = f"head {head}" if mode == "heads" else {"avg": "mean of the heads", "rollout": "rollout"}.get(mode, mode)
         title = f"{getattr(analysis, 'model', '')} · {stack} layer {_layer_label(analysis, stack, layer)} · {which}"
     return head_heatmap(p.weights[0, 0], p.q_labels, p.k_labels, title=title)

@@ -73,14 +73,29 @@ def _window_words(words, r0: int, r1: int) -> list:
     return out
 
 
+MODES = ("heads", "avg", "rollout")
+
+
+def _index(value, size: int, what: str) -> int | None:
+    """``value`` as an index into ``size`` items (negative from the end, as numpy), or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be a whole number, got {value!r}")
+    index = int(value) + size if value < 0 else int(value)
+    if not 0 <= index < size:
+        raise IndexError(f"{what} {value} is out of range: there are {size}")
+    return index
+
+
 def prepare(a, stack: str, *, hide_special: bool = False, hide_first: bool = False, words: bool = False,
-            mode: str = "all", layer: int | None = None, head: int | None = None,
+            mode: str = "heads", layer: int | None = None, head: int | None = None,
             rows: tuple[int, int] | None = None) -> Prepared:
     """Apply Explore's options to one stack's attention weights: what every view (head view, model view,
     heatmap, summary) draws.
 
-    Order: heads (``mode``: ``all`` heads, ``avg`` their mean, ``rollout``: Abnar & Zuidema 2020, eq. 1,
-    :func:`viz.transforms.rollout`) -> hide special tokens and/or the first token and renormalise each row
+    Order: heads (``mode``: ``heads`` every head, ``avg`` their mean, ``rollout``: Abnar & Zuidema 2020,
+    eq. 1, :func:`viz.transforms.rollout`, through every layer up to ``layer``) -> hide special tokens and/or the first token and renormalise each row
     over the keys left (:func:`viz.transforms.filter_tokens`) -> merge the tokens of each word
     (:func:`viz.transforms.merge_words`: sum over a word's keys, mean over its queries; Clark et al. 2019,
     §3). With ``layer`` (and ``head``, ``rows``: a ``(start, stop)`` range of query tokens) only that layer's
@@ -95,21 +110,31 @@ def prepare(a, stack: str, *, hide_special: bool = False, hide_first: bool = Fal
         a :class:`Prepared` (float32 weights, labels, segments, token positions per row/column).
 
     Raises:
-        KeyError: ``stack`` is not in ``a.attentions``. IndexError: ``layer`` / ``head`` out of range.
+        KeyError: ``stack`` is not in ``a.attentions``. IndexError: ``layer`` / ``head`` out of range
+        (negative ones count from the end). TypeError: a layer or head that is not a whole number.
+        ValueError: an unknown ``mode``; ``rows`` not ``(start, stop)`` within the queries.
     """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     q_tokens, k_tokens = a.axis_tokens(stack)
     q_words, k_words = a.axis_words(stack)
+    layers, heads = a.attentions[stack].shape[:2]
+    layer = _index(layer, layers, "layer")
+    head = _index(head, heads, "head")
     r0, r1 = rows or (0, len(q_tokens))
-    if layer is None:
+    if not (isinstance(r0, (int, np.integer)) and isinstance(r1, (int, np.integer)) and 0 <= r0 < r1 <= len(q_tokens)):
+        raise ValueError(f"rows must be (start, stop) with 0 <= start < stop <= {len(q_tokens)}, got {rows!r}")
+    if mode == "rollout":  # through every layer up to the one asked for, on all rows; then the rows asked for
+        w = tf.rollout(np.asarray(a.attentions[stack][:layers if layer is None else layer + 1]))
+        w = (w if layer is None else w[-1:])[..., r0:r1, :]
+    elif layer is None:
         w = np.asarray(a.attentions[stack])[..., r0:r1, :]
     else:
         w = a.attentions[stack][layer, slice(None) if head is None else head, r0:r1]
         w = w.reshape(1, -1, r1 - r0, w.shape[-1])
     if rows is not None:
         q_tokens, q_words = q_tokens[r0:r1], _window_words(q_words, r0, r1)
-    if mode == "rollout":
-        w = tf.rollout(w)
-    elif mode == "avg":
+    if mode == "avg":
         w = tf.average_heads(w)
     self_attn = stack != "cross"
     keep_q = tf.keep_mask(len(q_tokens), drop_flags=[x.special for x in q_tokens] if hide_special else None)

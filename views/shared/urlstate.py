@@ -99,8 +99,14 @@ class UrlState:
     """
 
     def __init__(self, keys: tuple[str, ...]):
-        self.keys = keys
-        self.bound: dict = {}
+        self.keys = tuple(keys)
+        self._slot = "_urlstate_" + ",".join(self.keys)
+
+    @property
+    def bound(self) -> dict:
+        """``key -> default`` of the widgets bound in this run of this session (kept in Session State: a page
+        module imported once, e.g. the Masks page's sections, serves every session and run)."""
+        return st.session_state.setdefault(self._slot, {})
 
     def bind(self, key: str, default=None, options=None, kind: type = str,
              bounds: tuple[int, int] | None = None) -> None:
@@ -114,8 +120,10 @@ class UrlState:
 
     def finish(self) -> None:
         """Write the bound widgets' values to the URL; drop the page's keys not bound in this run."""
+        bound = self.bound
         for key in self.keys:
-            if key in self.bound:
-                url_sync(key, self.bound[key])
+            if key in bound:
+                url_sync(key, bound[key])
             else:
                 url_drop(key)
+        del st.session_state[self._slot]  # the next run binds afresh

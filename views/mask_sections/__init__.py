@@ -1,0 +1,1 @@
+"""The Masks page's sections, one module each (the page itself is ``views/masks.py``)."""

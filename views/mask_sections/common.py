@@ -1,0 +1,129 @@
+"""What the Masks page's sections share: constants, cached runs, the page's state in the link (:data:`URL`),
+layer/head pickers and figure helpers."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import streamlit as st
+
+import models
+from models import compare
+from views import shared
+from viz import masks as vm
+
+
+t = shared.t
+# The mask page draws n x n grids (and an n x n checkbox editor): keep texts short.
+MAX_TOKENS = 24
+KINDS = ("bidirectional", "causal", "sliding_window", "strided", "custom")
+PRESETS = ("causal", "bidirectional", "diagonal", "previous", "empty")
+BERT_MODEL, GPT_MODEL, GQA_MODEL = "minilm-l6", "smollm2-135m", "smollm2-135m"
+ENCDEC_PRESETS = ("Helsinki-NLP/opus-mt-tr-en", "whisper-base", "google-t5/t5-small", "facebook/bart-base")
+AUDIO_DIR = shared.ASSETS / "audio"
+CLIPS = {"the_cat_chased_the_mouse_en.wav": "en", "kedi_fareyi_kovaladi_tr.wav": "tr"}
+LANGUAGES = ("en", "tr", "de", "fr", "es")
+
+
+# ----------------------------------------------------------------------------------------- cached runs
+
+
+@shared.cached
+def native_run(name: str, text: str, max_tokens: int) -> models.Analysis:
+    """Native run with hidden states and (when the model has a head) logits; shared, read-only."""
+    loaded = shared.get_model(name)
+    return models.analyze(loaded, text, hidden_states=True, keep_logits=loaded.head != "none", max_tokens=max_tokens)
+
+
+@shared.cached
+def mask_run(name: str, text: str, mask_key, max_tokens: int) -> compare.MaskRun:
+    """One replaced mask measured against the native run. ``mask_key``: a mask string, or
+    ``("custom", rows)`` with ``rows`` a tuple of tuples of bools (hashable for the cache)."""
+    mask = np.array(mask_key[1], dtype=bool) if isinstance(mask_key, tuple) else mask_key
+    return compare.run_mask(shared.get_model(name), text, mask, native_run(name, text, max_tokens),
+                            max_tokens=max_tokens)
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+# The page's state lives in the URL (issue 13: a link reopens the same section, masks, layer and head).
+URL = shared.UrlState(("masks_section", "masks_kinds", "masks_window", "masks_stride", "masks_custom_start",
+                       "masks_cmp_layer", "masks_cmp_head", "masks_bg_enc_layer", "masks_bg_enc_head",
+                       "masks_bg_dec_layer", "masks_bg_dec_head", "masks_encdec_choice", "masks_src", "masks_tgt",
+                       "masks_encdec_hide", "masks_ed_layer", "masks_ed_head", "masks_align_threshold", "masks_clip",
+                       "masks_audio_lang", "masks_audio_tgt", "masks_audio_heads", "masks_gqa_layer"))
+bind = URL.bind
+
+
+def clamp(key: str, hi: int, default: int = 0) -> None:
+    """Keep a slider/select value stored in session_state inside ``0..hi`` (the model may have changed)."""
+    value = st.session_state.get(key, default)
+    if not isinstance(value, int) or not 0 <= value <= hi:
+        st.session_state[key] = min(max(default, 0), hi)
+
+
+def layer_head(prefix: str, layers: int, heads: int, *, allow_mean: bool = False) -> tuple[int, int | None]:
+    """Layer slider and head selector; returns (layer, head or None for the mean over heads)."""
+    options = list(range(heads)) + (["mean"] if allow_mean else [])
+    bind(f"{prefix}_layer", 0, kind=int, bounds=(0, max(layers - 1, 0)))
+    bind(f"{prefix}_head", 0, options=options)
+    clamp(f"{prefix}_layer", layers - 1)
+    if st.session_state.get(f"{prefix}_head", 0) not in options:
+        st.session_state[f"{prefix}_head"] = 0
+    c1, c2 = st.columns(2)
+    with c1:
+        layer = st.slider(t("masks_layer"), 0, max(layers - 1, 0), key=f"{prefix}_layer") if layers > 1 else 0
+    with c2:
+        head = st.selectbox(t("masks_head"), options, key=f"{prefix}_head",
+                            format_func=lambda h: t("masks_head_mean") if h == "mean" else str(h))
+    return layer, (None if head == "mean" else int(head))
+
+
+def head_name(head: int | None) -> str:
+    return t("masks_head_mean") if head is None else t("masks_head_n", h=head)
+
+
+def pick_map(att: np.ndarray, layer: int, head: int | None) -> np.ndarray:
+    """(layers, heads, q, k) -> (q, k) of one head, or the mean over heads."""
+    return att[layer].mean(axis=0) if head is None else att[layer, head]
+
+
+def mask_title(kind: str) -> str:
+    if kind == "sliding_window":
+        return t("masks_mask_sliding_window_w", w=st.session_state.get("masks_window", 3))
+    if kind == "strided":
+        return t("masks_mask_strided_s", s=st.session_state.get("masks_stride", 3))
+    return t(f"masks_mask_{kind}")
+
+
+def preset_matrix(kind: str, n: int) -> np.ndarray:
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    return {"causal": j <= i, "bidirectional": np.ones((n, n), bool), "diagonal": i == j,
+            "previous": j == i - 1, "empty": np.zeros((n, n), bool)}[kind]
+
+
+def token_labels(tokens) -> list[str]:
+    return [tok.label for tok in tokens]
+
+
+def text_model_ok(loaded: models.LoadedModel) -> bool:
+    if getattr(loaded.model, "main_input_name", "input_ids") != "input_ids":
+        st.info(t("masks_text_models_only", model=shared.model_name(loaded)))
+        return False
+    return True
+
+
+def chart(fig, key: str) -> None:
+    shared.plotly_chart(fig, key=key, config={"displaylogo": False})
+
+
+def mask_figure(*args, **kwargs):
+    """:func:`viz.masks.mask_figure` with its hover words in the interface language."""
+    return vm.mask_figure(*args, **{"allowed_label": t("masks_allowed"), "forbidden_label": t("masks_forbidden"),
+                                    "query_title": t("query"), "key_title": t("key"), **kwargs})
+
+
+def attention_figure(*args, **kwargs):
+    """:func:`viz.masks.attention_figure` with its hover words and title note in the interface language."""
+    return vm.attention_figure(*args, **{"query_title": t("query"), "key_title": t("key"),
+                                         "renormalised_label": t("masks_renormalised"), **kwargs})
