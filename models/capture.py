@@ -350,7 +350,7 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         if gate is not None:
             out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
             gate = gate.to(device=out.device, dtype=out.dtype)
-            return out * (gate[:, None, :, None] if gate.dim() == 2 else gate[None, None, :, None]), weights
+            return out * per_head(gate, out.shape[0])[:, None, :, None], weights
     empty_rows = None
     if site is not None and site.stack in state.masks:
         # one additive mask per stack and shape, reused by every layer (a long text's mask is large)
@@ -432,7 +432,7 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         gate = None if site.out_proj else state.gates.get((site.stack, site.layer))  # else at the projection
         if gate is not None:
             gate = gate.to(device=out.device, dtype=out.dtype)
-            out = out * (gate[:, None, :, None] if gate.dim() == 2 else gate[None, None, :, None])
+            out = out * per_head(gate, out.shape[0])[:, None, :, None]
         if state.outputs is not None:
             state.outputs.setdefault((site.stack, site.layer), out)
         if chosen and state.pending is not None:
@@ -449,6 +449,11 @@ def _is_causal(mask: torch.Tensor, n: int) -> bool:
     if allowed.shape[-2] != n:
         return False
     return torch.equal(allowed, torch.ones(n, n, dtype=torch.bool, device=mask.device).tril().expand_as(allowed))
+
+
+def per_head(gate: torch.Tensor, batch: int) -> torch.Tensor:
+    """A gate ``(heads,)`` (every batch row alike) or ``(batch, heads)`` as ``(batch, heads)``."""
+    return gate if gate.dim() == 2 else gate[None].expand(batch, -1)
 
 
 def _sdpa():
@@ -472,9 +477,8 @@ def _fallback_pre_hook(site: Site):
         hidden = args[0]
         b, q, width = hidden.shape
         g = gate.to(device=hidden.device, dtype=hidden.dtype)
-        g = g if g.dim() == 2 else g[None].expand(b, -1)
-        per_head = hidden.view(b, q, site.heads, width // site.heads) * g[:, None, :, None]
-        return (per_head.view(b, q, width),) + tuple(args[1:])
+        heads = hidden.view(b, q, site.heads, width // site.heads) * per_head(g, b)[:, None, :, None]
+        return (heads.view(b, q, width),) + tuple(args[1:])
 
     return hook
 
@@ -557,6 +561,9 @@ def capture(
     try:
         yield state
     finally:
+        from .fallback_masks import exit_all  # modes a stopped forward pass left entered
+
+        exit_all()
         _STATE.reset(token)
 
 

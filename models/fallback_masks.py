@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.overrides import TorchFunctionMode
 
+from . import capture
+
 FORMS = ("3d", "4d_additive", "4d_binary")
 _LOCK = threading.Lock()
 _SOFTMAXES = (torch.nn.functional.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax)
@@ -134,7 +136,7 @@ class _AtSoftmax(TorchFunctionMode):
             self.record(per_head)
         if self.gate is not None:
             gate = self.gate.to(device=out.device, dtype=out.dtype)
-            gate = gate if gate.dim() == 2 else gate[None].expand(per_head.shape[0], -1)
+            gate = capture.per_head(gate, per_head.shape[0])
             out = (per_head * gate[:, :, None, None]).reshape(out.shape)
         return out
 
@@ -143,8 +145,6 @@ def _enter(site):
     """Forward pre-hook of ``site``'s attention module: enters an :class:`_AtSoftmax` when this context
     replaces the stack's mask (:func:`applying`) or, for a site gated here (``Site.softmax_gate``), switches
     some of its heads off (``capture``'s gates)."""
-    from . import capture
-
     def pre_hook(module, args):
         applying_now = _APPLYING.get()
         allowed = applying_now.masks.get(site.stack) if applying_now is not None else None
@@ -171,6 +171,17 @@ def _leave(module, args, output):
         entered[-1][1].__exit__(None, None, None)
 
 
+def exit_all() -> None:
+    """Leave every mode the pre-hooks entered in this context, innermost first. torch runs ``always_call``
+    forward hooks only when a forward pass raises an ``Exception``: a ``KeyboardInterrupt`` (a stopped
+    notebook cell) or Streamlit's rerun/stop would skip :func:`_leave` and leave a mode masking every later
+    softmax of the thread. :func:`applying` and :func:`models.capture.capture` call this when they end."""
+    entered = _ENTERED.get()
+    _ENTERED.set(())
+    for _, mode in reversed(entered):
+        mode.__exit__(None, None, None)
+
+
 def install_softmax_hooks(site, module) -> None:
     """Register :func:`_enter` / :func:`_leave` on ``site``'s attention module (once per module)."""
     if getattr(module, "_dikkat_softmax_site", None) is None:
@@ -188,6 +199,7 @@ def applying(masks: dict[str, torch.Tensor]):
     try:
         yield
     finally:
+        exit_all()
         _APPLYING.reset(token)
 
 
@@ -319,8 +331,6 @@ def eager_maps(loaded, outputs, state) -> dict[str, tuple]:
 
 def _probe_run(loaded, inputs: dict, masks: dict | None = None, **extra) -> dict[str, tuple]:
     """One probe pass (``masks`` applied at the softmax, ``extra`` added to the inputs): the eager maps."""
-    from . import capture
-
     with torch.no_grad(), capture.capture(loaded.site_index, record=False) as state, applying(masks or {}):
         out = loaded.model(**inputs, **extra, output_attentions=True, return_dict=True)
     return eager_maps(loaded, out, state)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import budget, cache, capture, hub
+from . import budget, cache, capture, fallback_masks, hub
 from .catalog import CATALOG, ModelSpec, get_spec
 from .families import auto_class, family_and_head, named_class
 from .sites import decoder_call, discover_sites
@@ -60,7 +60,7 @@ class LoadedModel:
         missing_stacks: ``stack -> why it is not shown``: a stack that neither routes through the interface
             nor returns token-by-token maps (Pegasus-X's local/global encoder).
         call_kwargs: extra arguments of every analysing forward pass, found at load time
-            (:func:`_decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose decoder is causal
+            (:func:`models.sites.decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose decoder is causal
             only without a cache (FSMT builds its causal mask only then, as in training).
     """
 
@@ -457,6 +457,10 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     )
     discover_sites(loaded)
     loaded.call_kwargs = decoder_call(loaded)
+    if loaded.capture_path == "fallback" or loaded.fallback_stacks:
+        # the mask probe registers hooks and runs the model: only here, before the model is shared between
+        # sessions (a probe beside another session's forward pass saw its modules and broke its hooks)
+        fallback_masks.mask_support(loaded)
     return loaded
 
 

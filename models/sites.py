@@ -155,6 +155,12 @@ def discover_sites(loaded: LoadedModel) -> None:
             fallback_masks.install_softmax_hooks(site, modules[site.stack][site.layer])
 
 
+def _rows_sum_to_one(t: torch.Tensor) -> bool:
+    """Every row of ``t`` (..., keys) is finite and sums to 1 (within 1e-3), or to 0 (a query with no key)."""
+    sums = t.float().sum(-1)
+    return bool(torch.isfinite(sums).all() and ((sums - 1).abs().lt(1e-3) | sums.abs().lt(1e-6)).all())
+
+
 def _scores_to_weights(loaded: LoadedModel, stacks: dict[str, tuple], inputs: dict) -> tuple[dict, dict]:
     """Some models return the attention scores before the softmax as their ``attentions`` (ProphetNet's
     encoder, SqueezeBERT: rows that do not sum to 1). Where one module per layer computes exactly the softmax
@@ -166,10 +172,7 @@ def _scores_to_weights(loaded: LoadedModel, stacks: dict[str, tuple], inputs: di
         the stacks read at the softmax.
     """
     def sums_to_one(t) -> bool:
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            return True  # not scores either: _check_maps says why
-        sums = t.float().sum(-1)
-        return bool(torch.isfinite(sums).all() and ((sums - 1).abs().lt(1e-3) | sums.abs().lt(1e-6)).all())
+        return not isinstance(t, torch.Tensor) or t.dim() != 4 or _rows_sum_to_one(t)  # else _check_maps says why
 
     suspects = {stack for stack, tensors in stacks.items() if not all(sums_to_one(t) for t in tensors)}
     read_at = fallback_masks.softmax_modules(loaded, inputs, suspects, scores=suspects) if suspects else {}
@@ -228,10 +231,9 @@ def _check_maps(loaded: LoadedModel, stacks: dict[str, tuple], inputs: dict) -> 
                 why = f"a {getattr(w, 'shape', type(w).__name__)} value, not (batch, heads, queries, keys)"
             elif (q_len and w.shape[-2] != q_len) or (k_len and w.shape[-1] != k_len):
                 why = f"shape {tuple(w.shape)} for {q_len} queries and {k_len or '?'} keys"
-            else:
+            elif not _rows_sum_to_one(w):
                 sums = w.float().sum(-1)
-                if not torch.isfinite(sums).all() or not ((sums - 1).abs().lt(1e-3) | sums.abs().lt(1e-6)).all():
-                    why = f"rows summing to {float(sums.min()):.3g} .. {float(sums.max()):.3g}, not 1"
+                why = f"rows summing to {float(sums.min()):.3g} .. {float(sums.max()):.3g}, not 1"
             if why:
                 raise NoAttentionWeightsError(
                     f"Model '{loaded.name}' ({loaded.model.config.model_type}) returns {stack} layer {layer}'s "
@@ -470,7 +472,6 @@ def gate_points(loaded: LoadedModel, inputs: dict) -> None:
     model = loaded.model
     names = {id(m): n for n, m in model.named_modules()}
     single = {mid: site for mid, site in loaded.site_index.items() if isinstance(site, capture.Site)}
-    modules = {id(m): m for m in model.modules() if id(m) in single}
     all_modules = dict(model.named_modules())
 
     def block(mid) -> str:  # the module holding the attention module: its projection may sit beside it (BERT)
@@ -478,7 +479,7 @@ def gate_points(loaded: LoadedModel, inputs: dict) -> None:
 
     candidates = {mid: [f"{block(mid)}.{sub}" for sub, m in all_modules[block(mid)].named_modules()
                         if sub and _linear_width(m) and _linear_width(m)[0] % single[mid].heads == 0]
-                  for mid in single if mid in modules}
+                  for mid in single}
     # any projection (a module with a weight matrix: JetMoE's expert-routed one is no Linear) that may take the
     # function's output as it is; a norm (a weight vector) taking it is something in between
     takers = {mid: [f"{block(mid)}.{sub}" for sub, m in all_modules[block(mid)].named_modules()

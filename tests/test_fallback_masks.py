@@ -244,3 +244,33 @@ def test_scores_returned_before_the_softmax_are_read_at_the_softmax(tiny):
     n = len(a.tokens)
     diag = models.analyze(loaded, TEXT, mask=np.eye(n, dtype=bool))
     np.testing.assert_allclose(np.asarray(diag.attentions["encoder"]), np.broadcast_to(np.eye(n), got.shape), atol=1e-7)
+
+
+def test_an_interrupted_forward_pass_leaves_no_softmax_masked(tiny):
+    """torch runs always_call hooks only for an Exception: a KeyboardInterrupt (a stopped notebook cell) or
+    Streamlit's rerun inside the attention module skipped the hook that leaves the softmax mode, which then
+    masked every later softmax of the thread. The contexts leave every mode they entered."""
+    import torch
+
+    loaded = tiny("deberta")
+    n = len(models.analyze(loaded, TEXT).tokens)
+    module = loaded.model.deberta.encoder.layer[0].attention.self
+
+    def interrupt(mod, args):  # after Dikkat's own pre-hook entered the mode, inside the module's call
+        raise KeyboardInterrupt
+
+    handle = module.register_forward_pre_hook(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            models.analyze(loaded, TEXT, mask=np.eye(n, dtype=bool))
+    finally:
+        handle.remove()
+    x = torch.zeros(n, n)
+    np.testing.assert_allclose(torch.softmax(x, -1).numpy(), np.full((n, n), 1 / n), rtol=1e-6)  # not masked
+    assert (np.asarray(models.analyze(loaded, TEXT).attentions["encoder"]) > 0).all()
+
+
+def test_the_mask_probe_runs_at_load_before_the_model_is_shared(tiny):
+    """The probe registers hooks and runs the model: it ran on the first mask request, beside other sessions'
+    forward passes; now load answers it."""
+    assert "fallback_mask" in tiny("bloom").probes and "fallback_mask" in tiny("mpnet").probes

@@ -1,4 +1,4 @@
-"""Head pruning engine (models/pruning.py) on tiny random models: batched ablation, gradient importance,
+"""Head pruning engine (models/pruning/) on tiny random models: batched ablation, gradient importance,
 pruning curve, and exact restoration when heads are switched back on (case C07)."""
 
 from __future__ import annotations

@@ -139,3 +139,22 @@ def test_special_token_labels_are_drawn_literally_by_plotly():
     assert plotly_labels(["<s>", "a<b>&"]) == ["&lt;s&gt;", "a&lt;b&gt;&amp;"]
     fig = head_heatmap(np.full((2, 2), 0.5, dtype=np.float32), ["<s>", "Ke"], ["<s>", "Ke"])
     assert list(fig.layout.xaxis.ticktext) == ["&lt;s&gt;", "Ke"] and list(fig.layout.yaxis.ticktext)[0] == "&lt;s&gt;"
+
+
+def test_a_head_view_fragment_keeps_labels_as_data_and_finds_its_own_div():
+    """A label with markup ("<!--<script>", "</script>") stays inside the data block as JSON escapes, and the
+    fragment's script starts from its own div by id (a classic notebook runs output scripts elsewhere)."""
+    import json
+    import re
+
+    from viz.head_view import head_view_fragment, head_view_html
+
+    labels = ["<!--<script>", "</script>", "a&b"]
+    w = np.full((1, 3, 3), 1 / 3, dtype=np.float32)
+    for html in (head_view_fragment(w, labels, labels, head_names=["h"]), head_view_html(w, labels, labels, head_names=["h"])):
+        data = re.search(r'class="hv-data"[^>]*>(.*?)</script>', html, re.S).group(1)
+        assert "<" not in data and ">" not in data and "&" not in data
+        assert json.loads(data)["q"] == labels
+    fragment = head_view_fragment(w, labels, labels, head_names=["h"])
+    scope = re.search(r'id="(dikkat-hv-[0-9a-f]+)"', fragment).group(1)
+    assert f'document.getElementById("{scope}")' in fragment and "currentScript" not in fragment

@@ -207,7 +207,7 @@ def head_view_fragment(weights: np.ndarray, query_labels: Sequence[str], key_lab
         ``<div class="dikkat-head-view" id="dikkat-hv-…">…</div>`` (str) with no external reference.
     """
     scope = f"dikkat-hv-{uuid.uuid4().hex}"
-    body = _head_view_body(weights, query_labels, key_labels, ids=False, head_names=head_names, query_segments=query_segments,
+    body = _head_view_body(weights, query_labels, key_labels, scope=scope, head_names=head_names, query_segments=query_segments,
                            key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
                            first_position=first_position)
     return (f'<div class="dikkat-head-view" id="{scope}"><style>#{scope}{{{_FONT}}}{_css("#" + scope + " ")}</style>'
@@ -231,12 +231,19 @@ def _css(scope: str) -> str:
     return "".join(scope + rule.replace("{s}", scope) for rule in rules)
 
 
-def _head_view_body(weights, query_labels, key_labels, *, ids: bool = True, **kwargs) -> str:
+def _head_view_body(weights, query_labels, key_labels, *, scope: str | None = None, **kwargs) -> str:
     """Controls, drawing area, data and script: what :func:`head_view_html` and :func:`head_view_fragment`
-    share; element ids only for a page of its own (``ids``)."""
+    share. A page of its own (``scope`` None) has element ids and its script starts from the script's parent
+    (the body); a fragment's script starts from the element with id ``scope`` (a classic notebook runs an
+    output's scripts elsewhere, so the script's own parent is not the fragment)."""
+    ids = scope is None
     data = head_view_data(weights, query_labels, key_labels, **kwargs)
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    # <, > and & as JSON escapes: no text (a label like "<!--<script>") can end or reshape the data block
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     script = JS_FILE.read_text(encoding="utf-8")
+    if scope is not None:
+        script = script.replace("})(document.currentScript.parentNode);", f'}})(document.getElementById("{scope}"));')
     def id_(name: str) -> str:
         return f' id="{name}"' if ids else ""
 

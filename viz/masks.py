@@ -225,7 +225,7 @@ def gqa_figure(groups: Sequence[Sequence[int]], *, query_label: str = "query hea
     head to the key/value head it reads (Ainslie et al. 2023). One colour per group.
 
     Args:
-        groups: one sequence of query-head indices per key/value head (:func:`models.compare.kv_groups`;
+        groups: one sequence of query-head indices per key/value head (:func:`models.kv_layout.kv_groups`;
             Ainslie et al. 2023, §2.2).
 
     Returns:

@@ -145,8 +145,10 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
         :class:`Prepared` (batch 1).
 
     Raises:
-        EmptyTextError: empty text. UnsupportedOperationError: a speech model (no text input), or a
-        decoder text of a single token (no next token to score).
+        EmptyTextError: empty text. UnsupportedOperationError: a speech model (no text input), a decoder
+        text of a single token (no next token to score), or a model some of whose heads cannot be switched
+        off (heads mixed before the output projection, a fallback layer with no gate point): their importance
+        would read 0 (:func:`models.heads.validate_heads`).
     """
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("The text is empty: type a sentence to analyse.")
@@ -154,6 +156,7 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {model.main_input_name}.",
                                         code="pruning_needs_text_model", model=loaded.name, reads=model.main_input_name)
+    validate_heads(loaded, head_list(loaded))  # every head must be one the gates can switch off
     limit = _limit(loaded, max_tokens)
     enc = tok(text, truncation=True, max_length=limit)
     ids = torch.tensor([enc["input_ids"]], device=loaded.device)
