@@ -288,9 +288,9 @@ def analyze(
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     text = check_text(text, "text")
-    if getattr(model.model, "main_input_name", "input_ids") != "input_ids":
+    if model.input_name != "input_ids":
         raise UnsupportedOperationError(
-            f"Model '{model.name}' reads {model.model.main_input_name} (a speech model), not text: "
+            f"Model '{model.name}' reads {model.input_name} (a speech model), not text: "
             "use models.analyze_audio with a recording.",
             code="speech_model_reads_audio", model=model.name
         )

@@ -108,7 +108,7 @@ def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None =
     stack = stack or loaded.mask_stack
     if stack == "encoder":
         return MaskMode("bidirectional").matrix(n)
-    cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+    cfg = loaded.text_config
     window = getattr(cfg, "sliding_window", None)
     layer_types = getattr(cfg, "layer_types", None)
     sliding = False

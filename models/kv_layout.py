@@ -118,7 +118,7 @@ def kv_layout(loaded: LoadedModel, bytes_per_value: int | None = None) -> KVLayo
 
     Raises:
         InvalidArgumentError: the key/value heads do not divide the query heads."""
-    cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+    cfg = loaded.text_config
 
     def first(*names):
         return next((getattr(cfg, n) for n in names if getattr(cfg, n, None)), None)

@@ -141,9 +141,20 @@ class LoadedModel:
         return self.model.config
 
     @property
+    def text_config(self):
+        """The config of the model's text part (``get_text_config()`` of a composite model), else its config."""
+        cfg = self.model.config
+        return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+    @property
+    def input_name(self) -> str:
+        """What the model reads: ``input_ids`` (text) or ``input_features`` (a speech model's log-mel frames)."""
+        return getattr(self.model, "main_input_name", "input_ids")
+
+    @property
     def num_key_value_heads(self) -> int | None:
         """Key/value heads of a grouped-query attention model (None when every head has its own)."""
-        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        cfg = self.text_config
         kv = getattr(cfg, "num_key_value_heads", None)
         heads = getattr(cfg, "num_attention_heads", None)
         return kv if kv and heads and kv != heads else None

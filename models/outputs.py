@@ -93,7 +93,7 @@ def _head_blocks(model: LoadedModel, hidden: torch.Tensor, last_logits: torch.Te
         UnsupportedOperationError: the blocks do not reproduce the model's own logits.
     """
     head = model.model.get_output_embeddings()
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cfg = model.text_config
     cap = getattr(cfg, "final_logit_softcapping", None)
 
     def block(h: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ def probe_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     model, tok = loaded.model, loaded.tokenizer
     ids = tok("probe text", return_tensors="pt")["input_ids"][:, :8]
     inputs: dict[str, torch.Tensor] = {}
-    if getattr(model, "main_input_name", "input_ids") == "input_features":
+    if loaded.input_name == "input_features":
         cfg = model.config
         inputs["input_features"] = torch.zeros(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, dtype=loaded.dtype)
     else:

@@ -37,7 +37,7 @@ st.info(t(f"pos_kind_{kind}", model=sel.model))
 
 stack = loaded.input_stack
 labels: list[str] = []
-text_model = getattr(loaded.model, "main_input_name", "input_ids") != "input_features"  # not Whisper
+text_model = loaded.input_name != "input_features"  # not Whisper
 if sel.text.strip() and text_model:
     analysis = shared.analysis_ui(sel.model, sel.text)
     if analysis is not None:
@@ -51,7 +51,7 @@ pos_labels = [f"{i} · {lab}" for i, lab in enumerate(labels)]
 
 # ---- 1. sinusoidal ---------------------------------------------------------------------------------
 st.header(t("pos_s1"))
-cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+cfg = loaded.text_config
 d_model = int(getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model", 64))
 st.markdown(t("pos_s1_text", n=n, d=d_model))
 st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right),\quad "

@@ -206,7 +206,7 @@ loaded = shared.load_model_ui(sel.model)
 if loaded is None:
     st.stop()
 name, text = sel.model, sel.text
-if getattr(loaded.model, "main_input_name", "input_ids") != "input_ids":
+if loaded.input_name != "input_ids":
     st.info(t("prune_text_model_only", model=name))
     st.stop()
 stacks = loaded.stacks

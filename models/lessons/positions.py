@@ -119,13 +119,13 @@ def _fixed_vectors(head_dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
 
 def head_dim_of(loaded: LoadedModel) -> int:
     """Width of one head's query/key vectors (``head_dim`` of the text config, else hidden size ÷ heads)."""
-    cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+    cfg = loaded.text_config
     return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
 
 
 def rope_theta(loaded: LoadedModel) -> float | None:
     """The model's RoPE base θ (``rope_parameters["rope_theta"]`` or ``rope_theta``), or None."""
-    cfg = loaded.config.get_text_config() if hasattr(loaded.config, "get_text_config") else loaded.config
+    cfg = loaded.text_config
     params = getattr(cfg, "rope_parameters", None) or {}
     if isinstance(params, dict) and "rope_theta" in params:
         return float(params["rope_theta"])

@@ -153,9 +153,9 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("The text is empty: type a sentence to analyse.")
     model, tok = loaded.model, loaded.tokenizer
-    if getattr(model, "main_input_name", "input_ids") != "input_ids":
-        raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {model.main_input_name}.",
-                                        code="pruning_needs_text_model", model=loaded.name, reads=model.main_input_name)
+    if loaded.input_name != "input_ids":
+        raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {loaded.input_name}.",
+                                        code="pruning_needs_text_model", model=loaded.name, reads=loaded.input_name)
     validate_heads(loaded, head_list(loaded))  # every head must be one the gates can switch off
     limit = _limit(loaded, max_tokens)
     enc = tok(text, truncation=True, max_length=limit)

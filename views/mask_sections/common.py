@@ -107,7 +107,7 @@ def token_labels(tokens) -> list[str]:
 
 
 def text_model_ok(loaded: models.LoadedModel) -> bool:
-    if getattr(loaded.model, "main_input_name", "input_ids") != "input_ids":
+    if loaded.input_name != "input_ids":
         st.info(t("masks_text_models_only", model=shared.model_name(loaded)))
         return False
     return True

@@ -93,7 +93,7 @@ def section_encdec(sel: shared.Selection) -> None:
     if loaded.family != "encoder-decoder":
         st.error(t("masks_not_encdec", model=name, family=t(f"teach_family_{loaded.family}")))
         return
-    if getattr(loaded.model, "main_input_name", "input_ids") == "input_features":
+    if loaded.input_name == "input_features":
         _speech_encdec(name, loaded)
         return
     c1, c2 = st.columns(2)

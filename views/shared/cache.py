@@ -119,7 +119,7 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
 def reads_text(loaded: models.LoadedModel) -> bool:
     """True for a text model; for a speech model (input features, e.g. Whisper) show why a text page cannot use
     it and where its attention is shown instead, and return False."""
-    if getattr(loaded.model, "main_input_name", "input_ids") == "input_features":
+    if loaded.input_name == "input_features":
         st.info(t("speech_model_no_text", model=model_name(loaded)))
         return False
     return True
