@@ -11,6 +11,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from viz.transforms import merge_words
+
 from ..analysis import Analysis, Word, analyze
 from ..errors import InvalidArgumentError, UnsupportedOperationError, WordMismatchError
 from ..loading import LoadedModel
@@ -271,7 +273,7 @@ def word_attention(attn: np.ndarray, query_words: Sequence[Word], key_words: Seq
     """Aggregate token attention to words: sum over a key word's pieces, mean over a query word's pieces.
 
     Summing over key pieces keeps "how much of the row goes to this word"; averaging over query pieces
-    keeps each row a distribution (Clark et al. 2019, §4.1 use the same convention). Special tokens and
+    keeps each row a distribution (Clark et al. 2019, §4.1; :func:`viz.transforms.merge_words`, which this is). Special tokens and
     tokens outside any word are left out, so rows sum to at most 1.
 
     Args:
@@ -280,10 +282,7 @@ def word_attention(attn: np.ndarray, query_words: Sequence[Word], key_words: Seq
     Returns:
         float32 ``(..., len(query_words), len(key_words))``.
     """
-    a = np.asarray(attn, dtype=np.float64)
-    by_key = np.stack([a[..., list(w.tokens)].sum(axis=-1) for w in key_words], axis=-1)
-    by_query = np.stack([by_key[..., list(w.tokens), :].mean(axis=-2) for w in query_words], axis=-2)
-    return by_query.astype(np.float32)
+    return merge_words(attn, [w.tokens for w in query_words], [w.tokens for w in key_words])
 
 
 @dataclass
