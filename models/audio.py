@@ -11,13 +11,13 @@ attention array to the frames that cover the clip. Attention that went to the pa
 dropped: it is summed into one extra key column, the special pseudo-token ``<|padding|>``, so each row
 still sums to 1 and the share spent on silence stays visible.
 
-WAV files are read with the standard library's ``wave`` module and resampled with numpy only.
+WAV files are read with the standard library's ``wave`` module and resampled with numpy only
+(:mod:`models.wav`); Whisper's prompt tokens and alignment heads are :mod:`models.whisper_tokens`.
 """
 
 from __future__ import annotations
 
 import math
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -35,13 +35,12 @@ from .errors import (
     InvalidArgumentError,
     InvalidAudioError,
     ModelOutOfMemoryError,
-    UnknownLanguageError,
-    UnsupportedOperationError,
 )
 from .loading import LoadedModel
 from .store import AttentionStack, Replay
+from .wav import SAMPLE_RATE, read_wav, resample, write_wav  # noqa: F401  (models.audio.read_wav ... as before)
+from .whisper_tokens import _UNICODE_TO_BYTE, _check_whisper, alignment_heads, language_token, prompt_ids  # noqa: F401
 
-SAMPLE_RATE = 16000          # Hz, Whisper's input rate
 HOP_SECONDS = 0.01           # one mel frame (hop of 160 samples)
 FRAME_SECONDS = 0.02         # one encoder frame (conv2 has stride 2)
 WINDOW_SECONDS = 30.0        # Whisper's fixed input window
@@ -87,172 +86,7 @@ class AudioAnalysis:
 # ----------------------------------------------------------------------------- audio files
 
 
-def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
-    """Read a PCM WAV file with the standard ``wave`` module.
-
-    Args:
-        path: a ``.wav`` file with 8-, 16-, 24- or 32-bit integer PCM samples, any channel count.
-
-    Returns:
-        ``(audio, sample_rate)``: float32 ``(samples,)`` in [-1, 1] (channels averaged) and Hz.
-
-    Raises:
-        InvalidAudioError: not a readable PCM WAV file (e.g. float WAV, compressed, truncated).
-    """
-    try:
-        with wave.open(str(path), "rb") as w:
-            channels, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
-            raw = w.readframes(n)
-    except (OSError, EOFError, wave.Error) as exc:
-        raise InvalidAudioError(f"Cannot read {path} as a PCM WAV file: {exc}",
-                                code="wav_unreadable", path=str(path), detail=str(exc)) from exc
-    if width == 1:
-        data = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
-    elif width == 2:
-        data = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
-    elif width == 3:
-        b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
-        ints = (b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16))
-        ints = np.where(ints >= 1 << 23, ints - (1 << 24), ints)
-        data = ints.astype(np.float32) / float(1 << 23)
-    elif width == 4:
-        data = np.frombuffer(raw, dtype="<i4").astype(np.float32) / float(1 << 31)
-    else:
-        raise InvalidAudioError(f"{path}: unsupported sample width of {width} bytes.",
-                                code="wav_sample_width", path=str(path), width=width)
-    frames = len(data) // channels
-    data = data[: frames * channels].reshape(frames, channels).mean(axis=1)
-    return data.astype(np.float32), int(rate)
-
-
-def write_wav(path: str | Path, audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> None:
-    """Write float audio in [-1, 1], ``(samples,)``, as a mono 16-bit PCM WAV file (values clipped,
-    scaled by 32767); ``sample_rate`` in Hz. OS errors (unwritable path) propagate."""
-    pcm = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0)
-    pcm = np.round(pcm * 32767.0).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(int(sample_rate))
-        w.writeframes(pcm.tobytes())
-
-
-def resample(audio: np.ndarray, orig_rate: int, target_rate: int = SAMPLE_RATE, zero_crossings: int = 16) -> np.ndarray:
-    """Band-limited resampling with a Hann-windowed sinc kernel (numpy only).
-
-    Each output sample at input time ``t`` is ``sum_k x[k] * c * sinc(c * (t - k)) * w(t - k)`` with
-    cutoff ``c = min(1, target_rate / orig_rate)`` (so downsampling low-passes below the new Nyquist
-    frequency) and a Hann window ``w`` spanning ``zero_crossings / c`` input samples each side
-    (J. O. Smith, "Digital Audio Resampling", band-limited interpolation).
-
-    Args:
-        audio: float32 ``(samples,)``. orig_rate, target_rate: Hz, positive.
-
-    Returns:
-        float32 ``(round(samples * target_rate / orig_rate),)``.
-
-    Raises:
-        InvalidAudioError: a non-positive rate.
-    """
-    if orig_rate <= 0 or target_rate <= 0:
-        raise InvalidAudioError(f"Sample rates must be positive, got {orig_rate} and {target_rate}.")
-    x = np.asarray(audio, dtype=np.float64)
-    if orig_rate == target_rate or x.size == 0:
-        return x.astype(np.float32)
-    ratio = target_rate / orig_rate
-    cutoff = min(1.0, ratio)
-    half = int(math.ceil(zero_crossings / cutoff))
-    n_out = int(round(x.size * ratio))
-    out = np.empty(n_out, dtype=np.float64)
-    padded = np.concatenate([np.zeros(half), x, np.zeros(half + 1)])
-    offsets = np.arange(-half + 1, half + 1)
-    chunk = 1 << 14
-    for s in range(0, n_out, chunk):
-        t = np.arange(s, min(n_out, s + chunk)) / ratio          # positions in input samples
-        base = np.floor(t).astype(np.int64)
-        idx = base[:, None] + offsets[None, :]                    # (m, taps)
-        dist = t[:, None] - idx
-        window = 0.5 + 0.5 * np.cos(np.pi * np.clip(dist / (half + 1), -1, 1))
-        kernel = cutoff * np.sinc(cutoff * dist) * window
-        out[s : s + len(t)] = (padded[idx + half] * kernel).sum(axis=1)
-    return out.astype(np.float32)
-
-
 # ----------------------------------------------------------------------------- helpers
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable-character table (Radford et al. 2019, ``encoder.py``)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
-
-
-_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
-
-
-def _check_whisper(loaded: LoadedModel) -> None:
-    if getattr(loaded.model.config, "model_type", None) != "whisper" or loaded.processor is None:
-        raise UnsupportedOperationError(
-            f"Model '{loaded.name}' is not a Whisper speech model: analyze_audio() needs one (e.g. 'whisper-base').",
-            code="not_whisper", model=loaded.name
-        )
-
-
-def language_token(loaded: LoadedModel, language: str) -> int:
-    """Token id of a language for the decoder prompt: ``"tr"``, ``"<|tr|>"`` or ``"turkish"``.
-
-    Raises:
-        UnsupportedOperationError: ``loaded`` is not a Whisper model.
-        UnknownLanguageError: the model has no such language (the message lists the codes).
-    """
-    _check_whisper(loaded)
-    lang_to_id = getattr(loaded.model.generation_config, "lang_to_id", None) or {}
-    code = language.strip().lower()
-    if not code.startswith("<|"):
-        try:
-            from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
-
-            code = TO_LANGUAGE_CODE.get(code, code)
-        except ImportError:  # pragma: no cover - older layout
-            pass
-        code = f"<|{code}|>"
-    if code not in lang_to_id:
-        known = ", ".join(sorted(k.strip("<|>") for k in lang_to_id))
-        raise UnknownLanguageError(f"Whisper does not know the language '{language}'. Known codes: {known}.",
-                                   code="unknown_language", language=language, known=known)
-    return int(lang_to_id[code])
-
-
-def prompt_ids(loaded: LoadedModel, language: str) -> list[int]:
-    """The decoder prompt ``[<|startoftranscript|>, <|lang|>, <|transcribe|>, <|notimestamps|>]``
-    (OpenAI ``whisper/tokenizer.py``, ``sot_sequence_including_notimestamps``) as 4 token ids.
-
-    Raises:
-        UnsupportedOperationError: not a Whisper model. UnknownLanguageError: unknown ``language``.
-    """
-    gc = loaded.model.generation_config
-    sot = int(gc.decoder_start_token_id)
-    transcribe = int(getattr(gc, "task_to_id", {}).get("transcribe", 50359))
-    no_ts = int(getattr(gc, "no_timestamps_token_id", 50363))
-    return [sot, language_token(loaded, language), transcribe, no_ts]
-
-
-def alignment_heads(loaded: LoadedModel) -> list[tuple[int, int]]:
-    """Cross-attention ``(layer, head)`` pairs that OpenAI found to track the speech in time (used by
-    Whisper's word timestamps, ``whisper/timing.py``); every head of the second half of the cross-attention
-    layers when the generation config does not list them (empty for a model without cross-attention)."""
-    heads = getattr(loaded.model.generation_config, "alignment_heads", None)
-    if heads:
-        return [(int(layer), int(h)) for layer, h in heads]
-    layers, n_heads = loaded.stacks.get("cross", (0, 0))
-    return [(layer, h) for layer in range(layers // 2, layers) for h in range(n_heads)]
 
 
 def _text_tokens(tok, ids: list[int], text_offset: int = 0) -> tuple[str, list[Token]]:

@@ -1,0 +1,133 @@
+"""Collecting an analysis's weights as the forward pass produces them: whole arrays for a short input, else
+the masks and per-head summaries only, with :class:`models.store.AttentionStack` computing maps on demand."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from . import blocks, statistics as hstats
+from .loading import LoadedModel
+from .store import AttentionStack, LazyMap, MaskStack, Replay
+
+if TYPE_CHECKING:
+    from .analysis import Analysis
+
+
+class Collector:
+    """The sinks of :func:`analyze`'s forward pass: copies each block of weights into the kept arrays (short
+    inputs) and records each distinct mask; then builds the stacks and the (lazily computed) statistics
+    and overview maps."""
+
+    def __init__(self, model: LoadedModel, result: Analysis, keep: bool):
+        self.model, self.result, self.keep = model, result, keep
+        self.kept: dict[str, np.ndarray] = {}
+        self.masks: dict[str, dict] = {}
+        self._alive: list = []  # masks seen, alive until the end so their ids stay unique
+
+    def sink(self, site, q0: int, k0: int, w: torch.Tensor, q_len: int, k_len: int) -> None:
+        arr = self.kept.get(site.stack)
+        if arr is None:
+            layers = self.model.stacks[site.stack][0]
+            arr = self.kept[site.stack] = np.zeros((layers, w.shape[1], q_len, k_len), dtype=np.float32)
+        rows, cols = w.shape[2:]
+        arr[site.layer, :, q0:q0 + rows, k0:k0 + cols] = w[0].detach().float().cpu().numpy()
+
+    def mask_sink(self, site, attention_mask, q_len: int, k_len: int) -> None:
+        per = self.masks.setdefault(site.stack, {"distinct": [], "ids": {}, "layers": {}})
+        key = id(attention_mask) if attention_mask is not None else None
+        index = per["ids"].get(key)
+        if index is None:
+            allowed = blocks.allowed_of(attention_mask, q_len, k_len).numpy()
+            index = next((i for i, m in enumerate(per["distinct"]) if m.shape == allowed.shape
+                          and np.array_equal(m, allowed)), None)
+            if index is None:
+                per["distinct"].append(allowed)
+                index = len(per["distinct"]) - 1
+            per["ids"][key] = index
+            self._alive.append(attention_mask)
+        per["layers"][site.layer] = index
+
+    def finish(self, result: Analysis, replay: Replay | None) -> None:
+        if self.keep:  # in the model's order of stacks (encoder, decoder, cross), whatever ran first
+            shapes = {stack: self.kept[stack].shape for stack in self.model.stacks if stack in self.kept}
+        else:
+            shapes = {}
+            for stack, (layers, heads) in self.model.stacks.items():
+                q_tokens, k_tokens = result.axis_tokens(stack)
+                shapes[stack] = (layers, heads, len(q_tokens), len(k_tokens))
+        attach_stacks(result, {stack: AttentionStack(stack, shape, kept=self.kept.get(stack), replay=replay)
+                               for stack, shape in shapes.items()})
+        for stack, per in self.masks.items():
+            layers = self.model.stacks[stack][0]
+            index = [per["layers"].get(layer, 0) for layer in range(layers)]
+            result.masks[stack] = MaskStack(per["distinct"], index)
+        result.kept = self.keep
+        self._alive.clear()
+
+
+def attach_stacks(result: Analysis, stacks: dict[str, AttentionStack | np.ndarray]) -> None:
+    """Set ``result.attentions`` (arrays are wrapped as held :class:`AttentionStack` s) and its lazily
+    computed ``statistics`` and ``overview`` (:func:`_summaries`). Used by :func:`analyze` and by
+    :func:`models.analyze_audio`."""
+    result.attentions = {
+        stack: s if isinstance(s, AttentionStack) else
+        AttentionStack(stack, s.shape, kept=np.ascontiguousarray(s, dtype=np.float32))
+        for stack, s in stacks.items()
+    }
+    once = _Once(lambda: _summaries(result))
+    result.statistics = LazyMap(lambda: once()[0])
+    result.overview = LazyMap(lambda: once()[1])
+
+
+class _Once:
+    """Calls ``compute`` the first time it is called (thread-safe) and returns that result ever after."""
+
+    def __init__(self, compute):
+        self.compute, self.value, self.lock = compute, None, threading.Lock()
+
+    def __call__(self):
+        with self.lock:
+            if self.value is None:
+                self.value = self.compute()
+                self.compute = None
+            return self.value
+
+
+def _summaries(result: Analysis) -> tuple[dict, dict]:
+    """Per-head statistics and pooled overview maps of every stack (:mod:`models.statistics`), from the kept
+    weights, or else from one more forward pass that hands every layer's weights over block by block (never
+    a whole layer at once)."""
+    accs = {}
+    for stack, lazy in result.attentions.items():
+        layers, heads, n_q, n_k = lazy.shape
+        k_tokens = result.axis_tokens(stack)[1]
+        word_of = -np.ones(n_k, dtype=np.int64)
+        for i, w in enumerate(result.axis_words(stack)[1]):
+            word_of[[t for t in w.tokens if t < n_k]] = i
+        special = ([x.special for x in k_tokens] + [False] * n_k)[:n_k]
+        punct = ([hstats.is_punctuation(x.text) and not x.special for x in k_tokens] + [False] * n_k)[:n_k]
+        accs[stack] = (hstats.HeadStatistics(layers, heads, n_q, n_k, special=special, punctuation=punct,
+                                             word_of=word_of, self_attention=stack != "cross"),
+                       hstats.Overview(layers, heads, n_q, n_k))
+
+    def feed(stack: str, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
+        block = w.detach().float()
+        for acc in accs[stack]:
+            acc.add(layer, q0, k0, block)
+
+    replay = None
+    for stack, lazy in result.attentions.items():
+        if lazy.kept is not None:
+            for layer in range(lazy.shape[0]):
+                feed(stack, layer, 0, 0, torch.tensor(lazy.kept[layer]))
+        else:
+            replay = lazy.replay
+    if replay is not None:
+        replay.run({(stack, layer) for stack, lazy in result.attentions.items() if lazy.kept is None
+                    for layer in range(lazy.shape[0])}, feed)
+    return ({stack: acc[0].result() for stack, acc in accs.items()},
+            {stack: acc[1].result() for stack, acc in accs.items()})
