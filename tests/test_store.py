@@ -45,7 +45,7 @@ def _reference(tiny_folder, arch, a: models.Analysis) -> dict[str, np.ndarray]:
 @pytest.fixture
 def blocks(monkeypatch):
     """Force blocks of 3 query rows (the tiny models' weights are far below the real block size)."""
-    monkeypatch.setattr(capture, "MIN_ROWS", 1)
+    monkeypatch.setattr(models.blocks, "MIN_ROWS", 1)
     monkeypatch.setattr(capture, "CHUNK_BYTES", 3 * 4 * 4 * 64)  # batch 1 x 4 heads x 3 rows x <=64 keys
 
 
