@@ -114,9 +114,10 @@ class _AtSoftmax(TorchFunctionMode):
     switches it off: its output ``A_h · V_h`` is 0; the head mask of Michel et al. 2019, §2, which
     transformers' ``head_mask`` applies at the same place)."""
 
-    def __init__(self, allowed: torch.Tensor | None, gate: torch.Tensor | None, heads: int, record=None):
+    def __init__(self, allowed: torch.Tensor | None, gate: torch.Tensor | None, heads: int, record=None,
+                 local: bool = False):
         super().__init__()
-        self.allowed, self.gate, self.heads, self.record = allowed, gate, heads, record
+        self.allowed, self.gate, self.heads, self.record, self.local = allowed, gate, heads, record, local
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -124,6 +125,14 @@ class _AtSoftmax(TorchFunctionMode):
             return func(*args, **kwargs)
         x = args[0]
         allowed = None if self.allowed is None else self.allowed.to(x.device)
+        if allowed is not None and self.local and x.dim() == 4 and x.shape[1] >= allowed.shape[0]:
+            # Longformer's local windows, (batch, tokens, heads, 2w + 1): column c of row i is key i + c - w
+            window = local_window(allowed, x.shape[1], (x.shape[-1] - 1) // 2)
+            out = func(x.masked_fill(~window[None, :, None, :], float("-inf")), *args[1:], **kwargs)
+            empty = ~window.any(-1)
+            if bool(empty.any()):
+                out = out.masked_fill(empty[None, :, None, None], 0)
+            return out
         if allowed is not None and tuple(x.shape[-2:]) == tuple(allowed.shape):
             out = func(x.masked_fill(~allowed, float("-inf")), *args[1:], **kwargs)
             empty = ~allowed.any(-1)
@@ -139,6 +148,19 @@ class _AtSoftmax(TorchFunctionMode):
             gate = capture.per_head(gate, per_head.shape[0])
             out = (per_head * gate[:, :, None, None]).reshape(out.shape)
         return out
+
+
+def local_window(allowed: torch.Tensor, tokens: int, w: int) -> torch.Tensor:
+    """A mask ``allowed`` bool ``(n, n)`` in the layout of a sliding-window attention's scores (Longformer,
+    Beltagy et al. 2020, §3.1): bool ``(tokens, 2w + 1)``, column ``c`` of row ``i`` standing for key
+    ``i + c - w``. Keys outside the text are forbidden; rows past the text (the model's padding) keep every
+    column. A key farther than ``w`` from its query has no column: the model never attends it."""
+    n = allowed.shape[0]
+    i = torch.arange(tokens, device=allowed.device)[:, None]
+    j = i + torch.arange(2 * w + 1, device=allowed.device)[None, :] - w
+    inside = (i < n) & (j >= 0) & (j < n)
+    values = allowed[i.clamp(max=n - 1), j.clamp(0, n - 1)] & inside
+    return torch.where(i < n, values, torch.ones_like(values))
 
 
 def _enter(site):
@@ -157,7 +179,7 @@ def _enter(site):
         if gate is not None or read:
             def record(weights, state=state):
                 state.at_softmax[(site.stack, site.layer)] = weights.detach()
-        mode = _AtSoftmax(allowed, gate, site.heads, record)
+        mode = _AtSoftmax(allowed, gate, site.heads, record, local=getattr(module, "_dikkat_local_window", False))
         mode.__enter__()
         _ENTERED.set(_ENTERED.get() + ((module, mode),))
 
@@ -260,13 +282,29 @@ def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = f
     for m, _ in recorder.calls:
         calls[id(m)] = calls.get(id(m), 0) + 1
     found: dict[str, list] = {}
+    raw = attention_tuples(out, loaded.family)  # Longformer / LED: the local windows as the model returns them
     for stack, tensors in attention_tuples(out, loaded.family, loaded.model.config).items():
         if stack not in stacks:
             continue
         modules = []
-        for t in tensors:
+        for layer, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor):
                 break
+            local = raw.get(stack, ())[layer] if layer < len(raw.get(stack, ())) else None
+            if isinstance(local, torch.Tensor) and local.shape != t.shape:
+                # softmax over (batch, tokens, heads, 2w + 1) windows: the returned map is its transpose, cut to
+                # the text (the model pads it to a multiple of its window inside)
+                def same_window(o, local=local) -> bool:
+                    if o.dim() != 4 or o.shape[-1] != local.shape[-1] or o.shape[1] < local.shape[2]:
+                        return False
+                    return torch.equal(o.transpose(1, 2)[:, :, :local.shape[2]].to(local.dtype), local)
+
+                match = next((m for m, o in recorder.calls if same_window(o)), None)
+                if match is None or match in modules or calls.get(id(match)) != 1:
+                    break
+                match._dikkat_local_window = True
+                modules.append(match)
+                continue
             if stack in scores:
                 want = torch.softmax(t.float(), -1)
                 same = lambda o, want=want: torch.allclose(o.reshape(want.shape).float(), want, atol=1e-6, rtol=0)  # noqa: E731

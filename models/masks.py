@@ -240,3 +240,14 @@ def check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) ->
                 "causal mask (causal, sliding_window:W, strided:S, or an array with nothing above the diagonal) "
                 "can be applied.",
                 code="fallback_mask_causal", model=loaded.name)
+        window = getattr(loaded.text_config, "attention_window", None) if stack == "encoder" else None
+        if support.form == "softmax" and window:
+            # Longformer / LED: each query's scores cover only keys within w of it (Beltagy et al. 2020, §3.1)
+            w = min(window if isinstance(window, (list, tuple)) else [window]) // 2
+            i, j = torch.arange(allowed.shape[0])[:, None], torch.arange(allowed.shape[1])[None, :]
+            if (allowed & ((i - j).abs() > w)).any():
+                raise UnsupportedOperationError(
+                    f"{base}, and its sliding-window attention scores only keys within {w} tokens of each query: "
+                    f"a mask that allows keys farther away cannot be applied (shorten the text to {w + 1} tokens or "
+                    f"use sliding_window:{w} or narrower).",
+                    code="fallback_mask_window", model=loaded.name, w=w)

@@ -274,3 +274,23 @@ def test_the_mask_probe_runs_at_load_before_the_model_is_shared(tiny):
     """The probe registers hooks and runs the model: it ran on the first mask request, beside other sessions'
     forward passes; now load answers it."""
     assert "fallback_mask" in tiny("bloom").probes and "fallback_mask" in tiny("mpnet").probes
+
+
+def test_a_sliding_window_model_takes_masks_within_its_window(tiny, monkeypatch):
+    """Longformer scores each query against keys within w of it, as (tokens, heads, 2w + 1) windows: the mask
+    goes in at that softmax in the window layout (first layer = native restricted and renormalised); a mask
+    reaching farther than w is refused (here with the config's window made small)."""
+    loaded = tiny("longformer")
+    assert fallback_masks.mask_support(loaded).form == "softmax"
+    native = models.analyze(loaded, TEXT)
+    n = len(native.tokens)
+    allowed = fallback_masks.probe_pattern(n, causal=False).numpy()
+    got = np.asarray(models.analyze(loaded, TEXT, mask=allowed).attentions["encoder"])
+    assert (got[:, :, ~allowed] == 0).all() and (got[:, :, allowed] > 0).all()
+    np.testing.assert_allclose(got[0], _restricted(np.asarray(native.attentions["encoder"])[0], allowed), atol=1e-6)
+    monkeypatch.setattr(loaded.model.config, "attention_window", [4] * len(loaded.model.config.attention_window))
+    with pytest.raises(models.UnsupportedOperationError, match="only keys within 2 tokens"):
+        models.analyze(loaded, TEXT, mask="bidirectional")
+    from models.masks import check_fallback_masks  # a mask within the window passes (the model's own padding
+    # follows the config, so no forward pass with the shrunk window)
+    check_fallback_masks(loaded, {"encoder": torch.from_numpy(models.parse_mask("sliding_window:2").matrix(n))})
