@@ -45,13 +45,6 @@ def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: b
                         hide_first=hide_first, words=words, mode=mode, layer=layer, head=head, rows=rows)
 
 
-def _clamp(key: str, upper: int) -> None:
-    """Keep a bound integer widget's value inside ``0..upper-1`` (a link from a bigger model)."""
-    value = st.session_state.get(key)
-    if isinstance(value, int) and not 0 <= value < upper:
-        st.session_state[key] = 0
-
-
 def _on_model_click(heads: int) -> None:
     """Model view click: open the clicked map (set layer and head)."""
     event = st.session_state.get("mv_select")
@@ -202,7 +195,7 @@ if long_mode:
 sel_cols = st.columns([3, 1, 1])
 with sel_cols[0]:
     shared.url_init("layer", kind=int)
-    _clamp("layer", n_layers)
+    shared.clamp("layer", n_layers)
     if n_layers > 1:
         # drawn in every view (a widget that is not drawn forgets its value), inactive in the summary table
         st.slider(t("rollout_layer") if mode == "rollout" else t("layer"), 0, n_layers - 1, value=0, key="layer",
@@ -213,7 +206,7 @@ with sel_cols[0]:
 layer = int(st.session_state.get("layer") or 0)
 with sel_cols[1]:
     shared.url_init("head", list(range(n_heads_raw)))
-    _clamp("head", n_heads_raw)
+    shared.clamp("head", n_heads_raw)
     # always drawn (a widget that is not drawn forgets its value), used by the heatmaps
     st.selectbox(t("head"), list(range(n_heads_raw)), key="head",
                  disabled=n_heads == 1 or view not in ("model", "heatmap"), help=t("head_help"))
@@ -245,7 +238,7 @@ def _hv_slider(n_rows: int) -> int:
         shared.url_drop("hv_start")
         return 0
     shared.url_init("hv_start", kind=int)
-    _clamp("hv_start", n_rows - HEAD_VIEW_MAX + 1)
+    shared.clamp("hv_start", n_rows - HEAD_VIEW_MAX + 1)
     start = st.slider(t("hv_window"), 0, n_rows - HEAD_VIEW_MAX, value=0, step=1, key="hv_start")
     shared.url_sync("hv_start", 0)
     return int(start)
@@ -319,11 +312,11 @@ def draw_heatmap(title: str) -> None:
     zq = zk = 0
     with zc[0]:  # a slider only for a side longer than the window (cross-attention's queries may be short)
         if nq > ZOOM:
-            _clamp("zoom_q", nq - ZOOM + 1)
+            shared.clamp("zoom_q", nq - ZOOM + 1)
             zq = st.slider(t("hm_zoom_q"), 0, nq - ZOOM, value=0, key="zoom_q")
     with zc[1]:
         if nk > ZOOM:
-            _clamp("zoom_k", nk - ZOOM + 1)
+            shared.clamp("zoom_k", nk - ZOOM + 1)
             zk = st.slider(t("hm_zoom_k"), 0, nk - ZOOM, value=0, key="zoom_k")
     matrix = matrix[zq:zq + ZOOM, zk:zk + ZOOM]
     matrix_q, matrix_k = prep.q_labels[zq:zq + ZOOM], prep.k_labels[zk:zk + ZOOM]

@@ -106,8 +106,7 @@ st.markdown(t("pos_s3_text", heads=heads))
 st.latex(r"\mathrm{softmax}\big(q_i K^\top + m \cdot [-(i-1), \dots, -2, -1, 0]\big),\qquad m_h = 2^{-8h/H}")
 if heads > 1:
     URL.bind("pos_alibi_head", 0, kind=int, bounds=(0, heads - 1))
-if st.session_state.get("pos_alibi_head", 0) >= heads:
-    st.session_state["pos_alibi_head"] = 0
+shared.clamp("pos_alibi_head", heads)
 alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), key="pos_alibi_head") if heads > 1 else 0
 slopes = positions.alibi_slopes(heads)
 n_alibi = min(n, MAX_POS)
@@ -140,8 +139,7 @@ except models.DikkatError as exc:
 n_layers = wo.attn_a.shape[0]
 URL.bind("pos_wo_layer", 0, kind=int, bounds=(0, n_layers - 1))
 URL.bind("pos_wo_head", -1, kind=int, bounds=(-1, heads - 1))
-if st.session_state.get("pos_wo_layer", 0) >= n_layers:
-    st.session_state["pos_wo_layer"] = 0
+shared.clamp("pos_wo_layer", n_layers)
 if st.session_state.get("pos_wo_head", -1) >= heads:
     st.session_state["pos_wo_head"] = -1
 l1, l2 = st.columns(2)

@@ -24,12 +24,6 @@ def _layer(name: str, text: str, stack: str, layer: int) -> layer_input.LayerCap
     return layer_input.layer_capture(shared.get_model(name), text, stack=stack, layer=layer)
 
 
-def _clamp(key: str, n: int, default: int = 0) -> None:
-    """Keep a selector's remembered value inside ``range(n)`` (the model or the text changed)."""
-    if key in st.session_state and not 0 <= st.session_state[key] < n:
-        st.session_state[key] = min(max(default, 0), n - 1)
-
-
 # the page's widgets live in the URL (issue 13): a link reopens the same layer, head, query and knobs
 URL = shared.UrlState(("qkv_stack", "qkv_layer", "qkv_head", "qkv_query", "qkv_noscale", "qkv_temperature"))
 sel = shared.selection()
@@ -51,8 +45,8 @@ if len(stacks) > 1:
 n_layers, n_heads = loaded.stacks[stack]
 URL.bind("qkv_layer", 0, kind=int, bounds=(0, n_layers - 1))
 URL.bind("qkv_head", 0, kind=int, bounds=(0, n_heads - 1))
-_clamp("qkv_layer", n_layers)
-_clamp("qkv_head", n_heads)
+shared.clamp("qkv_layer", n_layers)
+shared.clamp("qkv_head", n_heads)
 c1, c2, c3 = st.columns([1, 1, 2])
 layer = c1.selectbox(t("teach_layer"), list(range(n_layers)), key="qkv_layer")
 head = c2.selectbox(t("teach_head"), list(range(n_heads)), key="qkv_head")
@@ -74,7 +68,7 @@ k_labels = [tok.label for tok in k_tokens]
 n_q = len(q_labels)
 default_query = max([i for i, tok in enumerate(q_tokens) if not tok.special] or [n_q - 1])
 URL.bind("qkv_query", default_query, kind=int, bounds=(0, n_q - 1))
-_clamp("qkv_query", n_q, default_query)
+shared.clamp("qkv_query", n_q, default_query)
 qi = c3.selectbox(t("qkv_query_token"), list(range(n_q)), key="qkv_query", format_func=lambda i: f"{i} · {q_labels[i]}")
 
 allowed = steps.allowed[qi]

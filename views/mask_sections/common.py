@@ -55,19 +55,12 @@ URL = shared.UrlState(("masks_section", "masks_kinds", "masks_window", "masks_st
 bind = URL.bind
 
 
-def clamp(key: str, hi: int, default: int = 0) -> None:
-    """Keep a slider/select value stored in session_state inside ``0..hi`` (the model may have changed)."""
-    value = st.session_state.get(key, default)
-    if not isinstance(value, int) or not 0 <= value <= hi:
-        st.session_state[key] = min(max(default, 0), hi)
-
-
 def layer_head(prefix: str, layers: int, heads: int, *, allow_mean: bool = False) -> tuple[int, int | None]:
     """Layer slider and head selector; returns (layer, head or None for the mean over heads)."""
     options = list(range(heads)) + (["mean"] if allow_mean else [])
     bind(f"{prefix}_layer", 0, kind=int, bounds=(0, max(layers - 1, 0)))
     bind(f"{prefix}_head", 0, options=options)
-    clamp(f"{prefix}_layer", layers - 1)
+    shared.clamp(f"{prefix}_layer", layers)
     if st.session_state.get(f"{prefix}_head", 0) not in options:
         st.session_state[f"{prefix}_head"] = 0
     c1, c2 = st.columns(2)

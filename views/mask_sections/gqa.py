@@ -11,7 +11,7 @@ from views import shared
 from viz import masks as vm
 from viz import numbers as nb
 from .common import (
-    GQA_MODEL, MAX_TOKENS, attention_figure, bind, chart, clamp, token_labels, t,
+    GQA_MODEL, MAX_TOKENS, attention_figure, bind, chart, token_labels, t,
 )
 
 
@@ -71,7 +71,7 @@ def section_gqa(sel: shared.Selection) -> None:
         return
     att = a.attentions["decoder"]
     bind("masks_gqa_layer", 0, kind=int, bounds=(0, att.shape[0] - 1))
-    clamp("masks_gqa_layer", att.shape[0] - 1)
+    shared.clamp("masks_gqa_layer", att.shape[0])
     layer = st.slider(t("masks_layer"), 0, att.shape[0] - 1, key="masks_gqa_layer")
     st.markdown(t("masks_gqa_maps", layer=layer))
     labels = token_labels(a.tokens)

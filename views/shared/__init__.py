@@ -21,5 +21,5 @@ from .strings import (  # noqa: F401
     ASSETS, Md, _strings, lang, md, t, t_plain,
 )
 from .urlstate import (  # noqa: F401
-    UrlState, url_drop, url_init, url_sync,
+    clamp, UrlState, url_drop, url_init, url_sync,
 )
