@@ -131,8 +131,13 @@ class UrlState:
 
 def clamp(key: str, n: int, default: int = 0) -> None:
     """Keep a remembered widget value (a layer, head, query, window start) inside ``range(n)``: the model
-    or the text changed, or a link came from a bigger model. A value that is not a whole number or is out of
-    range becomes ``default`` (kept inside the range); a missing one is left to the widget's default."""
-    value = st.session_state.get(key)
-    if key in st.session_state and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n):
+    or the text changed, or a link came from a bigger model. Digits written as text become the number; a value
+    that is not a whole number or is out of range becomes ``default`` (kept inside the range); a missing one is
+    left to the widget's default."""
+    if key not in st.session_state:
+        return
+    value = st.session_state[key]
+    if isinstance(value, str) and value.strip().isdecimal():  # a value a link or a test wrote as text
+        value = st.session_state[key] = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
         st.session_state[key] = min(max(default, 0), max(n - 1, 0))
