@@ -23,6 +23,15 @@ from .common import (
 # ------------------------------------------------------------------------------------- encoder-decoder
 
 
+def _cross_controls(loaded) -> tuple[bool, int, int | None]:
+    """The cross-attention sections' toggle (hide special tokens) and layer/head pickers, in the link."""
+    bind("masks_encdec_hide", True, kind=bool)
+    hide = st.toggle(t("masks_hide_special"), key="masks_encdec_hide")
+    layers, heads = loaded.stacks["cross"]
+    layer, head = layer_head("masks_ed", layers, heads, allow_mean=True)
+    return hide, layer, head
+
+
 def _three_panels(a: models.Analysis, panels, layer: int, head: int | None, hide: bool) -> None:
     """Encoder self-attention, decoder self-attention and cross-attention side by side, each with its mask.
     ``panels``: (title key, stack, mask (q, k), query special flags, key special flags, query labels, key
@@ -109,10 +118,7 @@ def section_encdec(sel: shared.Selection) -> None:
         return
     if target is None:
         st.caption(f"{t('masks_target')}: {shared.md(a.target)}")
-    bind("masks_encdec_hide", True, kind=bool)
-    hide = st.toggle(t("masks_hide_special"), key="masks_encdec_hide")
-    layers, heads = loaded.stacks["cross"]
-    layer, head = layer_head("masks_ed", layers, heads, allow_mean=True)
+    hide, layer, head = _cross_controls(loaded)
 
     src_special = np.array([tok.special for tok in a.tokens])
     tgt_special = np.array([tok.special for tok in a.target_tokens])
@@ -233,10 +239,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     a = r.analysis
     st.markdown(f"**{t('masks_transcript')}:** {shared.md(r.transcript)}")
     st.caption(_audio_note(r))
-    bind("masks_encdec_hide", True, kind=bool)
-    hide = st.toggle(t("masks_hide_special"), key="masks_encdec_hide")
-    layers, heads = loaded.stacks["cross"]
-    layer, head = layer_head("masks_ed", layers, heads, allow_mean=True)
+    hide, layer, head = _cross_controls(loaded)
 
     frame_special = np.array([tok.special for tok in a.tokens])
     tgt_special = np.array([tok.special for tok in a.target_tokens])
