@@ -224,6 +224,20 @@ def default_max_tokens(loaded: LoadedModel) -> int:
     return max(1, loaded.max_positions)
 
 
+
+_A_FAMILY = {"encoder": "an encoder", "decoder": "a decoder", "encoder-decoder": "an encoder-decoder"}
+
+
+def _only_for(model: LoadedModel, family: str, what: str, instead: dict[str, str], code: str) -> None:
+    """Raise UnsupportedOperationError (``code``) unless ``model`` is of ``family``: says what the model is, what
+    the argument is for (``what``) and what to do instead on this model's family (``instead[family]``)."""
+    if model.family != family:
+        raise UnsupportedOperationError(
+            f"Model '{model.name}' is {_A_FAMILY.get(model.family, model.family)}: {what} {instead.get(model.family, '')}".rstrip(),
+            code=code, model=model.name, family=model.family
+        )
+
+
 def analyze(
     model: LoadedModel,
     text: str,
@@ -296,24 +310,14 @@ def analyze(
         )
     if text_pair is not None:
         text_pair = check_text(text_pair, "text pair")
-        if model.family != "encoder":
-            raise UnsupportedOperationError(
-                f"Model '{model.name}' is {'a decoder' if model.family == 'decoder' else 'an encoder-decoder'}: "
-                "text_pair is the second sentence of an encoder's sentence pair ([CLS] A [SEP] B [SEP]). "
-                + ("Put both sentences in text." if model.family == "decoder" else
-                   "Pass the decoder text as target."),
-                   code="text_pair_needs_encoder", model=model.name, family=model.family
-            )
+        _only_for(model, "encoder", "text_pair is the second sentence of an encoder's sentence pair ([CLS] A [SEP] B "
+                  "[SEP]).", {"decoder": "Put both sentences in text.", "encoder-decoder": "Pass the decoder text as target."},
+                  code="text_pair_needs_encoder")
     if target is not None:
         target = check_text(target, "target text")
-        if model.family != "encoder-decoder":
-            raise UnsupportedOperationError(
-                f"Model '{model.name}' is {'an encoder' if model.family == 'encoder' else 'a decoder'}: target is "
-                "the decoder text of an encoder-decoder (translation, speech). "
-                + ("Use text_pair for a second sentence." if model.family == "encoder" else
-                   "Put the whole text in text."),
-                   code="target_needs_encdec", model=model.name, family=model.family
-            )
+        _only_for(model, "encoder-decoder", "target is the decoder text of an encoder-decoder (translation, speech).",
+                  {"encoder": "Use text_pair for a second sentence.", "decoder": "Put the whole text in text."},
+                  code="target_needs_encdec")
     tok = model.tokenizer
     specials = tok.num_special_tokens_to_add(pair=text_pair is not None)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))

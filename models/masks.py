@@ -32,6 +32,27 @@ if TYPE_CHECKING:
 
 MAX_WIDTH = 10 ** 9  # tokens; a wider window or stride is the same as the whole text
 KINDS = ("native", "bidirectional", "causal", "sliding_window", "strided", "custom")
+STARTS = ("causal", "bidirectional", "diagonal", "previous", "empty")
+
+
+def start_matrix(kind: str, n: int) -> np.ndarray:
+    """A custom mask to start editing from: bool ``(n, n)``, True where query ``i`` may attend key ``j``.
+
+    ``causal`` is ``j <= i``, ``bidirectional`` all True, ``diagonal`` ``j == i`` (each token sees itself only),
+    ``previous`` ``j == i - 1`` (the previous-token pattern of Clark et al. 2019, §3; the first row is empty),
+    ``empty`` all False.
+
+    Raises:
+        InvalidMaskError: ``kind`` not in :data:`STARTS`, or ``n`` not a whole number ``>= 0``.
+    """
+    if kind not in STARTS:
+        raise InvalidMaskError(f"Unknown starting mask {kind!r}; choose one of {', '.join(STARTS)}.",
+                               code="unknown_start_mask", kind=_short(kind), choices=", ".join(STARTS))
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise InvalidMaskError(f"n must be a whole number >= 0 (tokens), got {n!r}.", code="bad_mask_size", n=_short(n))
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    return {"causal": j <= i, "bidirectional": np.ones((n, n), bool), "diagonal": i == j,
+            "previous": j == i - 1, "empty": np.zeros((n, n), bool)}[kind]
 
 
 @dataclass(frozen=True)

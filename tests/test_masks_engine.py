@@ -283,3 +283,20 @@ def test_mask_for_a_stack_the_model_lacks_is_an_error(tiny, arch, stack):
     """{'decoder': 'causal'} on an encoder was silently ignored while Analysis.mask said 'decoder=causal'."""
     with pytest.raises(models.InvalidMaskError, match=f"has no '{stack}' stack"):
         models.analyze(tiny(arch), "kedi fare", mask={stack: "causal"})
+
+
+def test_start_matrices_by_hand():
+    """The custom-mask editor's starting points (models.masks.start_matrix), written out for n = 3."""
+    from models import masks
+    expect = {"causal": [[1, 0, 0], [1, 1, 0], [1, 1, 1]], "bidirectional": [[1] * 3] * 3,
+              "diagonal": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "previous": [[0, 0, 0], [1, 0, 0], [0, 1, 0]],
+              "empty": [[0] * 3] * 3}
+    assert set(expect) == set(masks.STARTS)
+    for kind, rows in expect.items():
+        got = masks.start_matrix(kind, 3)
+        assert got.dtype == bool and got.astype(int).tolist() == rows, kind
+    assert masks.start_matrix("causal", 0).shape == (0, 0)
+    with pytest.raises(models.InvalidMaskError, match="Unknown starting mask"):
+        masks.start_matrix("sinks", 3)
+    with pytest.raises(models.InvalidMaskError, match="whole number"):
+        masks.start_matrix("causal", -1)

@@ -313,3 +313,37 @@ def test_numbers_never_show_negative_zero():
     assert nb.num(-1e-7, 3) == "0.000" and nb.num(-1e-7, 3, sign=True) == "+0.000"
     assert nb.num(-0.0, 3, "tr") == "0,000" and nb.num(-0.0006, 3) == "-0.001"
     assert nb.num(float("nan"), 2) == "nan"
+
+
+def _scores(values: dict) -> pruning.HeadScores:
+    return pruning.HeadScores(values={s: np.array(v, dtype=np.float64) for s, v in values.items()}, kind="ablation",
+                              metric="loss", base=1.0, texts=["x"])
+
+
+def test_presets_pick_heads_from_scores_by_hand():
+    """The Head pruning page's presets, computed on a hand-made score grid (2 layers x 3 heads)."""
+    scores = _scores({"decoder": [[0.5, 0.1, 0.9], [0.2, 0.2, 0.0]]})
+    # most important per layer: head 2 of layer 0; heads 0 and 1 tie in layer 1, the lower index stays
+    assert pruning.keep_best_per_layer(scores) == {("decoder", 0, 0), ("decoder", 0, 1), ("decoder", 1, 1),
+                                                   ("decoder", 1, 2)}
+    assert pruning.least_important(scores, 2) == {("decoder", 1, 2), ("decoder", 0, 1)}
+    assert pruning.least_important(scores, 0) == frozenset()
+    assert len(pruning.least_important(scores, 6)) == 6
+    for bad in (7, -1, 1.5, True):
+        with pytest.raises(models.InvalidHeadError, match="from 0 to 6"):
+            pruning.least_important(scores, bad)
+    stacks = {"decoder": (2, 3)}
+    assert pruning.whole_layer(stacks, "decoder", 1) == {("decoder", 1, 0), ("decoder", 1, 1), ("decoder", 1, 2)}
+    for stack, layer in (("decoder", 2), ("encoder", 0), ("decoder", -1)):
+        with pytest.raises(models.InvalidHeadError, match="No layer"):
+            pruning.whole_layer(stacks, stack, layer)
+
+
+def test_heads_off_link_text_round_trips_and_ignores_junk():
+    stacks = {"encoder": (6, 8), "decoder": (6, 8)}
+    heads = {("decoder", 3, 1), ("encoder", 0, 7), ("decoder", 0, 2)}
+    text = pruning.heads_to_text(heads)
+    assert text == "decoder.0.2,decoder.3.1,encoder.0.7"
+    assert pruning.heads_from_text(text, stacks) == heads
+    junk = "decoder.6.0,decoder.0.8,cross.0.0,decoder.².1,decoder.1,decoder.1.1.1,  encoder.5.5 ,x" + ",a" * 20_000
+    assert pruning.heads_from_text(junk, stacks) == {("encoder", 5, 5)}

@@ -283,6 +283,10 @@ def test_a_link_reopens_each_teaching_page(smollm2):
                                                         "pos_text_a": "kovaladı Fareyi kedi", "pos_wo_head": "2"})
     assert [at.number_input(key=k).value for k in ("pos_m", "pos_n", "pos_t")] == [3, 11, 100]
     assert at.text_input(key="pos_text_a").value == "kovaladı Fareyi kedi" and at.selectbox(key="pos_wo_head").value == 2
+    at.selectbox(key="pos_wo_head").set_value("mean").run()  # the one picker's mean-over-heads option
+    assert at.query_params.get("pos_wo_head") is None  # the default is the mean: not written
+    at = _linked("views/positions.py", "smollm2-135m", {"pos_wo_layer": "29", "pos_wo_head": "9"})
+    assert (at.selectbox(key="pos_wo_layer").value, at.selectbox(key="pos_wo_head").value) == (29, "mean")
 
     at = _linked("views/cost.py", "smollm2-135m", {"cost_lengths": "16,64,junk", "cost_repeats": "9"})
     assert at.multiselect(key="cost_lengths").value == [16, 64] and at.number_input(key="cost_repeats").value == 3

@@ -17,13 +17,7 @@ from viz import numbers as nb
 t = shared.t
 L = shared.lang()
 
-sel = shared.selection()
-st.title(t("cost_title"))
-st.markdown(t("cost_intro"))
-
-loaded = shared.load_model_ui(sel.model)
-if loaded is None:
-    st.stop()
+sel, loaded = shared.page_start("cost_title", "cost_intro")
 
 # ---- 1. the n x n matrix ----------------------------------------------------------------------------
 st.header(t("cost_s1"))

@@ -103,12 +103,7 @@ def _title(base: str, prep: Prepared, options: dict) -> str:
 
 
 # ---------------------------------------------------------------- page
-sel = shared.selection()
-st.title(t("explore_title"))
-st.caption(t("explore_intro"))
-loaded = shared.load_model_ui(sel.model)
-if loaded is None or not shared.reads_text(loaded):
-    st.stop()
+sel, loaded = shared.page_start("explore_title", "explore_intro", caption=True, text=True)
 
 pair = None
 if loaded.family != "encoder":
@@ -193,25 +188,16 @@ if long_mode:
     st.info(t("long_mode", n=max(len(q_tokens), len(k_tokens))))
 
 sel_cols = st.columns([3, 1, 1])
-with sel_cols[0]:
-    shared.url_init("layer", kind=int)
-    shared.clamp("layer", n_layers)
-    if n_layers > 1:
-        # drawn in every view (a widget that is not drawn forgets its value), inactive in the summary table
-        st.slider(t("rollout_layer") if mode == "rollout" else t("layer"), 0, n_layers - 1, value=0, key="layer",
-                  disabled=view == "summary")
-    shared.url_sync("layer", 0)
-    if analysis.layer_labels.get(stack):
-        st.caption(t("hybrid_layers", blocks=", ".join(map(str, analysis.layer_labels[stack]))))
-layer = int(st.session_state.get("layer") or 0)
-with sel_cols[1]:
-    shared.url_init("head", list(range(n_heads_raw)))
-    shared.clamp("head", n_heads_raw)
-    # always drawn (a widget that is not drawn forgets its value), used by the heatmaps
-    st.selectbox(t("head"), list(range(n_heads_raw)), key="head",
-                 disabled=n_heads == 1 or view not in ("model", "heatmap"), help=t("head_help"))
-    shared.url_sync("head", 0)
-head = int(st.session_state.get("head") or 0) if n_heads > 1 else 0
+# drawn in every view (a widget that is not drawn forgets its value): the layer inactive in the summary table,
+# the head used by the heatmaps only
+layer, head = shared.layer_head("layer", "head", n_layers, n_heads_raw, columns=sel_cols[:2], slider=True,
+                                labels=("layer", "head"), layer_label=t("rollout_layer") if mode == "rollout" else None,
+                                disabled=(view == "summary", n_heads == 1 or view not in ("model", "heatmap")),
+                                head_help=t("head_help"))
+if n_heads == 1:
+    head = 0
+if analysis.layer_labels.get(stack):
+    sel_cols[0].caption(t("hybrid_layers", blocks=", ".join(map(str, analysis.layer_labels[stack]))))
 with sel_cols[2]:
     shared.url_init("img_fmt", ["PNG", "SVG"])
     st.segmented_control(t("image_format"), ["PNG", "SVG"], key="img_fmt", required=True, default="PNG",

@@ -31,13 +31,7 @@ def _fill(cfg: kv_layout.KVLayout) -> None:
         st.session_state[key] = int(value)
 
 
-sel = shared.selection()
-st.title(t("kv_title"))
-st.markdown(t("kv_intro"))
-
-loaded = shared.load_model_ui(sel.model)
-if loaded is None:
-    st.stop()
+sel, loaded = shared.page_start("kv_title", "kv_intro")
 
 # ---- 1. calculator ---------------------------------------------------------------------------------------
 st.header(t("kv_s1"))

@@ -25,13 +25,7 @@ def _word_order(name: str, text_a: str, text_b: str) -> positions.WordOrder:
 # the page's widgets live in the URL (issue 13): a link reopens the same positions, heads and sentences
 URL = shared.UrlState(("pos_m", "pos_n", "pos_t", "pos_alibi_head", "pos_text_a", "pos_text_b", "pos_wo_layer",
                        "pos_wo_head"))
-sel = shared.selection()
-st.title(t("pos_title"))
-st.markdown(t("pos_intro"))
-
-loaded = shared.load_model_ui(sel.model)
-if loaded is None:
-    st.stop()
+sel, loaded = shared.page_start("pos_title", "pos_intro")
 kind = positions.position_kind(loaded)
 st.info(t(f"pos_kind_{kind}", model=sel.model))
 
@@ -137,19 +131,12 @@ except models.DikkatError as exc:
     URL.finish()
     st.stop()
 n_layers = wo.attn_a.shape[0]
-URL.bind("pos_wo_layer", 0, kind=int, bounds=(0, n_layers - 1))
-URL.bind("pos_wo_head", -1, kind=int, bounds=(-1, heads - 1))
-shared.clamp("pos_wo_layer", n_layers)
-if st.session_state.get("pos_wo_head", -1) >= heads:
-    st.session_state["pos_wo_head"] = -1
-l1, l2 = st.columns(2)
-wo_layer = l1.selectbox(t("teach_layer"), list(range(n_layers)), key="pos_wo_layer")
-wo_head = l2.selectbox(t("teach_head"), [-1] + list(range(heads)), key="pos_wo_head",
-                       format_func=lambda h: t("pos_mean_heads") if h < 0 else str(h))
+wo_layer, wo_head = shared.layer_head("pos_wo_layer", "pos_wo_head", n_layers, heads, url=URL,
+                                      mean="pos_mean_heads", head_default=shared.MEAN)
 
 
 def _pick(x: np.ndarray) -> np.ndarray:
-    return x[wo_layer].mean(axis=0) if wo_head < 0 else x[wo_layer, wo_head]
+    return x[wo_layer].mean(axis=0) if wo_head is None else x[wo_layer, wo_head]
 
 
 a_m, b_m = _pick(wo.attn_a), _pick(wo.attn_b)

@@ -151,26 +151,7 @@ def _preset_all_on(name, stacks):
 def _preset_layer_off(name, stacks, stack):
     """Switch a whole layer off, added to the heads already off (a teacher builds "layers 3 and 5 off")."""
     layer = int(st.session_state.get("prune_layer_pick", 0))
-    _set_off(name, stacks, _get_off(name) | {(stack, layer, h) for h in range(stacks[stack][1])})
-
-
-def _off_to_url(heads) -> str:
-    """``{("decoder", 3, 1), ...}`` -> ``"decoder.3.1,..."`` (the ``?off=`` query parameter)."""
-    return ",".join(f"{s}.{layer}.{h}" for s, layer, h in sorted(heads))
-
-
-def _off_from_url(raw: str, stacks: dict) -> frozenset:
-    """The heads a link's ``?off=`` names, those the model has; anything else in it is ignored."""
-    out = set()
-    for part in str(raw).split(",")[:10_000]:
-        bits = part.strip().split(".")
-        # ASCII digits only (str.isdigit takes "²" and "①", which int() refuses), and short ones (int() refuses
-        # more than 4,300 digits)
-        if len(bits) == 3 and bits[0] in stacks and all(b.isascii() and b.isdigit() and len(b) < 7 for b in bits[1:]):
-            layer, head = int(bits[1]), int(bits[2])
-            if layer < stacks[bits[0]][0] and head < stacks[bits[0]][1]:
-                out.add((bits[0], layer, head))
-    return frozenset(out)
+    _set_off(name, stacks, _get_off(name) | pruning.whole_layer(stacks, stack, layer))
 
 
 def _preset_from_importance(name, stacks, text, mode):
@@ -182,14 +163,9 @@ def _preset_from_importance(name, stacks, text, mode):
         st.session_state["prune_preset_error"] = shared.error_text(exc)
         return
     if mode == "keep_one":
-        off = set()
-        for stack, values in scores.values.items():
-            for layer in range(values.shape[0]):
-                best = int(np.argmax(values[layer]))
-                off |= {(stack, layer, h) for h in range(values.shape[1]) if h != best}
+        off = pruning.keep_best_per_layer(scores)
     else:
-        k = int(st.session_state.get("prune_k", 1))
-        off = {head for head, _ in scores.ranked()[:k]}
+        off = pruning.least_important(scores, min(int(st.session_state.get("prune_k", 1)), len(scores.ranked())))
     _set_off(name, stacks, off)
 
 
@@ -213,7 +189,7 @@ stacks = loaded.stacks
 # the heads switched off live in the URL too (?off=decoder.3.1,...), so a link or a reload reopens them
 # read once per session (a link or a reload), not after a model switch: the URL's heads were another model's
 if not st.session_state.get("_prune_off_read") and st.query_params.get("off"):
-    _set_off(name, stacks, _off_from_url(st.query_params["off"], stacks))
+    _set_off(name, stacks, pruning.heads_from_text(st.query_params["off"], stacks))
 st.session_state["_prune_off_read"] = True
 kind = pruning.metric_kind(loaded)
 metric_label = t(f"prune_metric_{kind}")
@@ -254,7 +230,7 @@ with left:
 
     off = _get_off(name)
     if off:
-        st.query_params["off"] = _off_to_url(off)
+        st.query_params["off"] = pruning.heads_to_text(off)
     elif "off" in st.query_params:
         del st.query_params["off"]
     st.markdown(t("prune_count", off=len(off), total=total, share=100 * len(off) / max(total, 1)))
@@ -362,11 +338,8 @@ if before is not None and after is not None:
     st.caption(t("prune_downstream_help"))
     att_stack = grid_stack if grid_stack in before.attentions else next(iter(before.attentions))
     a_layers, a_heads = before.attentions[att_stack].shape[:2]
-    s1, s2 = st.columns(2)
-    layer_sel = s1.selectbox(t("prune_show_layer"), list(range(a_layers)), index=a_layers - 1, key="prune_show_layer")
-    head_sel = s2.selectbox(t("prune_show_head"), list(range(a_heads)), key="prune_show_head")
-    layer_sel = min(int(layer_sel), a_layers - 1)
-    head_sel = min(int(head_sel), a_heads - 1)
+    layer_sel, head_sel = shared.layer_head("prune_show_layer", "prune_show_head", a_layers, a_heads,
+                                            labels=("prune_show_layer", "prune_show_head"), layer_default=a_layers - 1)
     q_tokens, k_tokens = before.axis_tokens(att_stack)
     wb = before.attentions[att_stack][layer_sel, head_sel]
     wa = after.attentions[att_stack][layer_sel, head_sel]

@@ -26,13 +26,7 @@ def _layer(name: str, text: str, stack: str, layer: int) -> layer_input.LayerCap
 
 # the page's widgets live in the URL (issue 13): a link reopens the same layer, head, query and knobs
 URL = shared.UrlState(("qkv_stack", "qkv_layer", "qkv_head", "qkv_query", "qkv_noscale", "qkv_temperature"))
-sel = shared.selection()
-st.title(t("qkv_title"))
-st.markdown(t("qkv_intro"))
-
-loaded = shared.load_model_ui(sel.model)
-if loaded is None or not shared.reads_text(loaded):
-    st.stop()
+sel, loaded = shared.page_start("qkv_title", "qkv_intro", text=True)
 if not sel.text.strip():
     st.info(t("teach_need_text"))
     st.stop()
@@ -43,13 +37,8 @@ if len(stacks) > 1:
     URL.bind("qkv_stack", stacks[0], options=stacks)
     stack = st.radio(t("teach_stack"), stacks, horizontal=True, key="qkv_stack")
 n_layers, n_heads = loaded.stacks[stack]
-URL.bind("qkv_layer", 0, kind=int, bounds=(0, n_layers - 1))
-URL.bind("qkv_head", 0, kind=int, bounds=(0, n_heads - 1))
-shared.clamp("qkv_layer", n_layers)
-shared.clamp("qkv_head", n_heads)
 c1, c2, c3 = st.columns([1, 1, 2])
-layer = c1.selectbox(t("teach_layer"), list(range(n_layers)), key="qkv_layer")
-head = c2.selectbox(t("teach_head"), list(range(n_heads)), key="qkv_head")
+layer, head = shared.layer_head("qkv_layer", "qkv_head", n_layers, n_heads, url=URL, columns=(c1, c2))
 
 try:
     with st.spinner(t("analysing")):

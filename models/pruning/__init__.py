@@ -27,6 +27,9 @@ The metric depends on the model's head (:func:`metric_kind`):
   unit embedding instead: ``I_h = E_x ‖∂ê(x)/∂ξ_h‖₂`` with ``ê = e/‖e‖``; to second order
   ``1 - cos ≈ ½ ‖Δê‖²``.
 
+Which heads to switch off (the Head pruning page's presets) and the ``off=`` text of a link:
+:mod:`.select`.
+
 Heads are named by ``(stack, layer, head)`` triples, as in ``models.analyze(heads_off=...)``; arrays of
 scores are ``stack -> float64 (layers, heads)``. Nothing here touches the shared model's state: gates
 travel in the :func:`models.capture.capture` context of each call.
@@ -37,6 +40,7 @@ from .core import (
 )
 from .curve import CurveEstimate, PruningCurve, estimate_curve_seconds, pruning_curve
 from .effects import Continuation, Ranking, cosine, embed, greedy_continuation, rank_sentences
+from .select import heads_from_text, heads_to_text, keep_best_per_layer, least_important, whole_layer
 from .importance import HeadScores, ablation_scores, ablation_scores_one_at_a_time, gradient_importance, rank_correlation
 
 __all__ = [
@@ -61,10 +65,15 @@ __all__ = [
     "gradient_importance",
     "greedy_continuation",
     "head_list",
+    "heads_from_text",
+    "heads_to_text",
+    "keep_best_per_layer",
     "keep_matrix",
+    "least_important",
     "metric_kind",
     "prepare",
     "pruning_curve",
     "rank_correlation",
     "rank_sentences",
+    "whole_layer",
 ]

@@ -17,7 +17,7 @@ t = shared.t
 # The mask page draws n x n grids (and an n x n checkbox editor): keep texts short.
 MAX_TOKENS = 24
 KINDS = ("bidirectional", "causal", "sliding_window", "strided", "custom")
-PRESETS = ("causal", "bidirectional", "diagonal", "previous", "empty")
+PRESETS = models.masks.STARTS
 BERT_MODEL, GPT_MODEL, GQA_MODEL = "minilm-l6", "smollm2-135m", "smollm2-135m"
 ENCDEC_PRESETS = ("Helsinki-NLP/opus-mt-tr-en", "whisper-base", "google-t5/t5-small", "facebook/bart-base")
 AUDIO_DIR = shared.ASSETS / "audio"
@@ -57,19 +57,8 @@ bind = URL.bind
 
 def layer_head(prefix: str, layers: int, heads: int, *, allow_mean: bool = False) -> tuple[int, int | None]:
     """Layer slider and head selector; returns (layer, head or None for the mean over heads)."""
-    options = list(range(heads)) + (["mean"] if allow_mean else [])
-    bind(f"{prefix}_layer", 0, kind=int, bounds=(0, max(layers - 1, 0)))
-    bind(f"{prefix}_head", 0, options=options)
-    shared.clamp(f"{prefix}_layer", layers)
-    if st.session_state.get(f"{prefix}_head", 0) not in options:
-        st.session_state[f"{prefix}_head"] = 0
-    c1, c2 = st.columns(2)
-    with c1:
-        layer = st.slider(t("masks_layer"), 0, max(layers - 1, 0), key=f"{prefix}_layer") if layers > 1 else 0
-    with c2:
-        head = st.selectbox(t("masks_head"), options, key=f"{prefix}_head",
-                            format_func=lambda h: t("masks_head_mean") if h == "mean" else str(h))
-    return layer, (None if head == "mean" else int(head))
+    return shared.layer_head(f"{prefix}_layer", f"{prefix}_head", layers, heads, url=URL, slider=True,
+                             labels=("masks_layer", "masks_head"), mean="masks_head_mean" if allow_mean else None)
 
 
 def head_name(head: int | None) -> str:
@@ -87,12 +76,6 @@ def mask_title(kind: str) -> str:
     if kind == "strided":
         return t("masks_mask_strided_s", s=st.session_state.get("masks_stride", 3))
     return t(f"masks_mask_{kind}")
-
-
-def preset_matrix(kind: str, n: int) -> np.ndarray:
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-    return {"causal": j <= i, "bidirectional": np.ones((n, n), bool), "diagonal": i == j,
-            "previous": j == i - 1, "empty": np.zeros((n, n), bool)}[kind]
 
 
 def token_labels(tokens) -> list[str]:

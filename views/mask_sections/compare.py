@@ -13,7 +13,7 @@ from models import compare, fallback_masks
 from views import shared
 from viz import masks as vm
 from .common import (
-    KINDS, MAX_TOKENS, PRESETS, attention_figure, bind, chart, head_name, token_labels, layer_head, mask_figure, mask_title, native_run, pick_map, preset_matrix, mask_run, text_model_ok, t,
+    KINDS, MAX_TOKENS, PRESETS, attention_figure, bind, chart, head_name, token_labels, layer_head, mask_figure, mask_title, native_run, pick_map, mask_run, text_model_ok, t,
 )
 
 
@@ -27,7 +27,7 @@ def _custom_editor(labels: list[str], name: str, text: str) -> np.ndarray:
     start = st.selectbox(t("masks_custom_start"), PRESETS, key="masks_custom_start",
                          format_func=lambda p: t(f"masks_preset_{p}"))
     names = [f"{i} {lab}" for i, lab in enumerate(labels)]
-    frame = pd.DataFrame(preset_matrix(start, n), index=names, columns=names)
+    frame = pd.DataFrame(models.masks.start_matrix(start, n), index=names, columns=names)
     editor_key = f"masks_custom_{abs(hash((name, text, n, start))) % 10**10}"
     st.caption(t("masks_custom_editor"))
     edited = st.data_editor(

@@ -1,6 +1,6 @@
 """What every page shares (a package beside the pages, one module per concern): UI strings in both languages
 and escaping (:mod:`.strings`), figures, tables and errors on a page (:mod:`.output`), the cached models and
-analyses (:mod:`.cache`), the page's state in the link (:mod:`.urlstate`), the sidebar (:mod:`.sidebar`).
+analyses (:mod:`.cache`), the page's state in the link (:mod:`.urlstate`), the layer and head picker (:mod:`.pickers`), a model page's top (:mod:`.page`), the sidebar (:mod:`.sidebar`).
 Pages use them as ``shared.t``, ``shared.get_analysis``, ....
 
 A loaded model is cached per process by :func:`models.load` and shared by every browser session;
@@ -14,6 +14,8 @@ from .cache import (  # noqa: F401
 from .output import (  # noqa: F401
     PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,
 )
+from .page import page_start  # noqa: F401
+from .pickers import MEAN, layer_head  # noqa: F401
 from .sidebar import (  # noqa: F401
     DEFAULT_TEXT, DEFAULT_TEXTS, Selection, _catalog_label, default_text, examples, selection, sidebar, spec_text,
 )

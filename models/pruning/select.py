@@ -1,0 +1,83 @@
+"""Which heads to switch off: the Head pruning page's presets as pure functions over head scores, and the
+``off=`` text of a link that names switched-off heads.
+
+Heads are ``(stack, layer, head)`` triples as in ``models.analyze(heads_off=...)``; ``stacks`` maps a stack to
+its ``(layers, heads)`` (:attr:`models.LoadedModel.stacks`).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+
+from ..errors import InvalidHeadError
+from .core import HeadId
+from .importance import HeadScores
+
+MAX_LINK_HEADS = 10_000  # a link naming more parts is read up to here
+
+
+def keep_best_per_layer(scores: HeadScores) -> frozenset[HeadId]:
+    """Every head except the most important one of each layer (Michel et al. 2019, §3.2: most layers can be
+    reduced to a single head). Ties go to the lower head index.
+
+    Args:
+        scores: importance per head, ``stack -> float64 (layers, heads)`` in ``scores.values``.
+
+    Returns:
+        The heads to switch off.
+    """
+    off = set()
+    for stack, values in scores.values.items():
+        for layer in range(values.shape[0]):
+            best = int(np.argmax(values[layer]))
+            off |= {(stack, layer, h) for h in range(values.shape[1]) if h != best}
+    return frozenset(off)
+
+
+def least_important(scores: HeadScores, k: int) -> frozenset[HeadId]:
+    """The ``k`` least important heads (ties by head order, :meth:`HeadScores.ranked`).
+
+    Raises:
+        InvalidHeadError: ``k`` is not a whole number from 0 to the number of heads.
+    """
+    ranked = scores.ranked()
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= len(ranked):
+        raise InvalidHeadError(f"k must be a whole number from 0 to {len(ranked)} (the heads there are), got {k!r}.",
+                               code="bad_head_count", k=str(k), n=len(ranked))
+    return frozenset(head for head, _ in ranked[:int(k)])
+
+
+def whole_layer(stacks: dict[str, tuple[int, int]], stack: str, layer: int) -> frozenset[HeadId]:
+    """Every head of ``stack``'s layer ``layer``.
+
+    Raises:
+        InvalidHeadError: no such stack or layer.
+    """
+    if stack not in stacks or isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+            or not 0 <= layer < stacks.get(stack, (0, 0))[0]:
+        raise InvalidHeadError(f"No layer {layer!r} in stack {stack!r} (stacks: {dict(stacks)}).",
+                               code="bad_layer", stack=str(stack), layer=str(layer))
+    return frozenset((stack, int(layer), h) for h in range(stacks[stack][1]))
+
+
+def heads_to_text(heads) -> str:
+    """``{("decoder", 3, 1), ("decoder", 0, 2)}`` -> ``"decoder.0.2,decoder.3.1"`` (sorted; a link's ``off=``)."""
+    return ",".join(f"{s}.{layer}.{h}" for s, layer, h in sorted(heads))
+
+
+def heads_from_text(raw: str, stacks: dict[str, tuple[int, int]]) -> frozenset[HeadId]:
+    """The heads a link's ``off=`` text names that the model has (:func:`heads_to_text`'s inverse); anything
+    else in it (unknown stacks, out-of-range or non-ASCII numbers, junk) is ignored, never raised: a link is
+    outside input."""
+    out = set()
+    for part in str(raw).split(",")[:MAX_LINK_HEADS]:
+        bits = part.strip().split(".")
+        # ASCII digits only (str.isdigit takes "²" and "①", which int() refuses), and short ones (int() refuses
+        # more than 4,300 digits)
+        if len(bits) == 3 and bits[0] in stacks and all(b.isascii() and b.isdigit() and len(b) < 7 for b in bits[1:]):
+            layer, head = int(bits[1]), int(bits[2])
+            if layer < stacks[bits[0]][0] and head < stacks[bits[0]][1]:
+                out.add((bits[0], layer, head))
+    return frozenset(out)

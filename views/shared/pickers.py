@@ -1,0 +1,78 @@
+"""The one layer and head picker of every page: a layer (slider or list) and a head (list, optionally with the
+mean over heads), kept in the link and inside the model's range."""
+
+from __future__ import annotations
+
+
+import streamlit as st
+
+
+from .strings import t
+from .urlstate import UrlState, clamp, url_init, url_sync
+
+MEAN = "mean"
+"""The head option that stands for the mean over heads (its value in the link: ``head=mean``)."""
+
+
+def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, url: UrlState | None = None,
+               columns=None, labels: tuple[str, str] = ("teach_layer", "teach_head"), slider: bool = False,
+               mean: str | None = None, layer_default: int = 0, head_default: int | str = 0,
+               layer_label: str | None = None, disabled: tuple[bool, bool] = (False, False),
+               head_help: str | None = None) -> tuple[int, int | None]:
+    """Draw a layer picker and a head picker side by side and return what they hold.
+
+    Both values come from the link first (a shared URL reopens the same layer and head), are kept inside
+    ``range(n_layers)`` / the head options when the model or the text changed (:func:`clamp`), and go back into
+    the link: through ``url`` (the page's :class:`UrlState`, written at the page's end) or, without one, at once
+    (:func:`url_sync`). A widget is always drawn when it has a choice to offer (a widget that is not drawn forgets
+    its value); a model with one layer shows no layer slider.
+
+    Args:
+        layer_key, head_key: the widgets' Session State keys and query parameters.
+        n_layers, n_heads: the stack's layers and (query) heads, ``>= 1``.
+        url: the page's link state; ``None`` writes the link directly.
+        columns: two containers to draw in (default: two new columns).
+        labels: string keys of the two labels.
+        slider: the layer as a slider (else a list).
+        mean: string key of the label of an extra head option, the mean over heads (returned as ``None``).
+        layer_default, head_default: the values when neither the session nor the link has one
+            (``head_default`` may be :data:`MEAN`).
+        layer_label: the layer label as shown (overrides ``labels[0]``, e.g. Explore's rollout).
+        disabled: draw the layer / head widget inactive (it keeps its value).
+        head_help: tooltip of the head widget.
+
+    Returns:
+        ``(layer, head)``: ints, ``head`` is ``None`` for the mean over heads.
+    """
+    heads: list = ([MEAN] if mean else []) + list(range(n_heads))
+    layer_default = min(max(layer_default, 0), max(n_layers - 1, 0))
+    if url is not None:
+        url.bind(layer_key, layer_default, kind=int, bounds=(0, max(n_layers - 1, 0)))
+        url.bind(head_key, head_default, options=heads)
+    else:
+        url_init(layer_key, kind=int, bounds=(0, max(n_layers - 1, 0)))
+        url_init(head_key, heads)
+        st.session_state.setdefault(layer_key, layer_default)
+        st.session_state.setdefault(head_key, head_default)
+    clamp(layer_key, n_layers, layer_default)
+    if head_key in st.session_state and st.session_state[head_key] not in heads:
+        value = st.session_state[head_key]
+        st.session_state[head_key] = int(value) if str(value).strip().isdecimal() and int(value) < n_heads \
+            else head_default
+    c1, c2 = columns if columns is not None else st.columns(2)
+    with c1:
+        if n_layers > 1:
+            label = layer_label or t(labels[0])
+            if slider:
+                st.slider(label, 0, n_layers - 1, key=layer_key, disabled=disabled[0])
+            else:
+                st.selectbox(label, list(range(n_layers)), key=layer_key, disabled=disabled[0])
+    with c2:
+        st.selectbox(t(labels[1]), heads, key=head_key, disabled=disabled[1], help=head_help,
+                     format_func=lambda h: t(mean) if h == MEAN else str(h))
+    if url is None:
+        url_sync(layer_key, layer_default)
+        url_sync(head_key, head_default)
+    layer = int(st.session_state.get(layer_key) or 0) if n_layers > 1 else 0
+    head = st.session_state.get(head_key, head_default)
+    return min(layer, n_layers - 1), (None if head == MEAN else min(int(head), n_heads - 1))
