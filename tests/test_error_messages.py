@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 # codes built from an expression at the raise site, and every value it can take
 DYNAMIC = {'"empty_" + what.replace(" ", "_")': ["empty_text", "empty_text_pair", "empty_target_text"],
-           '"unreadable_" + what': ["unreadable_text", "unreadable_text_pair"]}
+           '"unreadable_" + what': ["unreadable_text", "unreadable_text_pair"],
+           "code": ["text_pair_needs_encoder", "target_needs_encdec"]}  # analysis._only_for's callers
 
 
 def _strings() -> dict:

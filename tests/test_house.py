@@ -85,3 +85,70 @@ def test_no_module_is_over_500_lines():
     long = {str(p.relative_to(ROOT)) for folder in ("models", "viz", "views") for p in (ROOT / folder).rglob("*.py")
             if len(p.read_text(encoding="utf-8").splitlines()) > 500}
     assert not long, long
+
+
+# each page's Session State keys (widget keys, link parameters, its own state) start with its prefix, so two
+# pages never share a key by accident; Explore's keys are the app's first link parameters (layer, head, view)
+# and keep their short names, the sidebar's are the app's own
+PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), "mask_sections": ("masks_",),
+                 "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",)}
+APP_KEYS = {"_device_slot", "_model_chosen_by_user", "_selection", "example", "lang", "model_custom", "model_key",
+            "text"}
+
+
+def _session_keys(path: Path) -> set[str]:
+    """The literal Session State keys a view file names: ``key=``, ``session_state[...]`` / ``.get`` /
+    ``.setdefault`` / ``.pop``, ``bind``, ``url_init``, ``clamp``, ``layer_head`` and ``UrlState`` (an f-string's
+    literal start counts)."""
+    import ast
+    keys = set()
+
+    def literal(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            return node.values[0].value + "{}"
+        return None
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            args = list(node.args)
+            if name in ("get", "setdefault", "pop") and "session_state" in ast.unparse(node.func):
+                args = args[:1]
+            elif name in ("bind", "url_init", "url_sync", "url_drop", "clamp"):
+                args = args[:1]
+            elif name == "layer_head":
+                args = args[:2]
+            elif name == "UrlState":
+                args = list(args[0].elts) if args and isinstance(args[0], ast.Tuple) else []
+            else:
+                args = []
+            keys |= {k for k in map(literal, args) if k}
+            keys |= {k for k in (literal(kw.value) for kw in node.keywords if kw.arg == "key") if k}
+        elif isinstance(node, ast.Subscript) and "session_state" in ast.unparse(node.value):
+            key = literal(node.slice)
+            if key:
+                keys.add(key)
+    return keys
+
+
+def test_each_page_keeps_its_session_state_keys_under_its_own_prefix():
+    views = ROOT / "views"
+    seen: dict[str, str] = {}
+    for path in sorted(views.rglob("*.py")):
+        page = path.parent.name if path.parent.name in PAGE_PREFIXES else path.stem
+        keys = _session_keys(path)
+        if path.parent.name == "shared":
+            assert keys <= APP_KEYS, (path.name, keys - APP_KEYS)
+            continue
+        if page in PAGE_PREFIXES:
+            stray = {k for k in keys if not k.startswith(PAGE_PREFIXES[page])}
+            assert not stray, (path.name, sorted(stray))
+        for key in keys:
+            owner = seen.setdefault(key, page if page != "mask_sections" else "masks")
+            assert owner == (page if page != "mask_sections" else "masks"), f"{key!r} used by {owner} and {page}"
+    assert len(seen) > 100, len(seen)
+    explore = _session_keys(views / "explore.py")
+    others = tuple(p for prefixes in PAGE_PREFIXES.values() for p in prefixes)
+    assert explore and not any(k.startswith(others) for k in explore), explore
