@@ -37,8 +37,11 @@ from .errors import (
 from .loading import LoadedModel, clear_cache, is_hub_id, load
 from .masks import MaskMode, parse_mask
 from .store import AttentionStack, MaskStack
+from .flow import Flow, information_flow
 
 __all__ = [
+    "Flow",
+    "information_flow",
     "AudioAnalysis", "analyze_audio",
     "Analysis", "TopK", "Token", "Word", "analyze", "default_max_tokens",
     "CATALOG", "DEFAULT_MODEL", "ModelSpec", "default_model_for_language", "get_spec", "list_models",

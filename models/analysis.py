@@ -76,6 +76,9 @@ class Analysis:
             attend the key, read from the mask each layer was actually called with (the native one, or the
             replacement; per layer, so Gemma 3's sliding layers differ from its full ones). On the fallback
             path, whose attention modules build their masks internally, only a replaced mask is listed.
+        run: the forward call this analysis ran (inputs, heads off, masks; :class:`models.store.Replay`), run
+            again by :func:`models.flow.information_flow`; None where weights were read from the model's
+            ``output_attentions`` (fallback path).
     """
 
     model: str
@@ -107,6 +110,7 @@ class Analysis:
     layer_labels: dict[str, list[int]] = field(default_factory=dict)
     sinks: dict[str, list[int]] = field(default_factory=dict)
     missing_stacks: dict[str, str] = field(default_factory=dict)
+    run: object = field(default=None, repr=False, compare=False)
 
     def sink_share(self, stack: str, layer: int, head: int | None = None) -> np.ndarray:
         """The attention each query gives its layer's learned sink instead of a token.
@@ -452,7 +456,9 @@ def analyze(
     replay_call = {k: v for k, v in call.items() if k not in ("output_hidden_states", "output_attentions")}
     if "logits_to_keep" not in replay_call and model.head == "lm" and _accepts(model.model, "logits_to_keep"):
         replay_call["logits_to_keep"] = 1
-    replay = None if keep_all else Replay(model, replay_call, gates, masks, chunk_bytes)
+    run = Replay(model, replay_call, gates, masks, chunk_bytes)
+    result.run = run if not eager_stacks else None
+    replay = None if keep_all else run
     collector.finish(result, replay)
     result.masks.update(eager_kept)
     fill_outputs(model, result, outputs, input_ids, labels, top_k, keep_logits,

@@ -150,6 +150,9 @@ class CaptureState:
             softmax: for a site read there (``Site.read_at_softmax``), and for one whose heads were switched
             off there (``Site.softmax_gate``), before the gate: what its map shows, as on the interface path
             (the eager ``output_attentions`` hold the gated weights).
+        calls: when not None, ``(stack, layer) -> (eager, module, query, key, value, attention_mask, empty_rows,
+            args, kwargs)`` of each wanted site's attention call (its last), with the mask after any replacement:
+            :mod:`models.flow` calls the family's eager function again on chosen query rows.
     """
 
     sites: dict[int, Site | tuple[Site, ...]] = field(default_factory=dict)
@@ -170,6 +173,7 @@ class CaptureState:
     plans: dict = field(default_factory=dict)
     fused: bool = False
     at_softmax: dict = field(default_factory=dict)
+    calls: dict | None = None
 
 
 class StopForward(Exception):
@@ -256,6 +260,9 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         if not bool(empty_rows.any()):
             empty_rows = None
     chosen = site is not None and (state.want is None or (site.stack, site.layer) in state.want)
+    if chosen and state.calls is not None:
+        state.calls[(site.stack, site.layer)] = (eager, module, query, key, value, attention_mask, empty_rows, args,
+                                                 kwargs)
     wanted = chosen and state.sink is not None
     q_len, k_len = query.shape[-2], key.shape[-2]
     if chosen and state.mask_sink is not None:

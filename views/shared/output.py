@@ -141,6 +141,8 @@ def _translated(exc: models.DikkatError) -> Md | None:
     for key, value in getattr(exc, "params", {}).items():
         if key == "family" and f"teach_family_{value}" in _strings():
             value = t_plain(f"teach_family_{value}")
+        elif key == "why" and f"flow_why_{value}" in _strings():
+            value = t_plain(f"flow_why_{value}")
         params[key] = hosting.scrub(value) if isinstance(value, str) else value
     return t(f"errmsg_{code}", **params)
 

@@ -1,0 +1,296 @@
+"""Where the information flows: beyond the attention weights (issue 14).
+
+An attention weight says how much a query looks at a key, not how much that key changes the result. From one
+more forward pass of an :class:`models.Analysis` (same inputs, heads off and masks), on the interface path:
+
+* **value-weighted attention** ``‖α_ij f^h(x_j)‖ = α_ij ‖W_O^h v_j^h‖`` (Kobayashi et al. 2020, "Attention is Not
+  Only a Weight", EMNLP, eq. 5-6): :meth:`Flow.value_weighted`;
+* **contributions** of each source token, each head, the residual stream and the MLP to each position's
+  stream, by the proximity measure of ALTI (Ferrando et al. 2022) and "Information Flow Routes" (Ferrando &
+  Voita 2024), as llm-transparency-tool computes it (:mod:`.measure`), and the **graph of routes** to a
+  prediction: :meth:`Flow.route`;
+* the **logit lens** (nostalgebraist 2020, "interpreting GPT: the logit lens"): every layer's residual stream
+  through the model's own final norm and unembedding (or masked-LM head): :meth:`Flow.logit_lens`;
+* each head's **direct effect**: what the logits lose when the head's output is taken out of the last residual
+  stream, all else kept (the direct path of Elhage et al. 2021; through the frozen norms of later post-LN layers):
+  :meth:`Flow.direct_effect`.
+
+Use :func:`information_flow`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import InvalidArgumentError, UnsupportedOperationError
+from .layout import WHY, FlowLayout, flow_layout
+from .measure import Route, proximity, route_graph, shares
+from .record import LayerFlow, run_flow
+
+__all__ = ["DirectEffect", "Flow", "LayerFlow", "LogitLens", "Route", "information_flow", "proximity", "shares"]
+
+
+@dataclass
+class LogitLens:
+    """The top tokens of every residual stream at one position (row 0: the embeddings; row ``l + 1``: layer
+    ``l``'s output; the last row is the model's own prediction).
+
+    Attributes:
+        ids, probs: int64 / float32 ``(layers + 1, k)``: top-k token ids and their softmax probabilities.
+        labels: the tokens as text, ``(layers + 1) x k``.
+        final_id: the model's own top token at this position; final_rank, final_prob: ``(layers + 1,)`` its
+            rank (0 = top) and probability at each stream.
+        last_logits: float32 ``(vocab,)``: the last row's logits (equal to the model's).
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+    labels: list[list[str]]
+    final_id: int
+    final_rank: np.ndarray
+    final_prob: np.ndarray
+    last_logits: np.ndarray
+
+
+@dataclass
+class DirectEffect:
+    """Each head's direct effect on the logits at one position: ``head(x) − head(x − c_lh)`` with ``x`` the last
+    residual stream and ``c_lh`` the head's output as it reaches it.
+
+    Attributes:
+        logits: float32 ``(layers, heads, vocab)``: the change of every logit (positive: the head promotes it).
+        on_final: float32 ``(layers, heads)``: the change of the model's own top token's logit.
+        final_id: that token.
+    """
+
+    logits: np.ndarray
+    on_final: np.ndarray
+    final_id: int
+
+    def top(self, layer: int, head: int, k: int = 5) -> tuple[list[int], list[int]]:
+        """``(promoted, suppressed)``: the ids of the ``k`` logits head ``(layer, head)`` raises most and lowers
+        most."""
+        row = self.logits[layer, head]
+        order = np.argsort(row)
+        return [int(i) for i in order[::-1][:k]], [int(i) for i in order[:k]]
+
+
+@dataclass
+class Flow:
+    """The information flow of one stack of one analysis (see the package docstring). Numbers are float32.
+
+    Attributes:
+        model, stack: where it was measured. position: the position whose heads' outputs were kept
+            (:meth:`direct_effect`).
+        layers: :class:`LayerFlow` per layer (contributions, shares, value norms, outputs).
+        x_in: ``(n, d)``: the stream entering layer 0 (the embeddings).
+        head_refused: why there is no logit lens or direct effect: a reason key of :data:`models.flow.layout.WHY`
+            (no token head, the head reads the other stack, the logits not rebuilt), else None.
+    """
+
+    model: str
+    stack: str
+    position: int
+    layers: list[LayerFlow]
+    x_in: np.ndarray
+    head_refused: str | None = None
+    _head: object = field(default=None, repr=False)
+    _rows: dict = field(default_factory=dict, repr=False)
+    _tokenizer: object = field(default=None, repr=False)
+
+    def token_shares(self, layer: int, rows=None) -> np.ndarray:
+        """float32 ``(len(rows), n_k + 2)``: at layer ``layer``, each source token's share of the stream after the
+        attention at each of ``rows`` (default: every position), then the residual's and the biases'; each row sums
+        to 1 (:meth:`LayerFlow.token_shares`). Rows already computed are kept.
+
+        Raises:
+            InvalidArgumentError: a layer or row out of range.
+        """
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(self.layers):
+            raise InvalidArgumentError(f"layer must be a whole number from 0 to {len(self.layers) - 1}, got {layer!r}.")
+        n = self.x_in.shape[0]
+        rows = list(range(n)) if rows is None else sorted({self._position(r) for r in rows})
+        cache = self._rows.setdefault(int(layer), {})
+        todo = [r for r in rows if r not in cache]
+        if todo:
+            for r, row in zip(todo, self.layers[layer].token_shares(todo)):
+                cache[r] = row
+        return np.stack([cache[r] for r in rows]) if rows else np.zeros((0, n + 2), np.float32)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """float32 ``(layers, n, n_k)``: token ``j``'s share of position ``i`` after each layer's attention (every
+        row of every layer: ``n² × d`` work per layer, see :meth:`token_shares`)."""
+        return np.stack([self.token_shares(layer)[:, :-2] for layer in range(len(self.layers))])
+
+    @property
+    def value_norms(self) -> np.ndarray:
+        """float32 ``(layers, heads, n_k)``: ``‖W_O^h v_j^h‖₂`` (Kobayashi et al. 2020, eq. 6)."""
+        return np.stack([lf.value_norms for lf in self.layers])
+
+    def value_weighted(self, weights: np.ndarray, layer: int) -> np.ndarray:
+        """``α_ij · ‖f^h(x_j)‖`` for one layer's weights ``(heads, n, n_k)`` (or one head's ``(n, n_k)`` after
+        indexing both), in the units of the residual stream."""
+        norms = self.layers[layer].value_norms
+        return np.asarray(weights, dtype=np.float32) * (norms[:, None, :] if np.ndim(weights) == 3 else norms[None, :])
+
+    def route(self, position: int = -1, threshold: float = 0.04) -> Route:
+        """The graph of routes to the last stream at ``position`` (edges with contribution ≥ ``threshold``;
+        Ferrando & Voita 2024 use 0.04).
+
+        Raises:
+            InvalidArgumentError: ``threshold`` outside 0..1 or ``position`` out of range.
+        """
+        if not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
+            raise InvalidArgumentError(f"threshold must be a number from 0 to 1, got {threshold!r}.")
+        return route_graph(self.token_shares, [lf.mlp for lf in self.layers],
+                           [lf.mlp_residual for lf in self.layers], len(self.layers), self._position(position),
+                           float(threshold))
+
+    def _position(self, position: int) -> int:
+        n = self.x_in.shape[0]
+        if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
+            raise InvalidArgumentError(f"position must be a whole number from {-n} to {n - 1}, got {position!r}.")
+        return int(position) % n
+
+    def _need_head(self):
+        if self._head is None:
+            raise UnsupportedOperationError(f"No logit lens for '{self.model}': {WHY[self.head_refused]}.",
+                                            code="flow_no_head", model=self.model, why=self.head_refused)
+        return self._head
+
+    def logit_lens(self, position: int = -1, k: int = 5) -> LogitLens:
+        """The top ``k`` tokens of every residual stream at ``position`` (nostalgebraist 2020).
+
+        Raises:
+            UnsupportedOperationError: no token head (see ``head_refused``). InvalidArgumentError: bad position or k.
+        """
+        head = self._need_head()
+        p = self._position(position)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InvalidArgumentError(f"k must be a whole number of at least 1, got {k!r}.")
+        streams = np.stack([self.x_in[p]] + [lf.x_out[p] for lf in self.layers])
+        logits = head(torch.from_numpy(streams))
+        probs = torch.softmax(logits, -1)
+        top = torch.topk(probs, min(int(k), probs.shape[-1]), dim=-1)
+        final = int(torch.argmax(logits[-1]))
+        rank = (logits > logits[:, final:final + 1]).sum(-1)
+        ids = top.indices.numpy()
+        tok = self._tokenizer
+        labels = [[tok.decode([int(i)]) if tok is not None else str(int(i)) for i in row] for row in ids]
+        return LogitLens(ids=ids, probs=top.values.numpy().astype(np.float32), labels=labels, final_id=final,
+                         final_rank=rank.numpy(), final_prob=probs[:, final].numpy().astype(np.float32),
+                         last_logits=logits[-1].numpy().astype(np.float32))
+
+    def direct_effect(self) -> DirectEffect:
+        """Each head's direct effect on the logits at :attr:`position` (see :class:`DirectEffect`).
+
+        Raises:
+            UnsupportedOperationError: no token head (see ``head_refused``).
+        """
+        head = self._need_head()
+        p = self.position
+        carried = []
+        for layer, lf in enumerate(self.layers):
+            v = lf.head_out  # (H, d) at p
+            if lf.carry is not None:  # post-LN: through this layer's output norm, then each later layer's two
+                v = lf.carry[1].apply(v[None], slice(p, p + 1))[0]
+                for later in self.layers[layer + 1:]:
+                    v = later.carry[1].apply(later.carry[0].apply(v[None], slice(p, p + 1)), slice(p, p + 1))[0]
+            carried.append(v)
+        c = torch.stack(carried)  # (L, H, d)
+        x = torch.from_numpy(self.layers[-1].x_out[p]).to(c.device)
+        rows = (x[None, None] - c).reshape(-1, c.shape[-1])
+        full = head(x[None])[0]
+        out = torch.cat([full[None] - head(rows[i:i + 64]) for i in range(0, rows.shape[0], 64)])
+        out = out.reshape(c.shape[0], c.shape[1], -1)
+        out[(c == 0).all(-1)] = 0.0  # a head that adds nothing (switched off) changes nothing, not rounding noise
+        final = int(torch.argmax(full))
+        return DirectEffect(logits=out.numpy().astype(np.float32), on_final=out[..., final].numpy().astype(np.float32),
+                            final_id=final)
+
+
+def _head_fn(loaded, layout: FlowLayout):
+    """``head(x float32 (m, d)) -> float32 (m, vocab)`` on the CPU, or None."""
+    if layout.head is None:
+        return None
+    modules = dict(loaded.model.named_modules())
+    param = next(loaded.model.parameters())
+
+    def call(module, x):
+        out = module(x.to(device=param.device, dtype=param.dtype)[None])
+        out = out[0] if isinstance(out, tuple) else out
+        return out[0].float()
+
+    def head(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            if layout.head[0] == "module":
+                logits = call(modules[layout.head[1]], x)
+            else:
+                _, norm, lm, factor = layout.head
+                logits = call(modules[lm], call(modules[norm], x) * factor)
+            if layout.softcap is not None:
+                logits = torch.tanh(logits / layout.softcap) * layout.softcap
+        return logits.cpu()
+
+    return head
+
+
+def information_flow(loaded, analysis, *, stack: str | None = None, position: int = -1) -> Flow:
+    """Measure the information flow of ``analysis`` (the same inputs, heads off and mask) on ``stack``.
+
+    Args:
+        loaded: the model ``analysis`` came from (:func:`models.load`).
+        analysis: from :func:`models.analyze` (interface path).
+        stack: ``encoder`` or ``decoder`` (default: the stack the model's head reads, else its input stack).
+        position: the prediction to keep each head's output for (:meth:`Flow.direct_effect`); default the last.
+
+    Cost: one forward pass (the fused attention kernel where the model has one) with each layer decomposed as it
+    finishes; per layer it keeps the attention call's query, key and value (``n`` per head, never ``n²``), the
+    streams (``n × d``) and the shares by head and MLP. Token contributions are computed when asked, for the
+    rows asked (:meth:`Flow.token_shares`; :meth:`Flow.route` asks only for the rows on the route), each row's
+    weights again by the family's own eager function.
+
+    Returns:
+        The :class:`Flow`.
+
+    Raises:
+        UnsupportedOperationError: a fallback-path model, a stack the flow cannot place (``flow_layout``'s
+            ``refused``: hybrid blocks, a shared layer, heads mixed before the projection), cross-attention, or
+            an identity that does not hold on this run.
+        InvalidArgumentError: an analysis of another model, an unknown stack or a bad position.
+        ModelOutOfMemoryError: the pass ran out of memory.
+    """
+    if getattr(analysis, "model", None) != loaded.name or getattr(analysis, "run", None) is None:
+        raise InvalidArgumentError(f"The analysis is not one of '{loaded.name}' (it is of "
+                                   f"{getattr(analysis, 'model', None)!r}): pass the model it came from.")
+    layout = flow_layout(loaded)
+    if stack is None:
+        stack = layout.head_stack or loaded.input_stack
+    if stack == "cross" or stack not in loaded.stacks:
+        raise InvalidArgumentError(f"stack must be one of {[s for s in loaded.stacks if s != 'cross']}, got {stack!r}"
+                                   " (cross-attention's flow is part of the decoder's: its MLP stage).")
+    if stack in layout.refused:
+        detail = layout.placed.get(stack, WHY[layout.refused[stack]])
+        raise UnsupportedOperationError(f"No information flow for the {stack} of '{loaded.name}': {detail}.",
+                                        code="flow_refused", model=loaded.name, stack=stack,
+                                        why=layout.refused[stack])
+    n = len(analysis.axis_tokens(stack)[0])
+    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
+        raise InvalidArgumentError(f"position must be a whole number from {-n} to {n - 1}, got {position!r}.")
+    p = int(position) % n
+    rec = run_flow(loaded, layout, stack, analysis.run, p)
+    layers = [rec.layers[layer] for layer in sorted(rec.layers)]
+    head = _head_fn(loaded, layout) if stack == layout.head_stack else None
+    refused = layout.head_refused if layout.head_stack in (None, stack) else "other_stack"
+    flow = Flow(model=loaded.name, stack=stack, position=p, layers=layers, x_in=rec.x_in0,
+                head_refused=None if head else refused, _head=head, _tokenizer=loaded.tokenizer)
+    logits = getattr(rec.outputs, "logits", None)
+    if head is not None and logits is not None:
+        from .record import _check
+        mine = head(torch.from_numpy(layers[-1].x_out[-1:]))[0]
+        _check("the logits rebuilt from the last residual stream", mine, logits[0, -1].float().cpu(), "the head")
+    return flow
