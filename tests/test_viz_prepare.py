@@ -96,3 +96,28 @@ def test_rollout_of_some_rows_is_those_rows_of_the_rollout():
     a = FakeAnalysis()
     full = tf.rollout(a.attentions["encoder"])
     np.testing.assert_allclose(prepare(a, "encoder", mode="rollout", layer=0, rows=(1, 3)).weights, full[:, :, 1:3])
+
+
+def test_value_weighting_by_hand():
+    """Kobayashi et al. 2020: each weight times its key's ‖W_O v‖, rows renormalised; before the heads' mean and
+    before hiding tokens; the same layer whole or asked for alone."""
+    a = FakeAnalysis()
+    norms = np.array([[[1.0, 2.0, 0.5, 1.0, 4.0], [3.0, 1.0, 1.0, 1.0, 1.0]]], dtype=np.float32)  # (1, 2, 5)
+    w = a.attentions["encoder"][0]
+    want = w * norms[0][:, None, :]
+    want /= want.sum(-1, keepdims=True)
+    p = prepare(a, "encoder", value_norms=norms)
+    np.testing.assert_allclose(p.weights[0], want, rtol=1e-6)
+    np.testing.assert_allclose(prepare(a, "encoder", value_norms=norms, layer=0, head=1).weights[0, 0], want[1],
+                               rtol=1e-6)
+    np.testing.assert_allclose(prepare(a, "encoder", value_norms=norms, mode="avg").weights[0, 0], want.mean(0),
+                               rtol=1e-6)
+    kept = want[0][1:4, 1:4] / want[0][1:4, 1:4].sum(-1, keepdims=True)
+    np.testing.assert_allclose(prepare(a, "encoder", value_norms=norms, hide_special=True).weights[0, 0], kept,
+                               rtol=1e-6)
+    try:
+        prepare(a, "encoder", value_norms=norms[:, :1])
+    except ValueError as exc:
+        assert "value_norms must be" in str(exc)
+    else:
+        raise AssertionError("a wrong shape was accepted")

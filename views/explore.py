@@ -24,7 +24,7 @@ from viz.prepare import Prepared, prepare as prepare_view
 from viz.summary import head_summary_table
 
 VIEWS = ["head", "model", "heatmap", "summary"]
-OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout"]
+OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout", "value"]
 # The head view draws at most this many tokens (or words) per column; longer inputs are paged.
 HEAD_VIEW_MAX = 48
 # Long inputs (weights computed on demand): the heatmap is pooled to at most HEATMAP_MAX cells a side, with
@@ -38,11 +38,14 @@ TOKENS_LISTED = 600
 
 @shared.cached
 def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: bool, hide_first: bool,
-            words: bool, mode: str, layer: int | None = None, head: int | None = None,
+            words: bool, mode: str, value: bool = False, layer: int | None = None, head: int | None = None,
             rows: tuple[int, int] | None = None) -> Prepared:
-    """:func:`viz.prepare.prepare` of the cached analysis (cached too; the result is shared, read-only)."""
+    """:func:`viz.prepare.prepare` of the cached analysis (cached too; the result is shared, read-only); with
+    ``value`` the weights are value-weighted by the cached flow's norms (:func:`shared.get_flow`)."""
+    norms = shared.get_flow(model, text, text_pair=pair, stack=stack).value_norms if value else None
     return prepare_view(shared.get_analysis(model, text, text_pair=pair), stack, hide_special=hide_special,
-                        hide_first=hide_first, words=words, mode=mode, layer=layer, head=head, rows=rows)
+                        hide_first=hide_first, words=words, mode=mode, layer=layer, head=head, rows=rows,
+                        value_norms=norms)
 
 
 def _on_model_click(heads: int) -> None:
@@ -145,7 +148,7 @@ with top[1]:
 stack = st.session_state.get("stack") if st.session_state.get("stack") in stacks else stacks[0]
 
 labels = {"hide_special": t("opt_hide_special"), "hide_first": t("opt_hide_first"), "words": t("opt_words"),
-          "avg": t("opt_avg"), "rollout": t("opt_rollout")}
+          "avg": t("opt_avg"), "rollout": t("opt_rollout"), "value": t("opt_value")}
 # one row that wraps: five equal columns cut the longer labels at 1280 px ("Özel parçaları g…")
 with st.container(horizontal=True, gap="small"):
     for key in OPTIONS:
@@ -156,6 +159,9 @@ options = {k: bool(st.session_state.get(k)) for k in OPTIONS}
 if options["rollout"] and stack == "cross":
     st.warning(t("rollout_cross"))
     options["rollout"] = False
+if options["value"] and (stack == "cross" or analysis.capture_path != "interface"):
+    st.warning(t("value_unavailable"))
+    options["value"] = False
 long_mode = not analysis.kept
 q_tokens, k_tokens = analysis.axis_tokens(stack)
 if long_mode and options["rollout"]:
@@ -182,6 +188,8 @@ if mode == "avg":
     notes.append(t("note_avg"))
 if mode == "rollout":
     notes.append(t("note_rollout"))
+if options["value"]:
+    notes.append(t("note_value"))
 for note in notes:
     st.caption("ℹ️ " + note)
 if long_mode:
@@ -233,7 +241,8 @@ def _hv_slider(n_rows: int) -> int:
 hv_start = 0
 if view == "head" and long_mode:
     hv_start = _hv_slider(max(len(q_tokens), len(k_tokens)))
-option_args = (sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"], options["words"], mode)
+option_args = (sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"], options["words"], mode,
+               options["value"])
 try:
     with st.spinner(t("preparing") if not long_mode else t("computing_layer", layer=layer)):
         if not long_mode:

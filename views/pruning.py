@@ -19,9 +19,10 @@ from models import pruning
 from views import shared
 from viz import numbers as vnum
 from viz import pruning as vp
+from viz import text as vtext
 
 t = shared.t
-OFF_KEY = "prune_off"  # model name -> sorted list of [stack, layer, head] switched off
+OFF_KEY = shared.HEADS_OFF_KEY  # model name -> sorted list of [stack, layer, head] switched off
 VERSION_KEY = "prune_click_version"  # bumps after a click on a grid so the chart's selection resets
 CURVE_KEY = "prune_curve"  # (model, texts) -> PruningCurve
 RANDOM_ORDERS = 3
@@ -31,7 +32,7 @@ RANDOM_ORDERS = 3
 
 
 def _get_off(name: str) -> frozenset:
-    return frozenset(tuple(h) for h in st.session_state.setdefault(OFF_KEY, {}).get(name, []))
+    return shared.heads_off(name)
 
 
 def _pill_key(name: str, stack: str, layer: int) -> str:
@@ -78,14 +79,6 @@ def _on_grid_click(name: str, stacks: dict, stack: str, key: str) -> None:
 def _num(value: float, decimals: int, *, sign: bool = False) -> str:
     """A number in the interface language's style (Turkish: 8,959, not 8.959, which reads as thousands)."""
     return vnum.num(float(value), decimals, shared.lang(), sign=sign)
-
-
-def _shown(token: str) -> str:
-    """A token as plain visible text: spaces at its edges as ␣, newlines as ⏎, tabs as ⇥."""
-    text = token.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
-    stripped = text.strip(" ")
-    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
-    return "␣" * lead + stripped + "␣" * trail if stripped else "␣" * len(text)
 
 
 def _prob_header(side: str) -> str:
@@ -266,9 +259,9 @@ with right:
             nb, na = before.next_token, after.next_token
             shared.table(pd.DataFrame({
                 shared.t_plain("prune_rank"): np.arange(1, nb.ids.shape[1] + 1),
-                shared.t_plain("prune_before"): [_shown(s) for s in nb.tokens[-1]],
+                shared.t_plain("prune_before"): [vtext.shown(s) for s in nb.tokens[-1]],
                 _prob_header("prune_before"): nb.probs[-1].astype(np.float64),
-                shared.t_plain("prune_after"): [_shown(s) for s in na.tokens[-1]],
+                shared.t_plain("prune_after"): [vtext.shown(s) for s in na.tokens[-1]],
                 _prob_header("prune_after"): na.probs[-1].astype(np.float64),
             }), decimals=4, hide_index=True)
             st.markdown(f"**{t('prune_continuation')}**")
@@ -298,9 +291,9 @@ with right:
                 st.markdown(f"**{t('prune_mask_fill', i=i)}**")
                 shared.table(pd.DataFrame({
                     shared.t_plain("prune_rank"): np.arange(1, fills.ids.shape[1] + 1),
-                    shared.t_plain("prune_before"): [_shown(s) for s in fills.tokens[0]],
+                    shared.t_plain("prune_before"): [vtext.shown(s) for s in fills.tokens[0]],
                     _prob_header("prune_before"): fills.probs[0].astype(np.float64),
-                    shared.t_plain("prune_after"): [_shown(s) for s in fills_after.tokens[0]],
+                    shared.t_plain("prune_after"): [vtext.shown(s) for s in fills_after.tokens[0]],
                     _prob_header("prune_after"): fills_after.probs[0].astype(np.float64),
                 }), decimals=4, hide_index=True)
         elif loaded.head == "none":

@@ -31,7 +31,8 @@ def tick_positions(n: int, max_ticks: int = MAX_TICKS) -> list[int]:
 
 def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                  title: str = "", query_title: str = "query", key_title: str = "key",
-                 weight_title: str = "weight", height: int | None = None, max_ticks: int = MAX_TICKS) -> go.Figure:
+                 weight_title: str = "weight", height: int | None = None, max_ticks: int = MAX_TICKS,
+                 plot_px: int = PLOT_PX) -> go.Figure:
     """Heatmap of one ``(query, key)`` attention matrix.
 
     Args:
@@ -41,6 +42,8 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
         query_title, key_title, weight_title: axis and hover names (already translated).
         height: figure height in px (default grows with the number of rows).
         max_ticks: most tick labels per axis (every k-th label beyond it, see :func:`tick_positions`).
+        plot_px: the narrowest width the plot area is drawn at (a half-width column: about 260), so key labels
+            turn upright before they overlap.
 
     Returns:
         plotly Figure: rows are queries (top to bottom), columns keys; hover shows query, key, weight.
@@ -67,7 +70,7 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
     fig = go.Figure(go.Heatmap(**trace))
     xt, yt = tick_positions(nk, max_ticks), tick_positions(nq, max_ticks)
     x_text = plotly_labels(key_labels[i] for i in xt)
-    angle = tick_angle([key_labels[i] for i in xt], PLOT_PX / max(len(xt), 1))
+    angle = tick_angle([key_labels[i] for i in xt], plot_px / max(len(xt), 1))
     top = top_axis_margin([key_labels[i] for i in xt], angle=angle, title=title)
     fig.update_layout(
         title=dict(text=title),

@@ -90,11 +90,12 @@ def _index(value, size: int, what: str) -> int | None:
 
 def prepare(a, stack: str, *, hide_special: bool = False, hide_first: bool = False, words: bool = False,
             mode: str = "heads", layer: int | None = None, head: int | None = None,
-            rows: tuple[int, int] | None = None) -> Prepared:
+            rows: tuple[int, int] | None = None, value_norms: np.ndarray | None = None) -> Prepared:
     """Apply Explore's options to one stack's attention weights: what every view (head view, model view,
     heatmap, summary) draws.
 
-    Order: heads (``mode``: ``heads`` every head, ``avg`` their mean, ``rollout``: Abnar & Zuidema 2020,
+    Order: value-weighting (with ``value_norms``: each weight times ``‖W_O^h v_j^h‖``, each row renormalised
+    to sum to 1: the share of the row's value-weighted mass, Kobayashi et al. 2020, eq. 6) -> heads (``mode``: ``heads`` every head, ``avg`` their mean, ``rollout``: Abnar & Zuidema 2020,
     eq. 1, :func:`viz.transforms.rollout`, through every layer up to ``layer``) -> hide special tokens and/or the first token and renormalise each row
     over the keys left (:func:`viz.transforms.filter_tokens`) -> merge the tokens of each word
     (:func:`viz.transforms.merge_words`: sum over a word's keys, mean over its queries; Clark et al. 2019,
@@ -105,6 +106,8 @@ def prepare(a, stack: str, *, hide_special: bool = False, hide_first: bool = Fal
     Args:
         a: a :class:`models.Analysis` (anything with its ``attentions``, ``axis_tokens`` and ``axis_words``).
         stack: ``encoder``, ``decoder`` or ``cross``.
+        value_norms: float ``(layers, heads, keys)``: ``‖W_O^h v_j^h‖`` of this stack
+            (:attr:`models.flow.Flow.value_norms`), or None for the raw weights.
 
     Returns:
         a :class:`Prepared` (float32 weights, labels, segments, token positions per row/column).
@@ -124,14 +127,28 @@ def prepare(a, stack: str, *, hide_special: bool = False, hide_first: bool = Fal
     r0, r1 = rows or (0, len(q_tokens))
     if not (isinstance(r0, (int, np.integer)) and isinstance(r1, (int, np.integer)) and 0 <= r0 < r1 <= len(q_tokens)):
         raise ValueError(f"rows must be (start, stop) with 0 <= start < stop <= {len(q_tokens)}, got {rows!r}")
+    if value_norms is not None and np.shape(value_norms) != (layers, heads, len(k_tokens)):
+        raise ValueError(f"value_norms must be (layers, heads, keys) = {(layers, heads, len(k_tokens))}, "
+                         f"got {np.shape(value_norms)}")
+
+    def weighted(w: np.ndarray, norms: np.ndarray | None) -> np.ndarray:  # w (L', H', q, k), norms (L', H', k)
+        if norms is None:
+            return w
+        w = w * norms[:, :, None, :]
+        return w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
+
+    norms = None if value_norms is None else np.asarray(value_norms, dtype=np.float32)
     if mode == "rollout":  # through every layer up to the one asked for, on all rows; then the rows asked for
-        w = tf.rollout(np.asarray(a.attentions[stack][:layers if layer is None else layer + 1]))
+        upto = layers if layer is None else layer + 1
+        w = tf.rollout(weighted(np.asarray(a.attentions[stack][:upto]), None if norms is None else norms[:upto]))
         w = (w if layer is None else w[-1:])[..., r0:r1, :]
     elif layer is None:
-        w = np.asarray(a.attentions[stack])[..., r0:r1, :]
+        w = weighted(np.asarray(a.attentions[stack])[..., r0:r1, :], norms)
     else:
         w = a.attentions[stack][layer, slice(None) if head is None else head, r0:r1]
         w = w.reshape(1, -1, r1 - r0, w.shape[-1])
+        if norms is not None:
+            w = weighted(w, norms[layer:layer + 1, slice(None) if head is None else slice(head, head + 1)])
     if rows is not None:
         q_tokens, q_words = q_tokens[r0:r1], _window_words(q_words, r0, r1)
     if mode == "avg":

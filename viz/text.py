@@ -12,6 +12,15 @@ import unicodedata
 from typing import Iterable, Sequence
 
 
+def shown(token: str) -> str:
+    """A decoded token as plain visible text: spaces at its edges as ␣, newlines as ⏎, tabs as ⇥ (a prediction
+    " chased" shows as "␣chased"; an empty string as ∅)."""
+    text = token.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
+    stripped = text.strip(" ")
+    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
+    return "␣" * lead + stripped + "␣" * trail if stripped else ("␣" * len(text) or "∅")
+
+
 def plotly_text(label: str) -> str:
     """One label with ``&``, ``<``, ``>`` escaped as HTML entities (plotly shows them literally)."""
     return str(label).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

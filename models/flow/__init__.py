@@ -26,11 +26,13 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError, UnsupportedOperationError
+from ..outputs import topk
 from .layout import WHY, FlowLayout, flow_layout
 from .measure import Route, proximity, route_graph, shares
 from .record import LayerFlow, run_flow
 
-__all__ = ["DirectEffect", "Flow", "LayerFlow", "LogitLens", "Route", "information_flow", "proximity", "shares"]
+__all__ = ["DirectEffect", "Flow", "LayerFlow", "LogitLens", "Route", "information_flow", "proximity", "shares",
+           "special_share"]
 
 
 @dataclass
@@ -40,7 +42,7 @@ class LogitLens:
 
     Attributes:
         ids, probs: int64 / float32 ``(layers + 1, k)``: top-k token ids and their softmax probabilities.
-        labels: the tokens as text, ``(layers + 1) x k``.
+        labels: the tokens as decoded text, ``(layers + 1) x k`` (leading spaces kept: ``" chased"``).
         final_id: the model's own top token at this position; final_rank, final_prob: ``(layers + 1,)`` its
             rank (0 = top) and probability at each stream.
         last_logits: float32 ``(vocab,)``: the last row's logits (equal to the model's).
@@ -131,11 +133,12 @@ class Flow:
         """float32 ``(layers, heads, n_k)``: ``‖W_O^h v_j^h‖₂`` (Kobayashi et al. 2020, eq. 6)."""
         return np.stack([lf.value_norms for lf in self.layers])
 
-    def value_weighted(self, weights: np.ndarray, layer: int) -> np.ndarray:
-        """``α_ij · ‖f^h(x_j)‖`` for one layer's weights ``(heads, n, n_k)`` (or one head's ``(n, n_k)`` after
-        indexing both), in the units of the residual stream."""
+    def value_weighted(self, weights: np.ndarray, layer: int, head: int | None = None) -> np.ndarray:
+        """``α_ij · ‖f^h(x_j)‖`` (Kobayashi et al. 2020, eq. 6), in the units of the residual stream, for one layer's
+        weights float ``(heads, n, n_k)``, or with ``head`` for that head's ``(n, n_k)``."""
         norms = self.layers[layer].value_norms
-        return np.asarray(weights, dtype=np.float32) * (norms[:, None, :] if np.ndim(weights) == 3 else norms[None, :])
+        weights = np.asarray(weights, dtype=np.float32)
+        return weights * (norms[:, None, :] if head is None else norms[head][None, :])
 
     def route(self, position: int = -1, threshold: float = 0.04) -> Route:
         """The graph of routes to the last stream at ``position`` (edges with contribution ≥ ``threshold``;
@@ -174,15 +177,12 @@ class Flow:
             raise InvalidArgumentError(f"k must be a whole number of at least 1, got {k!r}.")
         streams = np.stack([self.x_in[p]] + [lf.x_out[p] for lf in self.layers])
         logits = head(torch.from_numpy(streams))
-        probs = torch.softmax(logits, -1)
-        top = torch.topk(probs, min(int(k), probs.shape[-1]), dim=-1)
+        top = topk(logits, int(k), self._tokenizer)
         final = int(torch.argmax(logits[-1]))
         rank = (logits > logits[:, final:final + 1]).sum(-1)
-        ids = top.indices.numpy()
-        tok = self._tokenizer
-        labels = [[tok.decode([int(i)]) if tok is not None else str(int(i)) for i in row] for row in ids]
-        return LogitLens(ids=ids, probs=top.values.numpy().astype(np.float32), labels=labels, final_id=final,
-                         final_rank=rank.numpy(), final_prob=probs[:, final].numpy().astype(np.float32),
+        probs = torch.softmax(logits, -1)
+        return LogitLens(ids=top.ids, probs=top.probs, labels=top.tokens, final_id=final, final_rank=rank.numpy(),
+                         final_prob=probs[:, final].numpy().astype(np.float32),
                          last_logits=logits[-1].numpy().astype(np.float32))
 
     def direct_effect(self) -> DirectEffect:
@@ -294,3 +294,34 @@ def information_flow(loaded, analysis, *, stack: str | None = None, position: in
         mine = head(torch.from_numpy(layers[-1].x_out[-1:]))[0]
         _check("the logits rebuilt from the last residual stream", mine, logits[0, -1].float().cpu(), "the head")
     return flow
+
+
+def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the share of attention that lands on special tokens ([CLS], [SEP], <s>, </s> ...), averaged over
+    heads and queries: with the raw weights ``α_ij``, and with the value-weighted ones ``α_ij ‖f^h(x_j)‖``
+    renormalised per query (Kobayashi et al. 2020, §4.2 and fig. 3: "BERT pays poor attention to special tokens"
+    once the vectors' norms are counted).
+
+    Args:
+        analysis: the :class:`models.Analysis` ``flow`` was measured on (its weights are read layer by layer).
+        flow: from :func:`information_flow`.
+
+    Returns:
+        ``(raw, weighted)``: float32 ``(layers,)`` each, in 0..1.
+
+    Raises:
+        InvalidArgumentError: ``flow`` is not of ``analysis`` (another model or stack size).
+    """
+    q_tokens, k_tokens = analysis.axis_tokens(flow.stack)
+    if analysis.model != flow.model or len(k_tokens) != flow.x_in.shape[0]:
+        raise InvalidArgumentError("The flow was not measured on this analysis.")
+    special = np.array([t.special for t in k_tokens])
+    raw, weighted = [], []
+    for layer in range(len(flow.layers)):
+        att = np.asarray(analysis.attentions[flow.stack][layer], dtype=np.float32)  # (H, n, n_k)
+        vw = flow.value_weighted(att, layer)
+        vw = vw / np.maximum(vw.sum(-1, keepdims=True), 1e-30)
+        raw.append(att[..., special].sum(-1).mean())
+        weighted.append(vw[..., special].sum(-1).mean())
+    return np.asarray(raw, np.float32), np.asarray(weighted, np.float32)
+

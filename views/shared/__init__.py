@@ -9,7 +9,7 @@ views and other results of every page share one cache bounded by bytes (:data:`C
 ``DIKKAT_CACHE_GIB``, default 4 GiB), so an analysis is stored once for all pages.
 """
 from .cache import (  # noqa: F401
-    CACHE, analysis_ui, cached, get_analysis, get_model, load_model_ui, reads_text,
+    CACHE, HEADS_OFF_KEY, analysis_ui, cached, get_analysis, get_flow, get_model, heads_off, load_model_ui, reads_text,
 )
 from .output import (  # noqa: F401
     PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,

@@ -8,6 +8,8 @@ import time
 from collections import OrderedDict
 
 import streamlit as st
+import torch
+from transformers import PreTrainedTokenizerBase
 
 import models
 from models import budget
@@ -31,7 +33,8 @@ def _measure(value) -> int:
             if getattr(lazy, "computed", True):
                 grown += budget.nbytes(dict(lazy))
         return fixed + grown
-    return budget.nbytes(value, skip=(models.LoadedModel,))
+    # a flow keeps its layers' attention modules and the tokenizer: the model cache counts those
+    return budget.nbytes(value, skip=(models.LoadedModel, torch.nn.Module, PreTrainedTokenizerBase))
 
 
 # Analyses, prepared views and page results of every session, least recently used dropped first.
@@ -84,6 +87,14 @@ def _analysis(name, text, text_pair, target, heads_off, mask, max_tokens) -> mod
                           mask=mask, max_tokens=max_tokens)
 
 
+@cached
+def get_flow(name: str, text: str, text_pair: str | None = None, heads_off: frozenset = frozenset(), mask="native",
+             max_tokens: int | None = None, stack: str | None = None, position: int = -1) -> models.Flow:
+    """``models.information_flow`` of the cached analysis with these arguments (cached too; read-only)."""
+    analysis = get_analysis(name, text, text_pair=text_pair, heads_off=heads_off, mask=mask, max_tokens=max_tokens)
+    return models.information_flow(get_model(name), analysis, stack=stack, position=position)
+
+
 def _show_device(loaded: models.LoadedModel) -> None:
     """Write the device in use into the sidebar slot made by :func:`sidebar` (if this run has one)."""
     slot = st.session_state.get("_device_slot")
@@ -114,6 +125,15 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
         st.toast(t("loaded_in", model=name, seconds=elapsed))
     _show_device(loaded)
     return loaded
+
+
+HEADS_OFF_KEY = "prune_off"  # model name -> sorted list of [stack, layer, head]: set on the Head pruning page
+
+
+def heads_off(name: str) -> frozenset:
+    """The heads switched off on the Head pruning page for model ``name`` (this session), as ``(stack, layer,
+    head)`` triples; other pages may analyse with them."""
+    return frozenset(tuple(h) for h in st.session_state.get(HEADS_OFF_KEY, {}).get(name, []))
 
 
 def reads_text(loaded: models.LoadedModel) -> bool:
