@@ -39,7 +39,7 @@ ATTN_IMPLEMENTATION = "dikkat"
 # Name fragments that mark cross-attention modules in encoder-decoder models
 # (BART/Marian/Whisper: encoder_attn, T5: EncDecAttention, BERT-as-decoder: crossattention).
 _CROSS_MARKERS = ("encoder_attn", "encdecattention", "crossattention", "cross_attn", "cross_attention")
-_LAYER_INDEX = re.compile(r"\.(\d+)(?:\.|$)")
+LAYER_INDEX = re.compile(r"\.(\d+)(?:\.|$)")
 # Largest block of attention weights one eager call computes, in bytes (float32 count x 4); above it the
 # queries are split into blocks of rows. Sized to stay in the processor's cache between the eager
 # function's steps and the statistics that read the block.
@@ -488,5 +488,5 @@ def stack_of(name: str, family: str) -> str:
 def layer_of(name: str) -> int:
     """Layer index of an attention module: the first integer path component of its name
     (``model.layers.3.self_attn`` -> 3, ``encoder.block.0.layer.1.EncDecAttention`` -> 0)."""
-    match = _LAYER_INDEX.search("." + name)
+    match = LAYER_INDEX.search("." + name)
     return int(match.group(1)) if match else 0

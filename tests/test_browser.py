@@ -213,6 +213,7 @@ LAYOUT_PAGES = [
     "/masks?masks_section=encdec",
     "/masks?masks_section=compare&masks_kinds=causal,sliding_window,strided",
     "/qkv", "/positions", "/cost", "/kvcache",
+    "/flow?model_key=smollm2-135m", "/flow?model_key=minilm-l6&text=" + quote(LONG_WORD),
 ]
 
 

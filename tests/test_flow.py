@@ -26,7 +26,7 @@ AFTER_ATTENTION = {
 
 def test_proximity_and_shares_by_hand():
     """Ferrando & Voita 2024, eq. 3 on 2-D vectors: y = (3, 1), ‖y‖₁ = 4."""
-    y = torch.tensor([3.0, 1.0])
+    y = torch.tensor([3.0, 1.0])  # broadcast against the parts
     parts = torch.tensor([[2.0, 0.0], [1.0, 1.0]])  # ‖y − z‖₁ = 2 and 2: proximities 2 and 2
     assert mflow.proximity(parts, y).tolist() == [2.0, 2.0]
     assert mflow.shares(mflow.proximity(parts, y)).tolist() == [0.5, 0.5]
@@ -90,7 +90,7 @@ def test_the_decomposition_adds_up_to_the_models_own_streams(tiny, arch, stack):
     names = [pattern.format(i=i, stack=stack) for i in range(layers)]
     seen, hooks = _hooked(loaded, names)
     first = {}
-    block = dict(loaded.model.named_modules())[flayout.block_of(names[0])]
+    block = dict(loaded.model.named_modules())[flayout.layer_block(names[0])]
     hooks.append(block.register_forward_pre_hook(
         lambda _m, args, kwargs: first.update(x=flayout.input_tensor(args, kwargs)), with_kwargs=True))
     try:
@@ -177,9 +177,9 @@ def test_flow_refuses_with_a_reason(tiny):
         models.information_flow(llama, analysis)
     with pytest.raises(models.InvalidArgumentError, match="stack must be"):
         models.information_flow(bert, analysis, stack="cross")
-    with pytest.raises(models.InvalidArgumentError, match="position"):
-        models.information_flow(bert, analysis, position=99)
     flow = models.information_flow(bert, analysis)
+    with pytest.raises(models.InvalidArgumentError, match="position"):
+        flow.route(position=99)
     with pytest.raises(models.UnsupportedOperationError, match="no token head") as err:
         flow.logit_lens()
     assert err.value.code == "flow_no_head" and err.value.params["why"] == "no_head"
@@ -189,3 +189,60 @@ def test_flow_refuses_with_a_reason(tiny):
     t5 = tiny("t5")
     flow = models.information_flow(t5, models.analyze(t5, TEXT, target="the cat"), stack="encoder")
     assert flow.head_refused == "other_stack"
+
+
+def test_direct_effect_is_the_heads_output_taken_out_of_the_last_stream(tiny):
+    """Llama (pre-LN): head h of layer l adds c = W_O^h o_h at position p, carried unchanged to the last stream x;
+    its direct effect is lm_head(norm(x)) − lm_head(norm(x − c)), computed here from the model's own modules."""
+    loaded = tiny("llama")
+    analysis = models.analyze(loaded, TEXT)
+    names = [f"model.layers.{i}.self_attn.o_proj" for i in range(2)]
+    o_in = {}
+    modules = dict(loaded.model.named_modules())
+    hooks = [modules[n].register_forward_pre_hook(lambda m, args, n=n: o_in.__setitem__(n, args[0][0].detach()))
+             for n in names]
+    try:
+        flow = models.information_flow(loaded, analysis)
+    finally:
+        for h in hooks:
+            h.remove()
+    p = 3
+    effect = flow.direct_effect(p)
+    x = torch.from_numpy(flow.layers[-1].x_out[p])
+
+    def head(v):
+        with torch.no_grad():
+            return loaded.model.lm_head(loaded.model.model.norm(v[None]))[0]
+
+    for layer in range(2):
+        w = modules[names[layer]].weight.detach()
+        for h in range(4):
+            c = w[:, h * 8:(h + 1) * 8] @ o_in[names[layer]][p, h * 8:(h + 1) * 8]
+            np.testing.assert_allclose(effect.logits[layer, h], (head(x) - head(x - c)).numpy(), atol=1e-5)
+    assert effect.final_id == int(torch.argmax(head(x)))
+
+
+def test_flow_in_bfloat16_within_its_tolerance(tiny_folder):
+    """bfloat16 (the app's dtype on a GPU) rounds sums to about 3 digits: the identities hold within
+    layout.tolerance(bfloat16), and the last logit lens is the model's logits to that tolerance."""
+    loaded = models.load(str(tiny_folder("llama")), device="cpu", dtype="bfloat16")
+    analysis = models.analyze(loaded, TEXT, keep_logits=True)
+    flow = models.information_flow(loaded, analysis)
+    tol = flayout.tolerance(torch.bfloat16)
+    assert tol == pytest.approx(4 * 2 ** -7)
+    logits = analysis.logits[-1]
+    np.testing.assert_allclose(flow.logit_lens().last_logits, logits, atol=tol * (1 + np.abs(logits).max()))
+    np.testing.assert_allclose(flow.token_shares(1).sum(1), 1.0, atol=1e-5)
+
+
+def test_post_ln_decoder_with_cross_attention(tiny):
+    """BART's decoder is post-LN with cross-attention (and its norm) between the attention and the MLP: the token
+    and head shares are measured, but no direct effect is claimed through norms the flow does not freeze."""
+    bart = tiny("bart")
+    flow = models.information_flow(bart, models.analyze(bart, TEXT, target="the cat chased"))
+    assert flow.stack == "decoder"
+    np.testing.assert_allclose(flow.token_shares(1).sum(1), 1.0, atol=1e-5)
+    with pytest.raises(models.UnsupportedOperationError) as err:
+        flow.direct_effect()
+    assert err.value.params["why"] == "post_cross"
+    assert flow.logit_lens().final_rank[-1] == 0

@@ -47,7 +47,7 @@ def test_flow_page_follows_the_pruned_heads_the_position_and_a_link(smollm2):
     _clean(at)
     assert at.toggle(key="flow_use_off").value and "(9)" in at.toggle(key="flow_use_off").label
     flow = shared.get_flow("smollm2-135m", text, heads_off=frozenset(("decoder", 0, h) for h in range(9)),
-                           max_tokens=256, stack="decoder", position=3)
+                           max_tokens=256, stack="decoder")
     assert (flow.token_shares(0)[:, :-2] == 0).all()  # layer 0 reads no token with all its heads off
     captions = " ".join(c.value for c in at.caption)
     assert "first on top at" in captions

@@ -29,15 +29,29 @@ URL = shared.UrlState(("flow_mask", "flow_use_off", "flow_stack", "flow_position
                        "flow_threshold", "flow_de_layer", "flow_de_head"))
 
 
-def _flow(name: str, text: str, heads_off: frozenset, mask: str, stack: str, position: int) -> mflow.Flow:
-    return shared.get_flow(name, text, heads_off=heads_off, mask=mask, max_tokens=MAX_TOKENS, stack=stack,
-                           position=position)
+def _flow(name: str, text: str, heads_off: frozenset, mask: str, stack: str) -> mflow.Flow:
+    return shared.get_flow(name, text, heads_off=heads_off, mask=mask, max_tokens=MAX_TOKENS, stack=stack)
 
 
 @shared.cached
-def _shares(name: str, text: str, heads_off: frozenset, mask: str, stack: str, position: int):
+def _shares(name: str, text: str, heads_off: frozenset, mask: str, stack: str):
     analysis = shared.get_analysis(name, text, heads_off=heads_off, mask=mask, max_tokens=MAX_TOKENS)
-    return mflow.special_share(analysis, _flow(name, text, heads_off, mask, stack, position))
+    return mflow.special_share(analysis, _flow(name, text, heads_off, mask, stack))
+
+
+@shared.cached
+def _direct(name: str, text: str, heads_off: frozenset, mask: str, stack: str, position: int) -> mflow.DirectEffect:
+    return _flow(name, text, heads_off, mask, stack).direct_effect(position)
+
+
+def _or_stop(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, or the engine's message and the end of the page."""
+    try:
+        return fn(*args, **kwargs)
+    except models.DikkatError as exc:
+        shared.show_error(exc)
+        URL.finish()
+        st.stop()
 
 
 def _pct(value: float) -> str:
@@ -79,13 +93,8 @@ URL.bind("flow_position", default_position, kind=int, bounds=(0, n - 1))
 shared.clamp("flow_position", n, default_position)
 position = st.selectbox(t("flow_position"), list(range(n)), key="flow_position",
                         format_func=lambda i: f"{i} · {labels[i]}", help=t("flow_position_help"))
-try:
-    with st.spinner(t("flow_measuring")):
-        flow = _flow(sel.model, sel.text, off, mask, stack, int(position))
-except models.DikkatError as exc:
-    shared.show_error(exc)
-    URL.finish()
-    st.stop()
+with st.spinner(t("flow_measuring")):
+    flow = _or_stop(_flow, sel.model, sel.text, off, mask, stack)
 n_layers, n_heads = loaded.stacks[stack]
 
 # ---- 1. value-weighted attention --------------------------------------------------------------------------------
@@ -102,7 +111,7 @@ for col, matrix, title, unit in ((h1, weights, t("flow_raw_title", layer=layer, 
                                             key_title=t("key"), weight_title=unit, plot_px=260),
                             key=f"flow_map_{unit}")
 if any(tok.special for tok in tokens):
-    raw, vw = _shares(sel.model, sel.text, off, mask, stack, int(position))
+    raw, vw = _or_stop(_shares, sel.model, sel.text, off, mask, stack)
     m1, m2 = st.columns(2)
     m1.metric(t("flow_special_raw"), _pct(raw.mean()), border=True)
     m2.metric(t("flow_special_vw"), _pct(vw.mean()), border=True,
@@ -118,7 +127,7 @@ st.markdown(t("flow_s2_text"))
 URL.bind("flow_threshold", 0.04, options=list(THRESHOLDS))
 threshold = st.select_slider(t("flow_threshold"), THRESHOLDS, key="flow_threshold",
                              format_func=lambda v: nb.num(v, 2, L))
-route = flow.route(int(position), threshold)
+route = _or_stop(flow.route, int(position), threshold)
 shared.plotly_chart(vf.route_figure(
     route.nodes, route.edges, labels, n_layers, title=shared.t_plain("flow_route_title", token=vtext.plotly_text(labels[position]), n=len(route.nodes)),
     kind_names={k: t(f"flow_kind_{k}") for k in vf.KIND_COLOURS}, layer_title=t("layer"), position_title=t("flow_token"),
@@ -141,14 +150,14 @@ if flow.head_refused is not None:
     URL.finish()
     st.stop()
 st.markdown(t("flow_s3_text"))
-lens = flow.logit_lens(int(position), k=5)
+lens = _or_stop(flow.logit_lens, int(position), k=5)
 streams = [t("flow_embeddings")] + [t("flow_after_layer", layer=i) for i in range(n_layers)]
 shared.plotly_chart(vf.lens_figure(lens.labels, lens.probs, streams, title=shared.t_plain("flow_lens_title", token=vtext.plotly_text(labels[position])),
                                    rank_title=t("flow_rank"), stream_title=t("flow_stream"),
                                    prob_title=t("flow_prob")), key="flow_lens")
 first = int(np.argmax(lens.final_rank == 0)) if (lens.final_rank == 0).any() else n_layers
 st.caption(t("flow_lens_note", token=vtext.shown(lens.labels[-1][0]), stream=streams[first]))
-effect = flow.direct_effect()
+effect = _or_stop(_direct, sel.model, sel.text, off, mask, stack, int(position))
 shared.plotly_chart(vp.head_grid(effect.on_final, off_grid, title=shared.t_plain("flow_effect_title", token=vtext.plotly_text(vtext.shown(lens.labels[-1][0]))),
                                  score_title=t("flow_logit_change"), layer_title=t("layer"), head_title=t("head"),
                                  off_title=t("flow_off"), diverging=True), key="flow_effect")

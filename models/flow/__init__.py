@@ -20,6 +20,7 @@ Use :func:`information_flow`.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,9 +28,9 @@ import torch
 
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..outputs import topk
-from .layout import WHY, FlowLayout, flow_layout
+from .layout import WHY, FlowLayout, flow_layout, tolerance
 from .measure import Route, proximity, route_graph, shares
-from .record import LayerFlow, run_flow
+from .record import LayerFlow, _alive, _check, guard_memory, run_flow
 
 __all__ = ["DirectEffect", "Flow", "LayerFlow", "LogitLens", "Route", "information_flow", "proximity", "shares",
            "special_share"]
@@ -85,8 +86,7 @@ class Flow:
     """The information flow of one stack of one analysis (see the package docstring). Numbers are float32.
 
     Attributes:
-        model, stack: where it was measured. position: the position whose heads' outputs were kept
-            (:meth:`direct_effect`).
+        model, stack: where it was measured.
         layers: :class:`LayerFlow` per layer (contributions, shares, value norms, outputs).
         x_in: ``(n, d)``: the stream entering layer 0 (the embeddings).
         head_refused: why there is no logit lens or direct effect: a reason key of :data:`models.flow.layout.WHY`
@@ -95,7 +95,6 @@ class Flow:
 
     model: str
     stack: str
-    position: int
     layers: list[LayerFlow]
     x_in: np.ndarray
     head_refused: str | None = None
@@ -114,7 +113,7 @@ class Flow:
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(self.layers):
             raise InvalidArgumentError(f"layer must be a whole number from 0 to {len(self.layers) - 1}, got {layer!r}.")
         n = self.x_in.shape[0]
-        rows = list(range(n)) if rows is None else sorted({self._position(r) for r in rows})
+        rows = list(range(n)) if rows is None else sorted({check_position(r, n) for r in rows})
         cache = self._rows.setdefault(int(layer), {})
         todo = [r for r in rows if r not in cache]
         if todo:
@@ -149,15 +148,9 @@ class Flow:
         """
         if not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
             raise InvalidArgumentError(f"threshold must be a number from 0 to 1, got {threshold!r}.")
-        return route_graph(self.token_shares, [lf.mlp for lf in self.layers],
-                           [lf.mlp_residual for lf in self.layers], len(self.layers), self._position(position),
-                           float(threshold))
-
-    def _position(self, position: int) -> int:
-        n = self.x_in.shape[0]
-        if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
-            raise InvalidArgumentError(f"position must be a whole number from {-n} to {n - 1}, got {position!r}.")
-        return int(position) % n
+        return guard_memory(route_graph)(self.token_shares, [lf.mlp for lf in self.layers],
+                                         [lf.mlp_residual for lf in self.layers], len(self.layers),
+                                         check_position(position, self.x_in.shape[0]), float(threshold))
 
     def _need_head(self):
         if self._head is None:
@@ -165,6 +158,7 @@ class Flow:
                                             code="flow_no_head", model=self.model, why=self.head_refused)
         return self._head
 
+    @guard_memory
     def logit_lens(self, position: int = -1, k: int = 5) -> LogitLens:
         """The top ``k`` tokens of every residual stream at ``position`` (nostalgebraist 2020).
 
@@ -172,7 +166,7 @@ class Flow:
             UnsupportedOperationError: no token head (see ``head_refused``). InvalidArgumentError: bad position or k.
         """
         head = self._need_head()
-        p = self._position(position)
+        p = check_position(position, self.x_in.shape[0])
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise InvalidArgumentError(f"k must be a whole number of at least 1, got {k!r}.")
         streams = np.stack([self.x_in[p]] + [lf.x_out[p] for lf in self.layers])
@@ -185,21 +179,28 @@ class Flow:
                          final_prob=probs[:, final].numpy().astype(np.float32),
                          last_logits=logits[-1].numpy().astype(np.float32))
 
-    def direct_effect(self) -> DirectEffect:
-        """Each head's direct effect on the logits at :attr:`position` (see :class:`DirectEffect`).
+    @guard_memory
+    def direct_effect(self, position: int = -1) -> DirectEffect:
+        """Each head's direct effect on the logits at ``position`` (see :class:`DirectEffect`).
 
         Raises:
-            UnsupportedOperationError: no token head (see ``head_refused``).
+            UnsupportedOperationError: no token head (see ``head_refused``), or a post-LN stack whose residual path
+                passes norms the flow does not freeze (a decoder with cross-attention: BART, Marian).
+            InvalidArgumentError: a bad position.
         """
         head = self._need_head()
-        p = self.position
+        p = check_position(position, self.x_in.shape[0])
+        if not all(lf.carry_known for lf in self.layers):
+            raise UnsupportedOperationError(f"No direct effects for '{self.model}': {WHY['post_cross']}.",
+                                            code="flow_no_head", model=self.model, why="post_cross")
+        rows = slice(p, p + 1)
         carried = []
         for layer, lf in enumerate(self.layers):
-            v = lf.head_out  # (H, d) at p
+            v = lf.head_out(p)  # (H, d)
             if lf.carry is not None:  # post-LN: through this layer's output norm, then each later layer's two
-                v = lf.carry[1].apply(v[None], slice(p, p + 1))[0]
+                v = lf.carry[1].apply(v[None], rows)[0]
                 for later in self.layers[layer + 1:]:
-                    v = later.carry[1].apply(later.carry[0].apply(v[None], slice(p, p + 1)), slice(p, p + 1))[0]
+                    v = later.carry[1].apply(later.carry[0].apply(v[None], rows), rows)[0]
             carried.append(v)
         c = torch.stack(carried)  # (L, H, d)
         x = torch.from_numpy(self.layers[-1].x_out[p]).to(c.device)
@@ -213,14 +214,29 @@ class Flow:
                             final_id=final)
 
 
+def check_position(position, n: int) -> int:
+    """``position`` as an index into ``n`` positions (negative ones count from the end).
+
+    Raises:
+        InvalidArgumentError: not a whole number from ``-n`` to ``n - 1``.
+    """
+    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
+        raise InvalidArgumentError(f"position must be a whole number from {-n} to {n - 1}, got {position!r}.")
+    return int(position) % n
+
+
 def _head_fn(loaded, layout: FlowLayout):
-    """``head(x float32 (m, d)) -> float32 (m, vocab)`` on the CPU, or None."""
+    """``head(x float32 (m, d)) -> float32 (m, vocab)`` on the CPU, or None. Holds weak references to the head's
+    modules (a cached flow must not keep a model the model cache dropped)."""
     if layout.head is None:
         return None
     modules = dict(loaded.model.named_modules())
-    param = next(loaded.model.parameters())
+    names = [layout.head[1]] if layout.head[0] == "module" else list(layout.head[1:3])
+    refs = {name: weakref.ref(modules[name]) for name in names}
 
-    def call(module, x):
+    def call(name, x):
+        module = _alive(refs[name], "logits")
+        param = next(module.parameters())
         out = module(x.to(device=param.device, dtype=param.dtype)[None])
         out = out[0] if isinstance(out, tuple) else out
         return out[0].float()
@@ -228,10 +244,10 @@ def _head_fn(loaded, layout: FlowLayout):
     def head(x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             if layout.head[0] == "module":
-                logits = call(modules[layout.head[1]], x)
+                logits = call(layout.head[1], x)
             else:
                 _, norm, lm, factor = layout.head
-                logits = call(modules[lm], call(modules[norm], x) * factor)
+                logits = call(lm, call(norm, x) * factor)
             if layout.softcap is not None:
                 logits = torch.tanh(logits / layout.softcap) * layout.softcap
         return logits.cpu()
@@ -239,17 +255,17 @@ def _head_fn(loaded, layout: FlowLayout):
     return head
 
 
-def information_flow(loaded, analysis, *, stack: str | None = None, position: int = -1) -> Flow:
+def information_flow(loaded, analysis, *, stack: str | None = None) -> Flow:
     """Measure the information flow of ``analysis`` (the same inputs, heads off and mask) on ``stack``.
 
     Args:
         loaded: the model ``analysis`` came from (:func:`models.load`).
         analysis: from :func:`models.analyze` (interface path).
         stack: ``encoder`` or ``decoder`` (default: the stack the model's head reads, else its input stack).
-        position: the prediction to keep each head's output for (:meth:`Flow.direct_effect`); default the last.
 
     Cost: one forward pass (the fused attention kernel where the model has one) with each layer decomposed as it
-    finishes; per layer it keeps the attention call's query, key and value (``n`` per head, never ``n²``), the
+    finishes; per layer it keeps the attention call's query, key and value (``n`` per head; the mask, ``n²``, and
+    T5's position bias, ``heads × n²``, are one tensor shared by every layer), the projection's input and the
     streams (``n × d``) and the shares by head and MLP. Token contributions are computed when asked, for the
     rows asked (:meth:`Flow.token_shares`; :meth:`Flow.route` asks only for the rows on the route), each row's
     weights again by the family's own eager function.
@@ -264,10 +280,15 @@ def information_flow(loaded, analysis, *, stack: str | None = None, position: in
         InvalidArgumentError: an analysis of another model, an unknown stack or a bad position.
         ModelOutOfMemoryError: the pass ran out of memory.
     """
-    if getattr(analysis, "model", None) != loaded.name or getattr(analysis, "run", None) is None:
+    if getattr(analysis, "model", None) != loaded.name or not hasattr(analysis, "run"):
         raise InvalidArgumentError(f"The analysis is not one of '{loaded.name}' (it is of "
                                    f"{getattr(analysis, 'model', None)!r}): pass the model it came from.")
     layout = flow_layout(loaded)
+    if analysis.run is None:  # weights read from output_attentions: a stack outside the interface
+        raise UnsupportedOperationError(
+            f"Model '{loaded.name}' runs a stack on the fallback path: the information flow needs the values each "
+            "head read, which only the attention interface hands over.", code="flow_needs_interface",
+            model=loaded.name)
     if stack is None:
         stack = layout.head_stack or loaded.input_stack
     if stack == "cross" or stack not in loaded.stacks:
@@ -278,21 +299,17 @@ def information_flow(loaded, analysis, *, stack: str | None = None, position: in
         raise UnsupportedOperationError(f"No information flow for the {stack} of '{loaded.name}': {detail}.",
                                         code="flow_refused", model=loaded.name, stack=stack,
                                         why=layout.refused[stack])
-    n = len(analysis.axis_tokens(stack)[0])
-    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
-        raise InvalidArgumentError(f"position must be a whole number from {-n} to {n - 1}, got {position!r}.")
-    p = int(position) % n
-    rec = run_flow(loaded, layout, stack, analysis.run, p)
+    rec = run_flow(loaded, layout, stack, analysis.run)
     layers = [rec.layers[layer] for layer in sorted(rec.layers)]
     head = _head_fn(loaded, layout) if stack == layout.head_stack else None
     refused = layout.head_refused if layout.head_stack in (None, stack) else "other_stack"
-    flow = Flow(model=loaded.name, stack=stack, position=p, layers=layers, x_in=rec.x_in0,
+    flow = Flow(model=loaded.name, stack=stack, layers=layers, x_in=rec.x_in0,
                 head_refused=None if head else refused, _head=head, _tokenizer=loaded.tokenizer)
     logits = getattr(rec.outputs, "logits", None)
     if head is not None and logits is not None:
-        from .record import _check
-        mine = head(torch.from_numpy(layers[-1].x_out[-1:]))[0]
-        _check("the logits rebuilt from the last residual stream", mine, logits[0, -1].float().cpu(), "the head")
+        mine = guard_memory(head)(torch.from_numpy(layers[-1].x_out[-1:]))[0]
+        _check("the logits rebuilt from the last residual stream", mine, logits[0, -1].float().cpu(), "the head",
+               tolerance(loaded.dtype))
     return flow
 
 
@@ -307,7 +324,8 @@ def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
         flow: from :func:`information_flow`.
 
     Returns:
-        ``(raw, weighted)``: float32 ``(layers,)`` each, in 0..1.
+        ``(raw, weighted)``: float32 ``(layers,)`` each, in 0..1 (heads switched off are left out; a layer with
+        every head off gives 0).
 
     Raises:
         InvalidArgumentError: ``flow`` is not of ``analysis`` (another model or stack size).
@@ -317,11 +335,12 @@ def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
         raise InvalidArgumentError("The flow was not measured on this analysis.")
     special = np.array([t.special for t in k_tokens])
     raw, weighted = [], []
-    for layer in range(len(flow.layers)):
-        att = np.asarray(analysis.attentions[flow.stack][layer], dtype=np.float32)  # (H, n, n_k)
-        vw = flow.value_weighted(att, layer)
+    for layer, lf in enumerate(flow.layers):
+        on = lf.gate.cpu().numpy() != 0  # a head switched off adds nothing: left out of both means
+        att = np.asarray(analysis.attentions[flow.stack][layer], dtype=np.float32)[on]  # (H on, n, n_k)
+        vw = att * lf.value_norms[on][:, None, :]
         vw = vw / np.maximum(vw.sum(-1, keepdims=True), 1e-30)
-        raw.append(att[..., special].sum(-1).mean())
-        weighted.append(vw[..., special].sum(-1).mean())
+        raw.append(att[..., special].sum(-1).mean() if on.any() else 0.0)
+        weighted.append(vw[..., special].sum(-1).mean() if on.any() else 0.0)
     return np.asarray(raw, np.float32), np.asarray(weighted, np.float32)
 

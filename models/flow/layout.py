@@ -19,7 +19,7 @@ projection, a fallback-path model) is refused with the reason.
 
 from __future__ import annotations
 
-import re
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ from .norms import freeze
 if TYPE_CHECKING:
     from ..loading import LoadedModel
 
-_BLOCK = re.compile(r"^(.*?\.\d+)(?:\.|$)")
+_PROBE_LOCK = threading.Lock()  # one probe at a time: its result is kept on the shared model
 WHY = {  # reason key -> why there is no flow / no logit lens (the interface shows ``flow_why_<key>``)
     "hybrid": "some of its blocks have no attention (a hybrid model): their mixing of positions is not seen",
     "shared": "one layer is used at several depths (ALBERT)",
@@ -44,6 +44,8 @@ WHY = {  # reason key -> why there is no flow / no logit lens (the interface sho
     "no_unembedding": "no unembedding was found",
     "not_rebuilt": "the logits could not be rebuilt from the last residual stream",
     "other_stack": "the model's head reads the other stack",
+    "post_cross": "its post-LN layers pass the residual stream through norms around the cross-attention, which the "
+                  "flow does not freeze",
 }
 
 
@@ -57,6 +59,9 @@ class LayerLayout:
         kind: ``pre``, ``sandwich`` or ``post`` (see the module docstring).
         post: ``sandwich``/``post``: the norm between the projection and the residual stream.
         after: ``post``: the norm that makes the layer's output (``x_out = N'(x_mid + ffn)``), else None.
+        after_reads_mid: ``post``: ``after``'s input is the stream after the attention plus one module's output
+            (the MLP's), so ``after`` frozen carries that stream; False in a decoder layer with cross-attention (and
+            its own norm) between.
     """
 
     block: str
@@ -64,6 +69,7 @@ class LayerLayout:
     kind: str
     post: str | None = None
     after: str | None = None
+    after_reads_mid: bool = False
 
 
 @dataclass
@@ -112,6 +118,13 @@ def input_tensor(args, kwargs):
     return found if isinstance(found, torch.Tensor) else None
 
 
+def tolerance(dtype: torch.dtype) -> float:
+    """Relative tolerance of the flow's identities for a model computing in ``dtype``: 1e-4 for float32 (and
+    float64); 4 units in the last place for bfloat16 (3.1e-2) and float16 (3.9e-3), whose sums of many products
+    round that much."""
+    return max(1e-4, 4 * float(torch.finfo(dtype).eps)) if dtype.is_floating_point else 1e-4
+
+
 def _close(a: torch.Tensor | None, b: torch.Tensor | None, tol: float = 1e-4) -> bool:
     if a is None or b is None or a.numel() != b.numel():
         return False
@@ -123,10 +136,10 @@ def _is_norm(module) -> bool:
     return "norm" in type(module).__name__.lower()
 
 
-def block_of(name: str) -> str:
+def layer_block(name: str) -> str:
     """The layer that holds the module ``name``: its name up to the first layer index (``model.layers.3``)."""
-    found = _BLOCK.match(name)
-    return found.group(1) if found else name
+    found = capture.LAYER_INDEX.search(name)
+    return name[:found.end(1)] if found else name
 
 
 def _head_stack(loaded: LoadedModel) -> str | None:
@@ -150,7 +163,10 @@ def flow_layout(loaded: LoadedModel) -> FlowLayout:
             "read, which only the attention interface hands over.", code="flow_needs_interface", model=loaded.name)
     found = loaded.probes.get("flow")
     if found is None:
-        found = loaded.probes["flow"] = _probe(loaded)
+        with _PROBE_LOCK:
+            found = loaded.probes.get("flow")
+            if found is None:
+                found = loaded.probes["flow"] = _probe(loaded)
     return found
 
 
@@ -160,10 +176,12 @@ def _probe(loaded: LoadedModel) -> FlowLayout:
     sites = [s for s in loaded.sites if s.stack != "cross"]
     modules = dict(model.named_modules())
     seen: dict[str, tuple] = {}
+    tol = tolerance(loaded.dtype)
+    state = None
 
     def keep(name):
-        def hook(_module, args, kwargs, out):
-            if name not in seen:
+        def hook(_module, args, kwargs, out):  # this probe's own call only: the model is shared between sessions
+            if capture.current() is state and state is not None and name not in seen:
                 seen[name] = (input_tensor(args, kwargs), first_tensor(out))
         return hook
 
@@ -180,7 +198,7 @@ def _probe(loaded: LoadedModel) -> FlowLayout:
         why = None
         if stack in labels:
             why = "hybrid"
-        elif any(s.index is None and s.stack == stack for s in sites) and len({block_of(s.name) for s in sites
+        elif any(s.index is None and s.stack == stack for s in sites) and len({layer_block(s.name) for s in sites
                                                                                  if s.stack == stack}) < len(
                 [s for s in sites if s.stack == stack]):
             why = "shared"
@@ -191,7 +209,7 @@ def _probe(loaded: LoadedModel) -> FlowLayout:
     for site in sites:
         if site.stack in layout.refused:
             continue
-        placed = _place(site, seen, modules, state.outputs.get((site.stack, site.layer)))
+        placed = _place(site, seen, modules, state.outputs.get((site.stack, site.layer)), tol)
         if isinstance(placed, str):
             layout.refused.setdefault(site.stack, "placement")
             layout.placed.setdefault(site.stack, f"layer {site.layer}: {placed}")
@@ -199,13 +217,17 @@ def _probe(loaded: LoadedModel) -> FlowLayout:
             layout.layers[(site.stack, site.layer)] = placed
     for stack in layout.refused:
         layout.layers = {k: v for k, v in layout.layers.items() if k[0] != stack}
-    _find_head(loaded, layout, seen, modules, outputs)
+    _find_head(loaded, layout, seen, modules, outputs, tol)
     return layout
 
 
-def _place(site, seen: dict, modules: dict, out: torch.Tensor | None) -> LayerLayout | str:
+def _place(site, seen: dict, modules: dict, out: torch.Tensor | None, tol: float) -> LayerLayout | str:
     """The :class:`LayerLayout` of one site, or why there is none."""
-    block = block_of(site.name)
+
+    def close(a, b):
+        return _close(a, b, tol)
+
+    block = layer_block(site.name)
     x, x_out = seen.get(block, (None, None))
     if x is None or x_out is None or out is None:
         return "its layer's input or output was not seen"
@@ -215,27 +237,30 @@ def _place(site, seen: dict, modules: dict, out: torch.Tensor | None) -> LayerLa
     if o_proj is None:
         flat = out.reshape(out.shape[0], out.shape[1], -1)
         o_proj = next((n for n in inside if n.startswith(parent + ".") and linear_width(modules[n])
-                       and _close(seen[n][0], flat)), None)
+                       and close(seen[n][0], flat)), None)
     if o_proj is None or o_proj not in seen:
         return "no output projection takes the attention output as it is"
     o = seen[o_proj][1]
     norms = [n for n in inside if _is_norm(modules[n])]
     for n in norms:
-        if _close(seen[n][0], o):
+        if close(seen[n][0], o):
             return LayerLayout(block, o_proj, "sandwich", post=n)
     # post-LN: a norm takes x + o and the layer's output is a norm's output (in a pre-LN layer the norm that takes
     # x + o feeds the MLP, and the output is a sum)
-    after = next((m for m in norms if _close(seen[m][1], x_out)), None)
+    after = next((m for m in norms if close(seen[m][1], x_out)), None)
     for n in norms:
-        if after is not None and n != after and _close(seen[n][0], x + o):
-            return LayerLayout(block, o_proj, "post", post=n, after=after)
+        if after is not None and n != after and close(seen[n][0], x + o):
+            x_mid = seen[n][1]
+            ffn = seen[after][0] - x_mid  # the MLP's output, when nothing else joins between
+            reads_mid = any(close(seen[m][1], ffn) for m in inside if m not in (n, after))
+            return LayerLayout(block, o_proj, "post", post=n, after=after, after_reads_mid=reads_mid)
     rest = x_out - x - o
-    if any(_close(seen[n][0], x + o) or _close(seen[n][1], rest) for n in inside):
+    if any(close(seen[n][0], x + o) or close(seen[n][1], rest) for n in inside):
         return LayerLayout(block, o_proj, "pre")
     return "the attention output does not join the residual stream in a way it recognises"
 
 
-def _find_head(loaded: LoadedModel, layout: FlowLayout, seen: dict, modules: dict, outputs) -> None:
+def _find_head(loaded: LoadedModel, layout: FlowLayout, seen: dict, modules: dict, outputs, tol: float) -> None:
     """Fill ``layout.head``: how the head stack's last residual stream becomes the model's logits."""
     stack = layout.head_stack
     if stack is None:
@@ -256,8 +281,8 @@ def _find_head(loaded: LoadedModel, layout: FlowLayout, seen: dict, modules: dic
 
     layers_root = layout.layers[last].block.rsplit(".", 1)[0]
     for name, (inp, out) in seen.items():  # one module from the last stream to the logits (BERT's MLM head)
-        if name and not name.startswith(layers_root) and _close(inp, x_last) and out is not None \
-                and out.shape == logits.shape and _close(capped(out.float()), logits, 1e-4):
+        if name and not name.startswith(layers_root) and _close(inp, x_last, tol) and out is not None \
+                and out.shape == logits.shape and _close(capped(out.float()), logits, tol):
             layout.head = ("module", name)
             return
     lm = next((n for n, m in modules.items() if m is loaded.model.get_output_embeddings()), None)
@@ -266,12 +291,12 @@ def _find_head(loaded: LoadedModel, layout: FlowLayout, seen: dict, modules: dic
         return
     lm_in = seen[lm][0].float()
     for name, (inp, out) in seen.items():
-        if not (name and _is_norm(modules[name]) and _close(inp, x_last) and out is not None
+        if not (name and _is_norm(modules[name]) and _close(inp, x_last, tol) and out is not None
                 and out.shape == lm_in.shape):
             continue
         out = out.float()
         factor = float((lm_in * out).sum() / (out * out).sum().clamp_min(1e-30))
-        if _close(out * factor, lm_in, 1e-4) and freeze(modules[name], inp[0].float().cpu(), out[0].cpu()) is not None:
+        if _close(out * factor, lm_in, tol) and freeze(modules[name], inp[0].float().cpu(), out[0].cpu(), atol=tol) is not None:
             layout.head = ("chain", name, lm, factor)
             return
     layout.head_refused = "not_rebuilt"

@@ -18,17 +18,20 @@ import numpy as np
 import torch
 
 
-def proximity(parts: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:
+def proximity(parts: torch.Tensor, whole: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
     """``max(0, ‖whole‖₁ − ‖whole − part‖₁)`` for each part.
 
     Args:
-        parts: float32 ``(..., m, d)``: ``m`` parts of each whole.
-        whole: float32 ``(..., d)``: their sum.
+        parts: float32 ``(..., d)``: the parts.
+        whole: float32, broadcastable to ``parts``: the whole each part belongs to (their sum).
+        inplace: compute ``part − whole`` in ``parts`` itself (no second tensor of its size; ``parts`` is lost).
 
     Returns:
-        float32 ``(..., m)``, not normalised (see :func:`shares`).
+        float32 ``parts.shape[:-1]``, not normalised (see :func:`shares`).
     """
-    return (whole.abs().sum(-1)[..., None] - (whole[..., None, :] - parts).abs().sum(-1)).clamp_min(0)
+    norm = whole.abs().sum(-1)
+    diff = parts.sub_(whole) if inplace else parts - whole
+    return (norm - diff.abs_().sum(-1)).clamp_min(0)
 
 
 def shares(prox: torch.Tensor) -> torch.Tensor:

@@ -89,10 +89,10 @@ def _analysis(name, text, text_pair, target, heads_off, mask, max_tokens) -> mod
 
 @cached
 def get_flow(name: str, text: str, text_pair: str | None = None, heads_off: frozenset = frozenset(), mask="native",
-             max_tokens: int | None = None, stack: str | None = None, position: int = -1) -> models.Flow:
+             max_tokens: int | None = None, stack: str | None = None) -> models.Flow:
     """``models.information_flow`` of the cached analysis with these arguments (cached too; read-only)."""
     analysis = get_analysis(name, text, text_pair=text_pair, heads_off=heads_off, mask=mask, max_tokens=max_tokens)
-    return models.information_flow(get_model(name), analysis, stack=stack, position=position)
+    return models.information_flow(get_model(name), analysis, stack=stack)
 
 
 def _show_device(loaded: models.LoadedModel) -> None:
