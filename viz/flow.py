@@ -74,14 +74,14 @@ def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], 
                                    for n in nodes]),
         customdata=[[labels[n[2]], n[1]] for n in nodes],
         hovertemplate=f"{position_title}: %{{customdata[0]}}<br>{layer_title}: %{{customdata[1]}}<extra></extra>"))
-    shown = sorted({n[2] for n in nodes}) or [0]
-    ticks = [p for p in range(len(token_labels)) if p in shown] if len(shown) <= 40 else \
-        [shown[i] for i in tick_positions(len(shown))]
+    drawn = sorted({n[2] for n in nodes}) or [0]
+    ticks = [p for p in range(len(token_labels)) if p in drawn] if len(drawn) <= 40 else \
+        [drawn[i] for i in tick_positions(len(drawn))]
     angle = tick_angle([token_labels[i] for i in ticks], 900 / max(len(ticks), 1))
     fig.update_layout(
         title=dict(text=title),
         xaxis=dict(title=dict(text=position_title), tickmode="array", tickvals=ticks,
-                   ticktext=[labels[i] for i in ticks], tickangle=angle, range=[min(shown) - 0.8, max(shown) + 0.8]),
+                   ticktext=[labels[i] for i in ticks], tickangle=angle, range=[min(drawn) - 0.8, max(drawn) + 0.8]),
         yaxis=dict(title=dict(text=layer_title), range=[-0.3, n_layers + 0.3], dtick=1 if n_layers <= 32 else 4),
         height=height or int(min(1200, max(420, 140 + 26 * n_layers))), margin=dict(l=10, r=10, t=60, b=10),
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
