@@ -12,8 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import quote, urlparse
 
@@ -21,6 +19,10 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "deploy"))
+
+import replicas  # noqa: E402
+
 RESULTS = ROOT / "test-results"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SENTENCE_PIECES = ["Ked", "i", "fare", "yi", "ko", "val", "ad", "ı"]
@@ -47,16 +49,7 @@ def app_url():
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError("streamlit did not start") from None
-                time.sleep(0.5)
+        replicas.wait_healthy(url, proc, timeout=90)  # the same wait `make serve` uses
         yield url
     finally:
         proc.terminate()
