@@ -37,7 +37,8 @@ from .measure import proximity, shares
 from .norms import FrozenNorm, freeze
 
 BLOCK_BYTES = 64 << 20  # the largest (keys, queries, hidden) block of token parts held at once
-CHECK_ROWS = 256  # query rows (the first and last halves) on which A·V is checked against the projection's input
+BLOCK_ROWS = 16  # the most query rows in one block
+CHECK_ROWS = 32  # query rows (the first and last halves) on which A·V is checked against the projection's input
 
 
 def _check(name: str, got: torch.Tensor, want: torch.Tensor, where: str, tol: float,
@@ -174,10 +175,10 @@ class LayerFlow:
         z = torch.einsum("hc,dhc->hd", self.o_in[position].view(heads, -1), w.view(w.shape[0], heads, -1))
         return z if self.post is None else self.post.apply(z[None], slice(position, position + 1))[0]
 
-    def _parts(self, alpha: torch.Tensor, f: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """``t_ij = P_i(Σ_h α_ij^h f_j^h)`` as float32 ``(keys, rows, d)`` for gated weights ``alpha (H, rows,
-        keys)`` of the positions ``idx``."""
-        parts = torch.bmm(alpha.permute(2, 1, 0), f.transpose(0, 1))  # (keys, rows, d)
+    def _parts(self, alpha_k: torch.Tensor, f_k: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """``t_ij = P_i(Σ_h α_ij^h f_j^h)`` as float32 ``(keys, rows, d)`` for gated weights ``alpha_k (keys, rows,
+        H)`` of the positions ``idx`` and ``f_k (keys, H, d)`` (keys first: one small product per key)."""
+        parts = torch.bmm(alpha_k, f_k)  # (keys, rows, d)
         if self.post is not None:
             parts = self.post.apply(parts.transpose(0, 1), idx).transpose(0, 1)
         return parts
@@ -187,7 +188,7 @@ class LayerFlow:
         (``x_mid_i = residual_i + Σ_j t_ij + bias_i``); ``n_k · d`` floats per row, for short inputs and tests."""
         idx = torch.as_tensor(np.asarray(rows, dtype=np.int64))
         alpha = self.weights(rows) * self.gate[:, None, None]
-        return self._parts(alpha, self.values(), idx.to(alpha.device)).transpose(0, 1)
+        return self._parts(alpha.permute(2, 1, 0), self.values().transpose(0, 1), idx.to(alpha.device)).transpose(0, 1)
 
     @guard_memory
     def token_shares(self, rows: list[int] | np.ndarray) -> np.ndarray:
@@ -201,8 +202,10 @@ class LayerFlow:
         heads, n_k, d = f.shape
         rows_t = torch.as_tensor(np.asarray(rows, dtype=np.int64))
         alpha = self.weights(rows) * self.gate[:, None, None].to(f.device)
+        alpha_k, f_k = alpha.permute(2, 1, 0).contiguous(), f.transpose(0, 1).contiguous()  # keys first, once
         out = np.empty((len(rows), n_k + 2), dtype=np.float32)
-        step = max(1, BLOCK_BYTES // max(1, n_k * d * 4))
+        # blocks of rows small enough that a causal block's keys stop at its own last row (half the work)
+        step = max(1, min(BLOCK_ROWS, BLOCK_BYTES // max(1, n_k * d * 4)))
         for b0 in range(0, len(rows), step):
             idx = rows_t[b0:b0 + step].to(f.device)
             a = alpha[:, b0:b0 + step]
@@ -211,7 +214,8 @@ class LayerFlow:
             whole = self.x_mid[idx]
             prox = torch.zeros(idx.numel(), n_k + 2, device=f.device)
             # (keys, rows, d) parts, their distances taken in place: the block is the largest tensor held
-            prox[:, :k1] = proximity(self._parts(a[:, :, :k1], f[:, :k1], idx), whole[None], inplace=True).t()
+            parts = self._parts(alpha_k[:k1, b0:b0 + step], f_k[:k1], idx)
+            prox[:, :k1] = proximity(parts, whole[None], inplace=True).t()
             prox[:, n_k:] = proximity(torch.stack([self.residual[idx], self.bias_part[idx]], 1), whole[:, None])
             out[b0:b0 + step] = shares(prox).cpu().numpy()
         return out
