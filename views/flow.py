@@ -108,7 +108,8 @@ for col, matrix, title, unit in ((h1, weights, t("flow_raw_title", layer=layer, 
                                  (h2, weighted, t("flow_vw_title", layer=layer, head=head), t("flow_vw_unit"))):
     with col:
         shared.plotly_chart(vh.head_heatmap(matrix, labels, labels, title=title, query_title=t("query"),
-                                            key_title=t("key"), weight_title=unit, plot_px=260),
+                                            key_title=t("key"), weight_title=unit, plot_px=260,
+                                            max_ticks=14),
                             key=f"flow_map_{unit}")
 if any(tok.special for tok in tokens):
     raw, vw = _or_stop(_shares, sel.model, sel.text, off, mask, stack)
@@ -162,8 +163,10 @@ shared.plotly_chart(vp.head_grid(effect.on_final, off_grid, title=shared.t_plain
                                  score_title=t("flow_logit_change"), layer_title=t("layer"), head_title=t("head"),
                                  off_title=t("flow_off"), diverging=True), key="flow_effect")
 d1, d2 = st.columns(2)
+strongest = np.unravel_index(int(np.argmax(np.abs(effect.on_final))), effect.on_final.shape)  # the default
 de_layer, de_head = shared.layer_head("flow_de_layer", "flow_de_head", n_layers, n_heads, url=URL,
-                                      columns=(d1, d2))
+                                      columns=(d1, d2), layer_default=int(strongest[0]),
+                                      head_default=int(strongest[1]))
 promoted, suppressed = effect.top(de_layer, de_head, k=8)
 decode = loaded.tokenizer.decode
 rows = [{t("flow_promoted"): vtext.shown(decode([p])), t("flow_promoted_by"): nb.num(effect.logits[de_layer, de_head, p], 3, L, sign=True),
