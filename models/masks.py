@@ -11,6 +11,10 @@ Mask kinds (``MaskMode``):
   ``transformers.masking_utils.sliding_window_causal_mask_function``.
 * ``strided(s)``: ``j <= i`` and (``i - j < s`` or ``(i - j) mod s == 0``), the strided sparse pattern of
   Child et al. 2019 ("Generating Long Sequences with Sparse Transformers", §4.2, A⁽¹⁾ ∪ A⁽²⁾).
+* ``sink_window(w, k)``: the sliding window plus the first ``k`` tokens, ``j <= i`` and (``i - j < w`` or
+  ``j < k``): StreamingLLM's "window + attention sinks" (Xiao et al. 2023, "Efficient Streaming Language Models
+  with Attention Sinks", §3.2 and fig. 1d: 4 initial tokens keep a windowed model's perplexity near full
+  attention).
 * ``custom``: any boolean ``(n, n)`` matrix.
 """
 
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
     from .loading import LoadedModel
 
 MAX_WIDTH = 10 ** 9  # tokens; a wider window or stride is the same as the whole text
-KINDS = ("native", "bidirectional", "causal", "sliding_window", "strided", "custom")
+KINDS = ("native", "bidirectional", "causal", "sliding_window", "strided", "sink_window", "custom")
 STARTS = ("causal", "bidirectional", "diagonal", "previous", "empty")
 
 
@@ -63,18 +67,22 @@ class MaskMode:
 
     Attributes:
         kind: one of :data:`KINDS`.
-        width: ``sliding_window``: window ``w`` in tokens (the query itself included); ``strided``: the
-            stride ``s`` in tokens; None for the other kinds.
+        width: ``sliding_window``/``sink_window``: window ``w`` in tokens (the query itself included);
+            ``strided``: the stride ``s`` in tokens; None for the other kinds.
+        sinks: ``sink_window`` only: how many first tokens every query also sees (``k >= 0``).
         custom: ``custom`` only: bool ``(n, n)``, True = allowed.
     """
 
     kind: str
     width: int | None = None
     custom: np.ndarray | None = None
+    sinks: int | None = None
 
     def __str__(self) -> str:
         if self.kind in ("sliding_window", "strided"):
             return f"{self.kind}:{self.width}"
+        if self.kind == "sink_window":
+            return f"{self.kind}:{self.width},{self.sinks}"
         return self.kind
 
     def matrix(self, n: int) -> np.ndarray | None:
@@ -82,7 +90,7 @@ class MaskMode:
         ``None`` for ``native``.
 
         ``causal``: ``j <= i``; ``sliding_window``: ``i - w < j <= i`` (Jiang et al. 2023, §2, "Sliding
-        Window Attention"); ``strided``: ``j <= i`` and (``i - j < s`` or ``(i - j) mod s == 0``) (Child et
+        Window Attention"); ``sink_window``: that, or ``j < k`` (Xiao et al. 2023, §3.2); ``strided``: ``j <= i`` and (``i - j < s`` or ``(i - j) mod s == 0``) (Child et
         al. 2019, §4.2). A width above ``n`` is treated as ``n`` (same matrix).
 
         Raises:
@@ -103,6 +111,8 @@ class MaskMode:
         if self.kind == "strided":
             d = i - j
             return (d >= 0) & ((d < width) | (d % width == 0))
+        if self.kind == "sink_window":
+            return (j <= i) & ((j > i - width) | (j < self.sinks))
         m = np.asarray(self.custom, dtype=bool)
         if m.shape != (n, n):
             raise InvalidMaskError(f"Custom mask has shape {m.shape}, but the text has {n} tokens: need ({n}, {n}).")
@@ -111,10 +121,12 @@ class MaskMode:
 
 def parse_mask(mask) -> MaskMode:
     """Accept ``"native"``, ``"bidirectional"``, ``"causal"``, ``"sliding_window:4"``, ``"strided:3"``,
-    ``("sliding_window", 4)``, a :class:`MaskMode`, or a boolean ``(n, n)`` array (custom).
+    ``"sink_window:8,4"`` (window 8 and 4 sink tokens), ``("sliding_window", 4)``, ``("sink_window", 8, 4)``, a
+    :class:`MaskMode`, or a boolean ``(n, n)`` array (custom).
 
     Strings are case-insensitive and may also be written ``sliding_window=4`` or ``sliding_window(4)``;
-    ``sliding``/``window`` mean ``sliding_window`` and ``sparse`` means ``strided``. ``None`` means
+    ``sliding``/``window`` mean ``sliding_window``, ``sparse`` means ``strided``, ``streaming``/``sinks`` mean
+    ``sink_window`` (whose sink count defaults to 4, StreamingLLM's). ``None`` means
     ``native``. A nested list of rows is read as a custom matrix (cast to bool).
 
     Returns:
@@ -140,9 +152,10 @@ def parse_mask(mask) -> MaskMode:
                 f"A custom mask must be a square boolean matrix (n rows of n true/false values), got "
                 f"{_short(mask)}.") from None
         return MaskMode("custom", custom=custom)
-    if isinstance(mask, tuple) and len(mask) == 2 and isinstance(mask[0], str):
-        kind, width = mask
-        kind = kind.strip().lower()
+    sinks = None
+    if isinstance(mask, tuple) and len(mask) in (2, 3) and isinstance(mask[0], str):
+        kind, width = mask[0].strip().lower(), mask[1]
+        sinks = mask[2] if len(mask) == 3 else None
     elif isinstance(mask, str):
         match = re.fullmatch(r"\s*([a-z_]+)\s*(?:[:=(]\s*(.*?)\s*\)?)?\s*", mask.lower())
         if not match:
@@ -150,7 +163,14 @@ def parse_mask(mask) -> MaskMode:
         kind, width = match.group(1), match.group(2)
     else:
         raise InvalidMaskError(f"Unknown mask {_short(mask)}. Use one of: {', '.join(KINDS)}.")
-    kind = {"sliding": "sliding_window", "window": "sliding_window", "sparse": "strided"}.get(kind, kind)
+    kind = {"sliding": "sliding_window", "window": "sliding_window", "sparse": "strided", "streaming": "sink_window",
+            "sinks": "sink_window"}.get(kind, kind)
+    if kind == "sink_window":
+        if isinstance(width, str) and "," in width:
+            width, sinks = (part.strip() for part in width.split(",", 1))
+        return MaskMode(kind, width=_width(kind, width), sinks=_sinks(sinks))
+    if sinks is not None:
+        raise InvalidMaskError(f"Mask '{kind}' takes no sink count, got {_short(sinks)}.")
     if kind not in KINDS or kind == "custom":
         raise InvalidMaskError(f"Unknown mask {_short(kind)}. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.")
     if kind in ("sliding_window", "strided"):
@@ -164,6 +184,24 @@ def _short(value, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters, for messages about what the caller passed."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _sinks(raw) -> int:
+    """The whole-number count >= 0 of sink tokens of a ``sink_window`` mask (None: 4, as StreamingLLM)."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return 4
+    value = None
+    if isinstance(raw, str) and re.fullmatch(r"\+?\d{1,18}", raw.strip()):
+        value = int(raw.strip())
+    elif not isinstance(raw, (bool, str)):
+        try:
+            value = operator.index(raw)
+        except TypeError:
+            value = None
+    if value is None or value < 0:
+        raise InvalidMaskError(f"Mask 'sink_window' needs a number of sink tokens of at least 0 (a whole number), got "
+                               f"{_short(raw)}, e.g. 'sink_window:8,4'.")
+    return min(value, MAX_WIDTH)
 
 
 def _width(kind: str, raw) -> int:

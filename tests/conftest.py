@@ -63,7 +63,7 @@ LAYERS = {
     "viz": ("test_masks_viz", "test_viz_flow", "test_transforms", "test_viz_explore", "test_viz_labels", "test_viz_prepare"),
     "app": ("test_explore_app", "test_fuzz_app", "test_hosting", "test_hosting_app", "test_flow_page", "test_i18n", "test_masks_page",
             "test_pruning_page", "test_replicas", "test_pages_odd_inputs", "test_teaching_pages", "test_house"),
-    "bundled": ("test_bundled", "test_flow_bundled", "test_e5", "test_gemma", "test_whisper", "test_notebook"),
+    "bundled": ("test_bundled", "test_experiments_bundled", "test_flow_bundled", "test_e5", "test_gemma", "test_whisper", "test_notebook"),
     "browser": ("test_browser",),
     "sweep": ("test_archsweep",),
 }

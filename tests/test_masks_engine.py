@@ -300,3 +300,26 @@ def test_start_matrices_by_hand():
         masks.start_matrix("sinks", 3)
     with pytest.raises(models.InvalidMaskError, match="whole number"):
         masks.start_matrix("causal", -1)
+
+
+def test_sink_window_mask_by_hand(tiny):
+    """StreamingLLM's "window + k sinks" (Xiao et al. 2023): j <= i and (i - j < w or j < k)."""
+    m = models.parse_mask("sink_window:2,1")
+    assert str(m) == "sink_window:2,1" and models.parse_mask(("sink_window", 2, 1)) == m
+    assert models.parse_mask("streaming:8").sinks == 4  # StreamingLLM's four by default
+    want = [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [1, 0, 0, 1, 1]]
+    assert m.matrix(5).astype(int).tolist() == want
+    assert models.parse_mask("sink_window:3,0").matrix(6).tolist() == models.parse_mask("sliding_window:3").matrix(6).tolist()
+    for bad in ("sink_window:2,-1", "sink_window:0,1", "sink_window:2,x", "causal:1,2", ("strided", 2, 1)):
+        with pytest.raises(models.InvalidMaskError):
+            models.parse_mask(bad)
+    llama = tiny("llama")
+    text = "kedi fareyi kovaladı . the cat chased the mouse"
+    a = models.analyze(llama, text, mask="sink_window:2,1")
+    b = models.analyze(llama, text, mask=m.matrix(len(a.tokens)))
+    allowed = m.matrix(len(a.tokens))
+    for layer in range(2):
+        w = np.asarray(a.attentions["decoder"][layer])
+        assert np.all(w[:, ~allowed] == 0)
+        np.testing.assert_array_equal(w, np.asarray(b.attentions["decoder"][layer]))
+    assert a.loss == b.loss

@@ -324,3 +324,19 @@ def test_junk_in_the_masks_link_is_ignored():
     assert at.multiselect(key="masks_kinds").value == ["causal", "bidirectional", "strided", "sliding_window"]
     assert at.number_input(key="masks_window").value == 3 and at.number_input(key="masks_stride").value == 3
     assert at.slider(key="masks_cmp_layer").value == 0 and at.selectbox(key="masks_cmp_head").value == 0
+
+
+def test_window_plus_sinks_on_the_masks_page(smollm2):
+    """Issue 15: StreamingLLM's "window + k sinks" is one of the page's masks, with its width and sink count in
+    the link; the panel draws exactly that mask (the first k keys stay allowed beyond the window)."""
+    at = _linked({"masks_kinds": "sliding_window,sink_window", "masks_window": "2", "masks_sink_window": "2",
+                  "masks_sinks": "1"}, model="smollm2-135m")
+    assert at.multiselect(key="masks_kinds").value == ["sliding_window", "sink_window"]
+    assert at.number_input(key="masks_sink_window").value == 2 and at.number_input(key="masks_sinks").value == 1
+    z = np.asarray(_decode(_figures(at)["masks_cmp_mask_2"]["data"][0]["z"]))
+    n = z.shape[0]
+    assert np.array_equal(z.astype(bool), models.parse_mask("sink_window:2,1").matrix(n))
+    assert any("attention sinks" in c.value for c in at.caption)
+    at.number_input(key="masks_sinks").set_value(3).run()
+    _clean(at)
+    assert at.query_params["masks_sinks"] == "3"

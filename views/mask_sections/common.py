@@ -16,7 +16,7 @@ from viz import masks as vm
 t = shared.t
 # The mask page draws n x n grids (and an n x n checkbox editor): keep texts short.
 MAX_TOKENS = 24
-KINDS = ("bidirectional", "causal", "sliding_window", "strided", "custom")
+KINDS = ("bidirectional", "causal", "sliding_window", "strided", "sink_window", "custom")
 PRESETS = models.masks.STARTS
 BERT_MODEL, GPT_MODEL, GQA_MODEL = "minilm-l6", "smollm2-135m", "smollm2-135m"
 ENCDEC_PRESETS = ("Helsinki-NLP/opus-mt-tr-en", "whisper-base", "google-t5/t5-small", "facebook/bart-base")
@@ -47,7 +47,8 @@ def mask_run(name: str, text: str, mask_key, max_tokens: int) -> compare.MaskRun
 # ----------------------------------------------------------------------------------------------- helpers
 
 # The page's state lives in the URL (issue 13: a link reopens the same section, masks, layer and head).
-URL = shared.UrlState(("masks_section", "masks_kinds", "masks_window", "masks_stride", "masks_custom_start",
+URL = shared.UrlState(("masks_section", "masks_kinds", "masks_window", "masks_stride", "masks_sink_window",
+                       "masks_sinks", "masks_custom_start",
                        "masks_cmp_layer", "masks_cmp_head", "masks_bg_enc_layer", "masks_bg_enc_head",
                        "masks_bg_dec_layer", "masks_bg_dec_head", "masks_encdec_choice", "masks_src", "masks_tgt",
                        "masks_encdec_hide", "masks_ed_layer", "masks_ed_head", "masks_align_threshold", "masks_clip",
@@ -75,6 +76,9 @@ def mask_title(kind: str) -> str:
         return t("masks_mask_sliding_window_w", w=st.session_state.get("masks_window", 3))
     if kind == "strided":
         return t("masks_mask_strided_s", s=st.session_state.get("masks_stride", 3))
+    if kind == "sink_window":
+        return t("masks_mask_sink_window_wk", w=st.session_state.get("masks_sink_window", 3),
+                 k=st.session_state.get("masks_sinks", 1))
     return t(f"masks_mask_{kind}")
 
 

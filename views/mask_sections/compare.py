@@ -66,7 +66,7 @@ def section_compare(sel: shared.Selection) -> None:
     layers, heads = loaded.stacks[stack]
 
     bind("masks_kinds", ["bidirectional", "causal"], options=KINDS, kind=list)
-    if len(st.session_state["masks_kinds"]) > 4:  # a link may name all five; the widget takes four
+    if len(st.session_state["masks_kinds"]) > 4:  # a link may name all six; the widget takes four
         st.session_state["masks_kinds"] = st.session_state["masks_kinds"][:4]
     kinds = st.multiselect(t("masks_choose_masks"), KINDS, key="masks_kinds",
                            max_selections=4, format_func=lambda k: t(f"masks_mask_{k}"))
@@ -84,6 +84,12 @@ def section_compare(sel: shared.Selection) -> None:
         if "strided" in kinds:
             bind("masks_stride", 3, kind=int, bounds=(1, MAX_TOKENS))
             st.number_input(t("masks_stride_s"), min_value=1, max_value=MAX_TOKENS, step=1, key="masks_stride")
+    if "sink_window" in kinds:  # StreamingLLM: a window plus the first k tokens (Xiao et al. 2023)
+        s1, s2 = st.columns(2)
+        bind("masks_sink_window", 3, kind=int, bounds=(1, MAX_TOKENS))
+        bind("masks_sinks", 1, kind=int, bounds=(0, MAX_TOKENS))
+        s1.number_input(t("masks_window_w"), min_value=1, max_value=MAX_TOKENS, step=1, key="masks_sink_window")
+        s2.number_input(t("masks_sinks_k"), min_value=0, max_value=MAX_TOKENS, step=1, key="masks_sinks")
     custom = None
     if "custom" in kinds:
         with st.expander(t("masks_mask_custom"), expanded=True):
@@ -96,6 +102,9 @@ def section_compare(sel: shared.Selection) -> None:
             mask_keys.append(f"sliding_window:{int(st.session_state.get('masks_window', 3))}")
         elif kind == "strided":
             mask_keys.append(f"strided:{int(st.session_state.get('masks_stride', 3))}")
+        elif kind == "sink_window":
+            mask_keys.append(f"sink_window:{int(st.session_state.get('masks_sink_window', 3))},"
+                             f"{int(st.session_state.get('masks_sinks', 1))}")
         elif kind == "custom":
             mask_keys.append(("custom", tuple(tuple(bool(x) for x in row) for row in custom)))
         else:
