@@ -101,7 +101,7 @@ n_layers, n_heads = loaded.stacks[stack]
 st.header(t("flow_s1"))
 st.markdown(t("flow_s1_text"))
 layer, head = shared.layer_head("flow_layer", "flow_head", n_layers, n_heads, url=URL, slider=True)
-weights = np.asarray(analysis.attentions[stack][layer, head], dtype=np.float32)
+weights = _or_stop(flow.weights, layer)[head]  # from the flow's kept query and key: no forward pass
 weighted = flow.value_weighted(weights, layer, head)
 h1, h2 = st.columns(2)
 for col, matrix, title, unit in ((h1, weights, t("flow_raw_title", layer=layer, head=head), t("weight")),

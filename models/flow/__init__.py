@@ -127,6 +127,15 @@ class Flow:
         row of every layer: ``n² × d`` work per layer, see :meth:`token_shares`)."""
         return np.stack([self.token_shares(layer)[:, :-2] for layer in range(len(self.layers))])
 
+    @guard_memory
+    def weights(self, layer: int) -> np.ndarray:
+        """float32 ``(heads, n, n_k)``: layer ``layer``'s attention weights (before heads are gated), computed from
+        the layer's kept query and key by the family's eager function: the analysis's weights with no forward pass
+        (an analysis of a long text computes a layer by running the model up to it)."""
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(self.layers):
+            raise InvalidArgumentError(f"layer must be a whole number from 0 to {len(self.layers) - 1}, got {layer!r}.")
+        return self.layers[layer].weights(range(self.x_in.shape[0])).cpu().numpy()
+
     @property
     def value_norms(self) -> np.ndarray:
         """float32 ``(layers, heads, n_k)``: ``‖W_O^h v_j^h‖₂`` (Kobayashi et al. 2020, eq. 6)."""
@@ -320,7 +329,8 @@ def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
     once the vectors' norms are counted).
 
     Args:
-        analysis: the :class:`models.Analysis` ``flow`` was measured on (its weights are read layer by layer).
+        analysis: the :class:`models.Analysis` ``flow`` was measured on (its tokens say which are special; the
+            weights come from the flow, :meth:`Flow.weights`, without running the model again).
         flow: from :func:`information_flow`.
 
     Returns:
@@ -337,7 +347,7 @@ def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
     raw, weighted = [], []
     for layer, lf in enumerate(flow.layers):
         on = lf.gate.cpu().numpy() != 0  # a head switched off adds nothing: left out of both means
-        att = np.asarray(analysis.attentions[flow.stack][layer], dtype=np.float32)[on]  # (H on, n, n_k)
+        att = flow.weights(layer)[on]  # (H on, n, n_k)
         vw = att * lf.value_norms[on][:, None, :]
         vw = vw / np.maximum(vw.sum(-1, keepdims=True), 1e-30)
         raw.append(att[..., special].sum(-1).mean() if on.any() else 0.0)

@@ -23,6 +23,7 @@ breaks one raises instead of giving numbers.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass, field
 
@@ -74,8 +75,6 @@ def _alive(ref, what: str):
 
 def guard_memory(fn):
     """Turn ``torch.OutOfMemoryError`` inside ``fn`` into :class:`ModelOutOfMemoryError` (a message, not a trace)."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
