@@ -24,6 +24,7 @@ PAGES = [
     st.Page("views/pruning.py", title=shared.t("page_pruning"), icon=":material/content_cut:"),
     st.Page("views/masks.py", title=shared.t("page_masks"), icon=":material/grid_on:"),
     st.Page("views/flow.py", title=shared.t("page_flow"), icon=":material/route:"),
+    st.Page("views/experiments.py", title=shared.t("page_experiments"), icon=":material/science:"),
     st.Page("views/qkv.py", title=shared.t("page_qkv"), icon=":material/calculate:"),
     st.Page("views/positions.py", title=shared.t("page_positions"), icon=":material/place:"),
     st.Page("views/cost.py", title=shared.t("page_cost"), icon=":material/speed:"),

@@ -91,7 +91,8 @@ def test_no_module_is_over_500_lines():
 # pages never share a key by accident; Explore's keys are the app's first link parameters (layer, head, view)
 # and keep their short names, the sidebar's are the app's own
 PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), "mask_sections": ("masks_",),
-                 "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",)}
+                 "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",),
+                 "experiments": ("exp_",)}
 APP_KEYS = {"_device_slot", "_model_chosen_by_user", "_selection", "example", "lang", "model_custom", "model_key",
             "text"}
 

@@ -1,0 +1,544 @@
+"""Experiment 4: Whisper's alignment heads (Radford et al. 2022; OpenAI's ``whisper/timing.py``).
+
+A few cross-attention heads of a Whisper decoder look at the speech frame being said. OpenAI names them per
+checkpoint (``whisper/__init__.py``, ``_ALIGNMENT_HEADS``; for whisper-base the (layer, head) pairs
+(3, 1), (4, 2), (4, 3), (4, 7), (5, 1), (5, 2), (5, 4), (5, 6), decoded here from that file and equal to the
+bundled model's ``generation_config.alignment_heads``), and turns their maps into word times with dynamic time
+warping (``whisper/timing.py``, ``find_alignment``; added in openai/whisper v20230306, after the paper).
+transformers does the same in ``WhisperForConditionalGeneration._extract_token_timestamps``
+(``models/whisper/generation_whisper.py``), with ``generate(..., return_token_timestamps=True)``.
+
+Here OpenAI's recipe runs on the cross-attention Dikkat's engine captured (:func:`models.audio.analyze_audio`):
+:func:`median_filter` and :func:`dtw` port ``whisper/timing.py`` (same padding, same tie-breaking),
+:func:`align_tokens` is ``find_alignment``'s recipe, :func:`whisper_alignment` runs it on the shipped clips next to
+transformers' times and a control, :func:`estimate_alignment_seconds` measures what that costs.
+
+Times are in seconds; one encoder frame is 20 ms (``whisper/audio.py``: ``TOKENS_PER_SECOND = 50``).
+
+Measured on whisper-base (CPU, float32; ``tests/test_experiments_alignment.py``): the engine's weights equal eager
+ones bit for bit; ours vs transformers' token boundaries differ by at most 0.18 s, 0.045 s on average (English
+clip 0.14 / 0.040 s, Turkish 0.18 / 0.048 s), the largest gap being the first token's end, which transformers
+always puts at 0.0 s; the same recipe on the 16 heads of layers 0-1 is 0.23 s off on average (5x). Against
+OpenAI's recipe with its ``<|endoftext|>`` row, one Turkish boundary moves by one frame.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..audio import SAMPLE_RATE, AudioAnalysis, analyze_audio, read_wav
+from ..wav import resample
+from ..errors import InvalidArgumentError, UnsupportedOperationError
+from ..loading import LoadedModel
+from ..whisper_tokens import alignment_heads, language_token
+from .common import ASSETS, Progress, Source, Stopwatch, probe_estimate, report
+
+SOURCE = Source(
+    cite="Radford et al. 2022",
+    title="Robust Speech Recognition via Large-Scale Weak Supervision",
+    where=("word-level timestamps of openai/whisper (v20230306, after the paper): whisper/timing.py find_alignment; "
+           "alignment heads: whisper/__init__.py _ALIGNMENT_HEADS['base']"),
+    model="whisper-base (alignment heads (3,1) (4,2) (4,3) (4,7) (5,1) (5,2) (5,4) (5,6))",
+    url="https://arxiv.org/abs/2212.04356",
+)
+
+TOKENS_PER_SECOND = 50      # whisper/audio.py: SAMPLE_RATE / (HOP_LENGTH * 2), 20 ms per encoder frame
+HOP_LENGTH = 160            # whisper/audio.py: samples per mel frame
+MEDIAN_WIDTH = 7            # whisper/timing.py find_alignment: medfilt_width=7
+PROMPT_ROWS = 3             # len(tokenizer.sot_sequence): <|startoftranscript|> <|lang|> <|transcribe|>
+CONTROL_LAYERS = (0, 1)     # default control: every cross-attention head of these layers
+AUDIO = ASSETS / "audio"
+CLIPS: tuple[tuple[Path, str], ...] = (
+    (AUDIO / "the_cat_chased_the_mouse_en.wav", "en"),
+    (AUDIO / "kedi_fareyi_kovaladi_tr.wav", "tr"),
+)
+
+
+# ----------------------------------------------------------------------------- OpenAI's recipe, in numpy
+
+
+def median_filter(x: np.ndarray, width: int = MEDIAN_WIDTH) -> np.ndarray:
+    """Median of each window of ``width`` values along the last axis, edges padded by reflection.
+
+    A port of ``whisper/timing.py`` ``median_filter`` (= transformers' ``_median_filter``): the last axis is padded
+    by ``width // 2`` each side in ``reflect`` mode (edge not repeated: ``[a, b, c, d]`` -> ``[c, b, a, b, c, d, c,
+    b]`` for width 5), then each window's middle value after a sort is taken. An axis no longer than ``width // 2``
+    is returned unchanged, as there.
+
+    Args:
+        x: float ``(..., t)``. width: odd window size (7 in ``find_alignment``).
+
+    Returns:
+        a copy of ``x``'s shape and dtype.
+
+    Raises:
+        InvalidArgumentError: ``width`` not a positive odd whole number.
+    """
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width <= 0 or width % 2 != 1:
+        raise InvalidArgumentError(f"The median filter's width must be a positive odd number, got {width!r}.")
+    x = np.asarray(x)
+    pad = int(width) // 2
+    if x.ndim == 0 or x.shape[-1] <= pad:
+        return x.copy()
+    padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, int(width), axis=-1)
+    return np.sort(windows, axis=-1)[..., pad]
+
+
+def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dynamic time warping: the monotonic path of least total cost from cell (0, 0) to (n - 1, m - 1).
+
+    A port of ``whisper/timing.py`` ``dtw_cpu`` + ``backtrace`` (= transformers' ``_dynamic_time_warping``).
+    Accumulated costs are float32 as there: ``C[i, j] = cost[i-1, j-1] + C[step]`` with ``C[0, 0] = 0``, ``inf`` on
+    the other borders; the step is the diagonal when it is strictly the smallest, else the vertical one when
+    strictly the smallest, else the horizontal one (every tie goes to the horizontal step, even a larger one). The
+    backtrace walks from ``(n, m)`` to ``(0, 0)``. Cells are filled one anti-diagonal at a time: the same values
+    as OpenAI's column-by-column loop (each cell needs only the two diagonals before it).
+
+    Args:
+        cost: finite float ``(n, m)``, n, m >= 1: rows text tokens, columns frames (OpenAI passes ``-matrix``).
+
+    Returns:
+        ``(text_indices, time_indices)``: int64 ``(L,)`` each, the path from ``(0, 0)`` to ``(n - 1, m - 1)``,
+        both non-decreasing, each step +1 in one or both.
+
+    Raises:
+        InvalidArgumentError: ``cost`` not 2-D, empty, or not finite.
+    """
+    x = np.asarray(cost, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise InvalidArgumentError(f"dtw needs a non-empty 2-D cost matrix, got shape {x.shape}.")
+    if not np.isfinite(x).all():
+        raise InvalidArgumentError("dtw needs a finite cost matrix (NaN or inf found).")
+    n, m = x.shape
+    acc = np.full((n + 1, m + 1), np.inf, dtype=np.float32)
+    trace = np.full((n + 1, m + 1), -1, dtype=np.int8)
+    acc[0, 0] = 0
+    for d in range(2, n + m + 1):  # cells (i, j) with i + j = d, 1 <= i <= n, 1 <= j <= m
+        i = np.arange(max(1, d - m), min(n, d - 1) + 1)
+        j = d - i
+        c0, c1, c2 = acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1]
+        t = np.where((c0 < c1) & (c0 < c2), 0, np.where((c1 < c0) & (c1 < c2), 1, 2))
+        acc[i, j] = x[i - 1, j - 1] + np.choose(t, [c0, c1, c2])  # float64 sum stored as float32, as dtw_cpu
+        trace[i, j] = t
+    trace[0, :] = 2
+    trace[:, 0] = 1
+    i, j, path = n, m, []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        step = trace[i, j]
+        if step == 0:
+            i, j = i - 1, j - 1
+        elif step == 1:
+            i -= 1
+        elif step == 2:
+            j -= 1
+        else:  # pragma: no cover - every cell reached has a step
+            raise RuntimeError(f"dtw: unexpected trace value {step} at {(i, j)}")
+    text_indices, time_indices = np.array(path[::-1], dtype=np.int64).T
+    return text_indices, time_indices
+
+
+@dataclass
+class TokenAlignment:
+    """OpenAI's alignment of text rows to speech frames (:func:`align_tokens`).
+
+    Attributes:
+        matrix: float32 ``(rows, frames)``: the standardised, median-filtered, head-averaged weights of the
+            aligned rows (high = attended).
+        text_indices, time_indices: int64 ``(L,)``: the DTW path through ``-matrix`` (:func:`dtw`).
+        frames: speech frames kept (20 ms each).
+        boundaries: float64 ``(rows,)``: seconds at which the path enters each row (``jump_times`` of
+            ``find_alignment``: frame index / 50). Row ``r`` is the query that predicts text token ``r``, so
+            ``boundaries[r]`` is token ``r``'s start and ``boundaries[r + 1]`` its end; the last value is the end of
+            the last text token (its row predicts ``<|endoftext|>``). ``boundaries[0]`` is always 0.
+    """
+
+    matrix: np.ndarray
+    text_indices: np.ndarray
+    time_indices: np.ndarray
+    frames: int
+    boundaries: np.ndarray
+
+
+def align_tokens(weights: np.ndarray, frames: int, *, first_row: int = PROMPT_ROWS, last_row: int | None = None,
+                 width: int = MEDIAN_WIDTH) -> TokenAlignment:
+    """OpenAI's word-timestamp recipe on cross-attention weights (``whisper/timing.py``, ``find_alignment``).
+
+    Steps, as there: keep the first ``frames`` keys and renormalise each row to sum to 1 (OpenAI crops the
+    logits to ``num_frames // 2`` and takes the softmax; ``qk_scale`` 1); standardise each head over the rows,
+    ``(w - mean) / std`` with the population std over all rows (``torch.std_mean(dim=-2, unbiased=False)``);
+    median filter of ``width`` along time (:func:`median_filter`); mean over heads; keep rows
+    ``first_row:last_row`` (OpenAI: ``matrix[len(sot_sequence):-1]``, from ``<|notimestamps|>`` to the last text
+    token); :func:`dtw` on ``-matrix``; the frame at which the path enters each row, / 50 = seconds.
+
+    Args:
+        weights: float ``(heads, rows, keys >= frames)``: softmax weights, one row per decoder input token
+            (``<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>`` then the text).
+        frames: speech frames kept (:func:`openai_frames`). first_row, last_row: the rows aligned, after the
+            standardisation over all rows. width: the median filter's width.
+
+    Returns:
+        :class:`TokenAlignment`.
+
+    Raises:
+        InvalidArgumentError: ``weights`` not 3-D with at least one head, ``frames`` outside ``[1, keys]``,
+            fewer than one row aligned, or weights whose rows are all equal over the tokens (std 0).
+    """
+    w = np.asarray(weights, dtype=np.float32)
+    if w.ndim != 3 or w.shape[0] < 1:
+        raise InvalidArgumentError(f"align_tokens needs weights (heads, rows, keys), got shape {w.shape}.")
+    if isinstance(frames, bool) or not isinstance(frames, (int, np.integer)) or not 1 <= frames <= w.shape[-1]:
+        raise InvalidArgumentError(f"frames must be a whole number in [1, {w.shape[-1]}], got {frames!r}.")
+    w = w[..., : int(frames)]
+    w = w / np.maximum(w.sum(axis=-1, keepdims=True), np.float32(1e-30))
+    std = w.std(axis=-2, keepdims=True)
+    if not (std > 0).all():
+        raise InvalidArgumentError("align_tokens: a head's weights do not vary over the tokens (std 0).")
+    w = (w - w.mean(axis=-2, keepdims=True)) / std
+    matrix = median_filter(w, width).mean(axis=0)[first_row:last_row]
+    if matrix.shape[0] < 1:
+        raise InvalidArgumentError(f"align_tokens: no row left in rows {first_row}:{last_row} of {w.shape[1]}.")
+    text_indices, time_indices = dtw(-matrix.astype(np.float64))
+    jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
+    boundaries = time_indices[jumps] / TOKENS_PER_SECOND
+    return TokenAlignment(matrix.astype(np.float32), text_indices, time_indices, int(frames),
+                          boundaries.astype(np.float64))
+
+
+def openai_frames(samples: int) -> int:
+    """Encoder frames OpenAI aligns for a clip of ``samples`` 16 kHz samples: ``(samples // 160) // 2``, at most
+    1500 (``transcribe.py``: ``content_frames = mel.shape[-1] - N_FRAMES`` is ``samples // 160`` mel frames;
+    ``find_alignment`` keeps ``num_frames // 2``), and at least 1."""
+    return max(1, min(1500, (int(samples) // HOP_LENGTH) // 2))
+
+
+# ----------------------------------------------------------------------------- transformers' times
+
+
+def _eager_twin(loaded: LoadedModel):
+    """A second ``WhisperForConditionalGeneration`` over the same parameter tensors, with its own config
+    (``attn_implementation="eager"``) and generation config.
+
+    transformers' ``generate(return_token_timestamps=True)`` needs eager weights and switches the model's config
+    to ``"eager"`` for good (``generation_whisper.py``: ``self.model.config._attn_implementation = "eager"``); on
+    the shared model that would change every other session's attention path. The twin is built on the meta
+    device and takes the loaded tensors with ``load_state_dict(assign=True)``: no weight is copied, nothing
+    shared is written (inference only), and it is dropped after the call.
+    """
+    model = loaded.model
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = "eager"
+    with torch.device("meta"):
+        twin = type(model)(config)
+    twin.load_state_dict(model.state_dict(), assign=True)
+    twin.generation_config = copy.deepcopy(model.generation_config)
+    if any(t.is_meta for t in list(twin.parameters()) + list(twin.buffers())):  # pragma: no cover - defensive
+        raise RuntimeError("The eager twin of the Whisper model has tensors left on the meta device.")
+    return twin.eval()
+
+
+def _transformers_times(twin, features: torch.Tensor, attention_mask: torch.Tensor, lang_piece: str,
+                        text_ids: list[int], max_new_tokens: int) -> tuple[np.ndarray, str]:
+    """transformers' token times for ``text_ids``: float64 ``(len(text_ids),)`` seconds, and how they were got.
+
+    ``"generate"``: ``twin.generate(features, attention_mask=..., return_token_timestamps=True)``, greedy with
+    the language and task forced, when it decodes exactly ``text_ids`` (the engine's transcript). Otherwise
+    ``"extract"``: ``twin._extract_token_timestamps`` fed with the eager cross-attentions of one forward pass
+    over the prompt + ``text_ids`` (the same rows generate's steps produce, prefill then one row per token) and
+    the same ``num_frames``. Each value is the token's END (transformers PR #36632; ``tokenization_whisper``
+    ``_decode_asr`` makes token ``i`` span ``t[i-1] .. t[i]``, token 0 from 0.0). transformers' float32 times
+    are rounded to 1 µs.
+    """
+    eot = int(twin.generation_config.eos_token_id)
+    with torch.no_grad():
+        out = twin.generate(features, attention_mask=attention_mask, language=lang_piece, task="transcribe",
+                            return_token_timestamps=True, do_sample=False, num_beams=1,
+                            max_new_tokens=max(1, max_new_tokens), return_timestamps=False)
+    seq = out["sequences"][0].tolist()
+    times = out["token_timestamps"][0].double().cpu().numpy()
+    keep = [i for i, t in enumerate(seq) if t < eot]
+    if [seq[i] for i in keep] == list(text_ids):
+        return np.round(times[keep], 6), "generate"
+    return _extract_times(twin, features, attention_mask, lang_piece, text_ids), "extract"
+
+
+def _extract_times(twin, features: torch.Tensor, attention_mask: torch.Tensor, lang_piece: str,
+                   text_ids: list[int]) -> np.ndarray:
+    """transformers' ``_extract_token_timestamps`` on one eager forward pass over prompt + ``text_ids``:
+    float64 ``(len(text_ids),)`` seconds (token ends, rounded to 1 µs)."""
+    from transformers.generation.utils import GenerateEncoderDecoderOutput
+
+    gc = twin.generation_config
+    lang = int(gc.lang_to_id[lang_piece])
+    prompt = [int(gc.decoder_start_token_id), lang, int(gc.task_to_id["transcribe"]), int(gc.no_timestamps_token_id)]
+    ids = prompt + list(text_ids)
+    with torch.no_grad():
+        out = twin(input_features=features, decoder_input_ids=torch.tensor([ids], device=features.device),
+                   output_attentions=True, return_dict=True)
+        fake = GenerateEncoderDecoderOutput(sequences=torch.tensor([ids + [int(gc.eos_token_id)]]),
+                                            cross_attentions=(out.cross_attentions,))
+        stamps = twin._extract_token_timestamps(fake, gc.alignment_heads, num_frames=attention_mask.sum(-1).cpu(),
+                                                num_input_ids=len(prompt))
+    return np.round(stamps[0, len(prompt): len(prompt) + len(text_ids)].double().cpu().numpy(), 6)
+
+
+# ----------------------------------------------------------------------------- the experiment
+
+
+@dataclass
+class ClipAlignment:
+    """One clip: OpenAI's recipe on the engine's cross-attention, next to transformers' times.
+
+    Token arrays have one value per text token (``k``, the transcript without the prompt and
+    ``<|endoftext|>``); word arrays one per word of the engine's ``target_words`` (punctuation is a word).
+    Every time is float64, in seconds from the clip's start, on the 20 ms grid.
+
+    Attributes:
+        path: the WAV file. language: the language forced (``"en"``). transcript: the greedy transcript.
+        duration_seconds: the clip's length. frames: encoder frames aligned (:func:`openai_frames`).
+        tokens: the text tokens' texts (raw byte-level piece when a token holds no whole character).
+        token_ids: int64 ``(k,)``.
+        starts, ends: float64 ``(k,)``: OpenAI's recipe on the alignment heads (:func:`align_tokens`).
+        hf_starts, hf_ends: float64 ``(k,)``: transformers' (``hf_ends`` are its ``token_timestamps``;
+            ``hf_starts`` the previous token's, 0.0 for the first, as its ``_decode_asr`` reads them).
+        hf_method: ``"generate"`` or ``"extract"`` (see :func:`whisper_alignment`).
+        control_starts, control_ends: float64 ``(k,)``: the same recipe on the control heads.
+        words: the words' texts. word_starts, word_ends, hf_word_starts, hf_word_ends: float64 ``(w,)``: the
+            start of a word's first token and the end of its last.
+        alignment: the alignment heads' :class:`TokenAlignment` (its matrix and DTW path, for drawing).
+        audio: the engine's :class:`models.audio.AudioAnalysis` of the clip (spectrogram, every head's weights).
+        seconds: wall time for this clip (engine analysis, recipe, transformers), seconds.
+    """
+
+    path: str
+    language: str
+    transcript: str
+    duration_seconds: float
+    frames: int
+    tokens: list[str]
+    token_ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    hf_starts: np.ndarray
+    hf_ends: np.ndarray
+    hf_method: str
+    control_starts: np.ndarray
+    control_ends: np.ndarray
+    words: list[str]
+    word_starts: np.ndarray
+    word_ends: np.ndarray
+    hf_word_starts: np.ndarray
+    hf_word_ends: np.ndarray
+    alignment: TokenAlignment
+    audio: AudioAnalysis
+    seconds: float
+
+    def _gaps(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        ours, theirs = np.concatenate([starts[:1], ends]), np.concatenate([self.hf_starts[:1], self.hf_ends])
+        return np.round(np.abs(ours - theirs), 6)
+
+    @property
+    def differences(self) -> np.ndarray:
+        """float64 ``(k + 1,)``: ``|ours - transformers'|`` in seconds at each token boundary (every start and
+        the last end; an inner boundary is one token's end and the next one's start)."""
+        return self._gaps(self.starts, self.ends)
+
+    @property
+    def control_differences(self) -> np.ndarray:
+        """float64 ``(k + 1,)``: as :attr:`differences`, for the control heads."""
+        return self._gaps(self.control_starts, self.control_ends)
+
+
+@dataclass
+class AlignmentResult:
+    """The result of :func:`whisper_alignment`.
+
+    Attributes:
+        clips: one :class:`ClipAlignment` per clip, in order.
+        heads: the alignment heads ``(layer, head)`` (:func:`models.whisper_tokens.alignment_heads`).
+        control_heads: the control heads.
+        seconds: wall time of the whole run, seconds.
+    """
+
+    clips: list[ClipAlignment]
+    heads: list[tuple[int, int]]
+    control_heads: list[tuple[int, int]]
+    seconds: float
+
+    def _all(self, name: str) -> np.ndarray:
+        return np.concatenate([np.zeros(0)] + [getattr(c, name) for c in self.clips])
+
+    @property
+    def max_difference(self) -> float:
+        """Largest ``|ours - transformers'|`` over every token boundary of every clip, seconds."""
+        return float(self._all("differences").max(initial=0.0))
+
+    @property
+    def mean_difference(self) -> float:
+        """Mean ``|ours - transformers'|`` over every token boundary of every clip, seconds (0 if none)."""
+        return float(np.mean(self._all("differences"))) if self._all("differences").size else 0.0
+
+    @property
+    def control_mean_difference(self) -> float:
+        """Mean ``|control - transformers'|`` over every token boundary of every clip, seconds (0 if none)."""
+        return float(np.mean(self._all("control_differences"))) if self._all("control_differences").size else 0.0
+
+
+def _check_clips(clips) -> list[tuple[Path, str]]:
+    if clips is None:
+        return [(Path(p), lang) for p, lang in CLIPS]
+    if isinstance(clips, (str, Path)) or not isinstance(clips, Sequence) or not clips:
+        raise InvalidArgumentError(f"clips must be a non-empty list of (path, language) pairs, got {clips!r}.")
+    out = []
+    for item in clips:
+        if (not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], (str, Path))
+                or not isinstance(item[1], str)):
+            raise InvalidArgumentError(f"Each clip must be a (path, language) pair, got {item!r}.")
+        out.append((Path(item[0]), item[1]))
+    return out
+
+
+def _check_heads(loaded: LoadedModel, heads, what: str) -> list[tuple[int, int]]:
+    layers, n_heads = loaded.stacks["cross"]
+    pairs = [tuple(int(v) for v in h) for h in heads]
+    bad = [h for h in pairs if not (0 <= h[0] < layers and 0 <= h[1] < n_heads)]
+    if not pairs or bad:
+        raise InvalidArgumentError(f"{what} must be (layer, head) pairs within {layers} x {n_heads}, got {heads!r}.")
+    return pairs
+
+
+def _check_model(loaded: LoadedModel) -> None:
+    if (getattr(loaded.model.config, "model_type", None) != "whisper" or loaded.processor is None
+            or "cross" not in loaded.stacks):
+        raise UnsupportedOperationError(
+            f"Model '{loaded.name}' is not a Whisper speech model: the alignment-heads experiment needs one "
+            "(e.g. 'whisper-base').", code="not_whisper", model=loaded.name)
+
+
+def _one_clip(loaded: LoadedModel, twin, path: Path, language: str, heads, control, max_new_tokens: int,
+              progress: Progress, done: float, share: float) -> ClipAlignment:
+    clock = Stopwatch()
+    audio, rate = read_wav(path)
+    result = analyze_audio(loaded, audio, rate, language=language, max_new_tokens=max_new_tokens)
+    report(progress, done + share * 0.5)
+    a = result.analysis
+    prompt = 4  # <|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>
+    text_tokens = a.target_tokens[prompt:]
+    text_ids = [t.id for t in text_tokens]
+    samples = round(result.duration_seconds * SAMPLE_RATE)
+    frames = min(openai_frames(samples), result.frames)
+    cross = a.attentions["cross"]
+    ours = align_tokens(cross.heads(heads), frames)
+    ctrl = align_tokens(cross.heads(control), frames)
+    k = len(text_ids)
+    if k:
+        lang_piece = loaded.tokenizer.convert_ids_to_tokens([language_token(loaded, language)])[0]
+        fe = loaded.processor.feature_extractor(_mono_16k(audio, rate), sampling_rate=SAMPLE_RATE,
+                                                return_tensors="pt", return_attention_mask=True)
+        features = fe["input_features"].to(device=loaded.device, dtype=loaded.dtype)
+        hf_ends, method = _transformers_times(twin, features, fe["attention_mask"].to(loaded.device), lang_piece,
+                                              text_ids, max_new_tokens)
+    else:
+        hf_ends, method = np.zeros(0), "generate"
+    hf_starts = np.concatenate([[0.0], hf_ends[:-1]]) if k else np.zeros(0)
+    starts, ends = ours.boundaries[:k], ours.boundaries[1:k + 1]
+    firsts = [w.tokens[0] - prompt for w in a.target_words]
+    lasts = [w.tokens[-1] - prompt for w in a.target_words]
+    report(progress, done + share)
+    return ClipAlignment(
+        path=str(path), language=language, transcript=result.transcript, duration_seconds=result.duration_seconds,
+        frames=frames, tokens=[t.text or t.piece for t in text_tokens], token_ids=np.asarray(text_ids, np.int64),
+        starts=starts, ends=ends, hf_starts=hf_starts, hf_ends=hf_ends, hf_method=method,
+        control_starts=ctrl.boundaries[:k], control_ends=ctrl.boundaries[1:k + 1],
+        words=[w.text for w in a.target_words],
+        word_starts=starts[firsts], word_ends=ends[lasts], hf_word_starts=hf_starts[firsts],
+        hf_word_ends=hf_ends[lasts],
+        alignment=ours, audio=result, seconds=clock.seconds,
+    )
+
+
+def _mono_16k(audio: np.ndarray, rate: int) -> np.ndarray:
+    """The samples :func:`models.audio.analyze_audio` reads: mono (channels averaged), 16 kHz, float32."""
+    x = np.asarray(audio, dtype=np.float32)
+    if x.ndim == 2:
+        x = x.mean(axis=1 if x.shape[1] < x.shape[0] else 0)
+    return resample(x, int(rate), SAMPLE_RATE)
+
+
+def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str]] | None = None, *,
+                      control_heads: Sequence[tuple[int, int]] | None = None, max_new_tokens: int = 32,
+                      progress: Progress = None) -> AlignmentResult:
+    """Word times from Whisper's alignment heads, by OpenAI's recipe, next to transformers' own.
+
+    For each clip: the engine transcribes it greedily with the language forced and captures every
+    cross-attention head (:func:`models.audio.analyze_audio`); the alignment heads' maps
+    (``analysis.attentions["cross"]``, rows ``<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>``
+    + text) go through :func:`align_tokens` (``whisper/timing.py`` ``find_alignment``) over
+    :func:`openai_frames` frames, giving each text token's start and end. One difference from OpenAI: its
+    forward pass also feeds ``<|endoftext|>``, whose row enters the per-head mean and std; the engine's decoder
+    input ends at the last text token (whose row predicts ``<|endoftext|>``), so that row is not in the
+    statistics. The same recipe on ``control_heads`` is the control.
+
+    transformers' times come from the same weights and tokens: a twin of the loaded model sharing its tensors
+    but with its own eager config (the shared model is not touched; see ``_eager_twin``) runs
+    ``generate(input_features, attention_mask=..., return_token_timestamps=True)`` greedily with the same
+    language; when it decodes the engine's tokens (``hf_method == "generate"``) its ``token_timestamps`` are
+    used, else transformers' ``_extract_token_timestamps`` on one eager pass over the engine's tokens
+    (``"extract"``). transformers differs from OpenAI on purpose (``generation_whisper.py``): it standardises
+    only the text rows (prompt rows dropped, so the first token always ends at 0.0), crops the softmaxed weights
+    to ``ceil(samples / 160) // 2`` frames without renormalising, and reads each timestamp as a token's end.
+
+    Args:
+        loaded: a Whisper model (``models.load("whisper-base")``).
+        clips: ``(path, language)`` pairs; default the two shipped clips (English, Turkish), :data:`CLIPS`.
+        control_heads: ``(layer, head)`` pairs for the control; default every head of layers 0 and 1.
+        max_new_tokens: most text tokens decoded per clip.
+        progress: called with the fraction done, in [0, 1].
+
+    Returns:
+        :class:`AlignmentResult`: per clip, token and word times (float64 seconds) and their differences.
+
+    Raises:
+        UnsupportedOperationError: ``loaded`` is not a Whisper model (code ``not_whisper``).
+        InvalidArgumentError: malformed ``clips`` or ``control_heads``, or ``max_new_tokens`` below 1.
+        InvalidAudioError: a clip that cannot be read. UnknownLanguageError: an unknown language.
+        ModelOutOfMemoryError: as :func:`models.audio.analyze_audio`.
+    """
+    _check_model(loaded)
+    clips = _check_clips(clips)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise InvalidArgumentError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}.")
+    heads = _check_heads(loaded, alignment_heads(loaded), "The alignment heads")
+    layers, n_heads = loaded.stacks["cross"]
+    default_control = [(layer, h) for layer in CONTROL_LAYERS if layer < layers for h in range(n_heads)]
+    control = _check_heads(loaded, default_control if control_heads is None else control_heads, "control_heads")
+    clock = Stopwatch()
+    report(progress, 0.0)
+    twin = _eager_twin(loaded)
+    share = 1.0 / len(clips)
+    out = [_one_clip(loaded, twin, path, lang, heads, control, int(max_new_tokens), progress, i * share, share)
+           for i, (path, lang) in enumerate(clips)]
+    del twin
+    report(progress, 1.0)
+    return AlignmentResult(out, heads, control, clock.seconds)
+
+
+def estimate_alignment_seconds(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str]] | None = None) -> float:
+    """Estimated wall time of :func:`whisper_alignment` on ``clips``, in seconds on this machine.
+
+    Measured, not guessed: the first clip is run (:func:`common.probe_estimate`) and its time is multiplied by the
+    number of clips. Costs one clip's run.
+
+    Raises:
+        As :func:`whisper_alignment`.
+    """
+    clips = _check_clips(clips)
+    _, seconds = probe_estimate(lambda: whisper_alignment(loaded, clips[:1]), len(clips))
+    return float(seconds)

@@ -1,0 +1,74 @@
+"""What every experiment shares: its published source, progress reporting and a measured time estimate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import InvalidArgumentError
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+
+Progress = Callable[[float], None] | None
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a finding was published.
+
+    Attributes:
+        cite: authors and year, e.g. ``"Xiao et al. 2023"``. title: the paper's title.
+        where: the figure, table or section the claim is read from. model: what it was measured on.
+        url: the paper's arXiv or ACL Anthology page (shown as text; the app fetches nothing).
+    """
+
+    cite: str
+    title: str
+    where: str
+    model: str
+    url: str
+
+
+def report(progress: Progress, fraction: float) -> None:
+    """Call ``progress`` (if any) with ``fraction`` clipped to [0, 1]."""
+    if progress is not None:
+        progress(min(1.0, max(0.0, float(fraction))))
+
+
+class Stopwatch:
+    """Seconds since creation (``time.perf_counter``): ``Stopwatch().seconds``."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def probe_estimate(first_unit: Callable[[], object], units: int) -> tuple[object, float]:
+    """Run the first of ``units`` equal units of work and estimate the whole: its time × ``units``.
+
+    Returns:
+        ``(the unit's result, estimated seconds for all units)``; seconds of wall time on this machine.
+    """
+    clock = Stopwatch()
+    value = first_unit()
+    return value, clock.seconds * units
+
+
+def check_int(name: str, value, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]``.
+
+    Raises:
+        InvalidArgumentError: not a whole number, or out of range.
+    """
+    import numpy as np
+
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
+            high is not None and value > high):
+        rng = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise InvalidArgumentError(f"{name} must be a whole number in {rng}, got {value!r}.")
+    return int(value)

@@ -1,0 +1,210 @@
+"""Experiments page (issue 15): published findings about attention, run live on a bundled model, with the published
+numbers next to ours and what differs.
+
+Glue only: the numbers come from ``models.experiments``, the figures from ``viz.experiments`` and ``viz.pruning``.
+A result is computed once per process for all sessions (the shared byte-bounded cache) and drawn from there.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import models
+from models import experiments as E
+from views import shared
+from viz import experiments as vx
+from viz import numbers as nb
+from viz import pruning as vp
+from viz import text as vtext
+
+t, tp = shared.t, shared.t_plain
+L = shared.lang()
+KEYS = list(E.EXPERIMENTS)
+URL = shared.UrlState(("exp_which",))
+
+
+def _pct(value: float, decimals: int = 1) -> str:
+    return nb.num(100 * float(value), decimals, L) + " %"
+
+
+def _nats(value: float, sign: bool = False) -> str:
+    return nb.num(float(value), 2, L, sign=sign) + " nats"
+
+
+def _compare(rows: list[tuple[str, str, str]]) -> None:
+    """The published numbers next to ours: ``(measure, published, ours)`` rows (all escaped by ``shared.table``)."""
+    shared.table(pd.DataFrame(rows, columns=[tp("exp_col_measure"), tp("exp_col_published"), tp("exp_col_ours")]),
+                 hide_index=True)
+
+
+@shared.cached
+def _estimate(which: str, name: str) -> float:
+    return E.estimate_seconds(which, shared.get_model(name))
+
+
+# ---------------------------------------------------------------------------------------------------- results
+def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
+    share, stream = r.share, r.streaming
+    c1, c2 = st.columns(2)
+    shared.plotly_chart(vx.per_layer_lines(
+        {tp("exp_sinks_first_token", token=vtext.plotly_text(vtext.shown(share.first_token))): share.per_layer},
+        title=tp("exp_sinks_share_title", n=share.tokens), layer_title=tp("exp_layer"), value_title=tp("exp_share"),
+        bottom=2, bottom_label=tp("exp_sinks_bottom")), container=c1, width="stretch", key="exp_fig_sinks_share")
+    shared.plotly_chart(vx.streaming_figure(
+        stream.windows, stream.window, stream.with_sinks, stream.full, title=tp("exp_sinks_stream_title", n=stream.tokens),
+        window_label=tp("exp_sinks_window"), sinks_label=tp("exp_sinks_with", k=stream.sinks),
+        full_label=tp("exp_sinks_full"), window_title=tp("exp_sinks_window_size"), loss_title=tp("exp_loss")),
+        container=c2, width="stretch", key="exp_fig_sinks_stream")
+    low, high = share.bottom_top()
+    w0 = int(np.argmin(stream.windows))
+    _compare([
+        (tp("exp_sinks_m_share"), tp("exp_sinks_p_share"), f"{_pct(low)} / {_pct(high)}"),
+        (tp("exp_sinks_m_window", w=int(stream.windows[w0])), tp("exp_sinks_p_window"),
+         _nats(stream.window_gap[w0], sign=True)),
+        (tp("exp_sinks_m_sinks", w=int(stream.windows[w0]), k=stream.sinks), tp("exp_sinks_p_sinks"),
+         _nats(stream.sinks_gap[w0], sign=True)),
+    ])
+    st.caption(t("exp_sinks_differs", model=shared.model_name(loaded)))
+
+
+def _show_induction(r, loaded: models.LoadedModel) -> None:
+    c1, c2 = st.columns(2)
+    off = np.zeros(r.scores.shape, dtype=bool)
+    for _, layer, head in r.top:
+        off[layer, head] = True
+    shared.plotly_chart(vp.head_grid(r.scores, off, title=tp("exp_ind_grid_title", n=r.sequences, length=r.length),
+                                     score_title=tp("exp_ind_score"), layer_title=tp("exp_layer"),
+                                     head_title=tp("exp_head"), off_title=tp("exp_ind_off")),
+                        container=c1, width="stretch", key="exp_fig_ind_grid")
+    rnd = r.loss_second_random
+    labels = [tp("exp_ind_first"), tp("exp_ind_second"), tp("exp_ind_second_off", k=len(r.top)),
+              tp("exp_ind_second_random", k=len(r.top))]
+    values = [r.loss_first, r.loss_second, r.loss_second_off] + ([float(rnd.mean())] if rnd.size else [])
+    spread = [None, None, None] + ([(float(rnd.min()), float(rnd.max()))] if rnd.size else [])
+    shared.plotly_chart(vx.loss_bars(labels[:len(values)], values, title=tp("exp_ind_loss_title"),
+                                     loss_title=tp("exp_loss"), spread=spread),
+                        container=c2, width="stretch", key="exp_fig_ind_loss")
+    best = r.top[0]
+    _compare([
+        (tp("exp_ind_m_heads"), tp("exp_ind_p_heads"),
+         tp("exp_ind_o_heads", n=int((r.scores > 0.3).sum()), score=_pct(r.scores[best[1], best[2]], 0),
+            layer=best[1], head=best[2])),
+        (tp("exp_ind_m_loss"), tp("exp_ind_p_loss"), f"{_nats(r.loss_first)} → {_nats(r.loss_second)}"),
+        (tp("exp_ind_m_off", k=len(r.top)), tp("exp_ind_p_off"),
+         tp("exp_ind_o_off", off=_nats(r.loss_second_off - r.loss_second, sign=True),
+            rnd=_nats(float(np.median(rnd)) - r.loss_second, sign=True) if rnd.size else "–")),
+    ])
+    st.caption(t("exp_ind_differs", model=shared.model_name(loaded)))
+
+
+def _show_prunable(r, loaded: models.LoadedModel) -> None:
+    c = r.curve
+    fig = vp.pruning_curve(c.shares, c.by_importance, c.random, metric_title=tp(f"prune_metric_{c.metric}"),
+                           importance_label=tp("prune_curve_by_importance"), random_label=tp("prune_curve_random"),
+                           share_title=tp("prune_curve_share"), title=tp("exp_prune_title", n=len(c.texts)))
+    pub = E.prunable.PUBLISHED
+    vx.published_marks(fig, [(pub["michel_wmt_flat"], tp("exp_prune_mark_wmt")),
+                             (pub["voita_encoder_off"], tp("exp_prune_mark_voita"))],
+                       band=(pub["michel_bert_flat"], tp("exp_prune_mark_bert")))
+    shared.plotly_chart(fig, width="stretch", key="exp_fig_prune")
+    _compare([
+        (tp("exp_prune_m_flat"), tp("exp_prune_p_flat"), f"{_pct(r.flat_share, 0)} / {_pct(r.flat_share_random, 0)}"),
+        (tp("exp_prune_m_voita"), tp("exp_prune_p_voita"),
+         nb.num(float(np.interp(pub["voita_encoder_off"], c.shares, c.by_importance)), 3, L)),
+    ])
+    st.caption(t("exp_prune_differs", model=shared.model_name(loaded), rise=_pct(E.prunable.RISE, 0)))
+
+
+def _show_clark(r, loaded: models.LoadedModel) -> None:
+    tg, pc = r.targets, r.patterns
+    first, sep = vtext.plotly_text(tg.first_token or "[CLS]"), vtext.plotly_text(" ".join(tg.separator_tokens) or "[SEP]")
+    series = {tp("exp_clark_t_first", token=first): tg.per_layer["first"],
+              tp("exp_clark_t_separator", token=sep): tg.per_layer["separator"],
+              tp("exp_clark_t_punctuation"): tg.per_layer["punctuation"],
+              tp("exp_clark_t_previous"): tg.per_layer["previous"], tp("exp_clark_t_next"): tg.per_layer["next"]}
+    c1, c2 = st.columns([3, 2])
+    shared.plotly_chart(vx.per_layer_lines(series, title=tp("exp_clark_lines_title", n=len(tg.sentences)),
+                                           layer_title=tp("exp_layer"), value_title=tp("exp_share")),
+                        container=c1, width="stretch", key="exp_fig_clark_lines")
+    shared.plotly_chart(vx.pattern_bars(pc.counts, {k: tp(f"exp_clark_type_{k.replace('+', '_')}") for k in pc.counts},
+                                        title=tp("exp_clark_types_title", maps=pc.maps), count_title=tp("exp_clark_maps")),
+                        container=c2, width="stretch", key="exp_fig_clark_types")
+    layers = len(tg.per_layer["separator"])
+    lo, hi = E.clark.middle_layers(layers)
+    prev, nxt = tg.heads_above("previous"), tg.heads_above("next")
+    shares = pc.shares
+    _compare([
+        (tp("exp_clark_m_sep", lo=lo + 1, hi=hi), tp("exp_clark_p_sep"),
+         _pct(float(tg.per_layer["separator"][lo:hi].mean()))),
+        (tp("exp_clark_m_prev"), tp("exp_clark_p_prev"), tp("exp_clark_o_heads", n=len(prev), heads=_heads(prev))),
+        (tp("exp_clark_m_next"), tp("exp_clark_p_next"), tp("exp_clark_o_heads", n=len(nxt), heads=_heads(nxt))),
+        (tp("exp_clark_m_vertical"), tp("exp_clark_p_vertical"), _pct(shares["vertical"], 0)),
+        (tp("exp_clark_m_hetero"), tp("exp_clark_p_hetero"), _pct(shares["heterogeneous"], 0)),
+    ])
+    st.caption(t("exp_clark_differs", model=shared.model_name(loaded), n=len(tg.sentences), layers=layers))
+
+
+def _heads(heads: list[tuple[int, int]]) -> str:
+    """``(layer, head)`` pairs as ``2-0, 4-3`` (layer and head counted from 0), ``–`` for none."""
+    return ", ".join(f"{layer}-{head}" for layer, head in heads) or "–"
+
+
+SHOW = {"sinks": _show_sinks, "induction": _show_induction, "clark": _show_clark, "prunable": _show_prunable}
+
+# ---------------------------------------------------------------------------------------------------- page
+st.title(t("exp_title"))
+st.markdown(t("exp_intro"))
+URL.bind("exp_which", KEYS[0], options=KEYS)
+which = st.segmented_control(t("exp_which"), KEYS, key="exp_which", required=True,
+                             format_func=lambda k: tp(f"exp_{k}_name"))
+URL.finish()
+exp = E.get(which)
+st.subheader(t(f"exp_{which}_name"))
+st.markdown(t(f"exp_{which}_claim"))
+for src in exp.sources:
+    st.caption(t("exp_source", cite=src.cite, title=src.title, where=src.where, model=src.model, url=src.url))
+
+installed = [k for k in exp.models if models.get_spec(k).installed]
+if not installed:
+    st.warning(t("exp_no_model", models=", ".join(exp.models)))
+    st.stop()
+chosen = st.session_state.get("_selection")
+default = chosen.model if chosen is not None and getattr(chosen, "model", None) in installed else installed[0]
+name = st.selectbox(t("exp_model"), installed, index=installed.index(default), key=f"exp_model_{which}")
+loaded = shared.load_model_ui(name)
+if loaded is None:
+    st.stop()
+
+cache_key = ("experiments", which, name)
+result = shared.CACHE.get(cache_key)
+if result is None:
+    try:
+        st.caption(t("exp_estimate", seconds=_estimate(which, name)))
+    except models.DikkatError:
+        pass  # the run says what is wrong
+if st.button(t("exp_run") if result is None else t("exp_run_again"), key=f"exp_run_{which}", type="primary"):
+    bar = st.progress(0.0, text=t("exp_progress_start"))
+    start = time.perf_counter()
+
+    def progress(fraction: float) -> None:
+        spent = time.perf_counter() - start
+        left = spent / fraction * (1 - fraction) if fraction > 0.02 else None
+        bar.progress(fraction, text=t("exp_progress", pct=_pct(fraction, 0), left=left) if left is not None
+                     else t("exp_progress_start"))
+
+    try:
+        if result is not None:
+            shared.CACHE.discard(cache_key)
+        result = shared.CACHE.get_or_create(cache_key, lambda: E.run(which, loaded, progress=progress))
+    except models.DikkatError as exc:
+        shared.show_error(exc)
+        result = None
+    bar.empty()
+
+if result is not None:
+    SHOW[which](result, loaded)
+    st.caption(t("exp_took", seconds=float(result.seconds)))

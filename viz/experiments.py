@@ -1,0 +1,138 @@
+"""Figures of the Experiments page (issue 15): numpy in, plotly out; every text arrives translated. No torch, no
+streamlit."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .text import plotly_labels
+
+BLUE, ORANGE, GREEN, GREY, RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728"
+
+
+def _layout(fig: go.Figure, *, title: str, x: str, y: str, height: int = 360) -> go.Figure:
+    fig.update_layout(title=dict(text=title), height=height, margin=dict(l=60, r=20, t=50, b=50),
+                      xaxis=dict(title=dict(text=x)), yaxis=dict(title=dict(text=y)),
+                      legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
+    return fig
+
+
+def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: str, value_title: str,
+                    percent: bool = True, bottom: int | None = None, bottom_label: str = "") -> go.Figure:
+    """One line per named series over the layers (e.g. the first-token share per layer, Xiao et al. fig. 2; the
+    attention to [CLS] / [SEP] / punctuation per layer, Clark et al. fig. 2).
+
+    Args:
+        series: ``label -> float (layers,)`` values in [0, 1] (drawn in percent when ``percent``).
+        bottom: shade layers ``0 .. bottom - 1`` (the "bottom two layers" of the sink claim), labelled
+            ``bottom_label``; None for no shading.
+
+    Returns:
+        plotly Figure, layer index on x (0 first).
+    """
+    fig = go.Figure()
+    colours = (BLUE, ORANGE, GREEN, RED, "#9467bd", "#8c564b")
+    scale = 100.0 if percent else 1.0
+    for i, (label, values) in enumerate(series.items()):
+        v = np.asarray(values, dtype=np.float64) * scale
+        fig.add_trace(go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", name=label,
+                                 line=dict(color=colours[i % len(colours)], width=2)))
+    if bottom:
+        fig.add_vrect(x0=-0.5, x1=bottom - 0.5, fillcolor="rgba(127,127,127,0.15)", line_width=0,
+                      annotation_text=bottom_label, annotation_position="top left")
+    fig = _layout(fig, title=title, x=layer_title, y=value_title)
+    if percent:
+        fig.update_yaxes(ticksuffix=" %", rangemode="tozero")
+    fig.update_xaxes(dtick=1 if max((len(v) for v in series.values()), default=0) <= 16 else 2)
+    return fig
+
+
+def streaming_figure(windows: Sequence[int], window: np.ndarray, with_sinks: np.ndarray, full: float, *,
+                     title: str, window_label: str, sinks_label: str, full_label: str, window_title: str,
+                     loss_title: str) -> go.Figure:
+    """StreamingLLM as mask swaps: loss against the window size for the window alone and the window plus sinks,
+    full attention as a horizontal line (Xiao et al. 2023, fig. 3 / table 1).
+
+    Args:
+        windows: int ``(k,)`` window sizes. window, with_sinks: float ``(k,)`` losses in nats. full: nats.
+
+    Returns:
+        plotly Figure, the windows on a categorical x axis.
+    """
+    x = [str(int(w)) for w in windows]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=x, y=np.asarray(window, dtype=np.float64), mode="lines+markers", name=window_label,
+                             line=dict(color=RED, width=2)))
+    fig.add_trace(go.Scatter(x=x, y=np.asarray(with_sinks, dtype=np.float64), mode="lines+markers", name=sinks_label,
+                             line=dict(color=BLUE, width=3)))
+    fig.add_trace(go.Scatter(x=x, y=[float(full)] * len(x), mode="lines", name=full_label,
+                             line=dict(color=GREY, dash="dash")))
+    fig = _layout(fig, title=title, x=window_title, y=loss_title)
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, loss_title: str,
+              spread: Sequence[tuple[float, float] | None] | None = None) -> go.Figure:
+    """Bars of losses in nats (induction heads: first copy, second copy, second copy with the top heads off, with
+    random heads off).
+
+    Args:
+        labels: one text per bar. values: nats per bar. spread: per bar ``(min, max)`` drawn as an error bar (the
+            random draws), or None.
+
+    Returns:
+        plotly Figure.
+    """
+    vals = np.asarray(values, dtype=np.float64)
+    colours = [GREY, GREEN, RED, ORANGE][: len(vals)] + [BLUE] * max(0, len(vals) - 4)
+    err = None
+    if spread is not None and any(s is not None for s in spread):
+        plus = [0.0 if s is None else s[1] - v for s, v in zip(spread, vals)]
+        minus = [0.0 if s is None else v - s[0] for s, v in zip(spread, vals)]
+        err = dict(type="data", array=plus, arrayminus=minus, visible=True, color="#444")
+    fig = go.Figure(go.Bar(x=plotly_labels(list(labels)), y=vals, marker_color=colours, error_y=err,
+                           text=[f"{v:.2f}" for v in vals], textposition="outside",
+                           hovertemplate="%{x}: %{y:.3f} nats<extra></extra>"))
+    fig = _layout(fig, title=title, x="", y=loss_title)
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def pattern_bars(counts: dict[str, int], labels: dict[str, str], *, title: str, count_title: str) -> go.Figure:
+    """Counts of attention-pattern types over all heads (Kovaleva et al. 2019, fig. 2-3).
+
+    Args:
+        counts: ``type -> count``, in drawing order. labels: ``type -> shown name``.
+
+    Returns:
+        plotly Figure.
+    """
+    names = list(counts)
+    fig = go.Figure(go.Bar(x=[labels.get(n, n) for n in names], y=[int(counts[n]) for n in names],
+                           marker_color=BLUE, text=[str(int(counts[n])) for n in names], textposition="outside"))
+    return _layout(fig, title=title, x="", y=count_title, height=320)
+
+
+def published_marks(fig: go.Figure, marks: Sequence[tuple[float, str]], *, band: tuple[float, str] | None = None
+                    ) -> go.Figure:
+    """Add the published curves' shape to a pruning curve (x in percent): a shaded band ``0 .. band[0]`` (the
+    share pruned "with no noticeable drop") and dotted vertical lines at other published shares.
+
+    Args:
+        marks: ``(share in [0, 1], label)`` per line. band: ``(share, label)`` or None.
+
+    Returns:
+        the same figure.
+    """
+    if band is not None:
+        fig.add_vrect(x0=0, x1=100 * band[0], fillcolor="rgba(44,160,44,0.12)", line_width=0,
+                      annotation_text=band[1], annotation_position="bottom left")
+    for share, label in marks:
+        fig.add_vline(x=100 * share, line=dict(color=GREEN, dash="dot"), annotation_text=label,
+                      annotation_position="top left")
+    return fig
