@@ -59,11 +59,11 @@ def smollm2():
 # Tests grouped by layer (the markers are declared in pyproject.toml): `pytest -m engine`, `-m "not browser"`.
 LAYERS = {
     "engine": ("test_budget", "test_engine", "test_error_messages", "test_fallback_masks", "test_fallback_path",
-               "test_flow", "test_fuzz_api", "test_masks_engine", "test_pruning", "test_store", "test_lessons", "test_typed_tokens"),
+               "test_experiments", "test_flow", "test_fuzz_api", "test_masks_engine", "test_pruning", "test_store", "test_lessons", "test_typed_tokens"),
     "viz": ("test_masks_viz", "test_viz_flow", "test_transforms", "test_viz_explore", "test_viz_labels", "test_viz_prepare"),
-    "app": ("test_explore_app", "test_fuzz_app", "test_hosting", "test_hosting_app", "test_flow_page", "test_i18n", "test_masks_page",
+    "app": ("test_experiments_page", "test_explore_app", "test_fuzz_app", "test_hosting", "test_hosting_app", "test_flow_page", "test_i18n", "test_masks_page",
             "test_pruning_page", "test_replicas", "test_pages_odd_inputs", "test_teaching_pages", "test_house"),
-    "bundled": ("test_bundled", "test_experiments_bundled", "test_flow_bundled", "test_e5", "test_gemma", "test_whisper", "test_notebook"),
+    "bundled": ("test_bundled", "test_experiments_alignment", "test_experiments_bundled", "test_experiments_clark", "test_flow_bundled", "test_e5", "test_gemma", "test_whisper", "test_notebook"),
     "browser": ("test_browser",),
     "sweep": ("test_archsweep",),
 }

@@ -20,14 +20,9 @@ from models import audio as A  # noqa: E402
 from models.errors import InvalidArgumentError, UnsupportedOperationError  # noqa: E402
 from models.experiments import alignment as X  # noqa: E402
 
-engine = pytest.mark.engine
-bundled = pytest.mark.bundled
-
-
 # ---------------------------------------------------------------------------- DTW and median filter, by hand
 
 
-@engine
 def test_dtw_follows_the_cheap_cells():
     """Token 0 is cheap in frames 0-1, token 1 in frames 2-4 (accumulated costs worked out by hand)."""
     text, time_ = X.dtw(np.array([[0, 0, 5, 5, 5], [5, 5, 0, 0, 0]], dtype=float))
@@ -35,7 +30,6 @@ def test_dtw_follows_the_cheap_cells():
     assert text.dtype == time_.dtype == np.int64
 
 
-@engine
 def test_dtw_breaks_ties_as_openai():
     """OpenAI's ``dtw_cpu`` takes the diagonal or the vertical step only when it is strictly the smallest; any tie
     goes to the horizontal step, even a larger one. By hand on [[0, 0, 0], [0, 1, 0]]: C[2,2] = 1 + C[2,1] (three
@@ -48,7 +42,6 @@ def test_dtw_breaks_ties_as_openai():
     assert text.tolist() == [0, 1, 1] and time_.tolist() == [0, 0, 1]
 
 
-@engine
 def test_dtw_equals_transformers_copy_of_openai_on_random_ties():
     """transformers' ``_dynamic_time_warping`` is a line-for-line copy of OpenAI's ``dtw_cpu`` + ``backtrace``;
     small-integer matrices make many ties."""
@@ -65,14 +58,12 @@ def test_dtw_equals_transformers_copy_of_openai_on_random_ties():
     assert all(np.array_equal(a, b) for a, b in zip(X.dtw(x), _dynamic_time_warping(x)))
 
 
-@engine
 def test_dtw_rejects_bad_input():
     for bad in (np.zeros(3), np.zeros((0, 3)), np.array([[0.0, np.nan]])):
         with pytest.raises(InvalidArgumentError):
             X.dtw(bad)
 
 
-@engine
 def test_median_filter_pads_by_reflection():
     """Width 3 on [1, 5, 2, 8, 3]: padded [5, 1, 5, 2, 8, 3, 8] -> medians [5, 2, 5, 3, 8] (edge padding would
     give 1 first and 3 last). Width 7 on [4, 1, 3, 2]: padded [2, 3, 1, 4, 1, 3, 2, 3, 1, 4] -> [2, 3, 2, 3]."""
@@ -86,7 +77,6 @@ def test_median_filter_pads_by_reflection():
             X.median_filter(np.zeros(5), bad)
 
 
-@engine
 def test_median_filter_equals_transformers_copy_of_openai():
     from transformers.models.whisper.generation_whisper import _median_filter
 
@@ -94,7 +84,6 @@ def test_median_filter_equals_transformers_copy_of_openai():
     np.testing.assert_array_equal(X.median_filter(x.numpy(), 7), _median_filter(x, 7).numpy())
 
 
-@engine
 def test_align_tokens_on_a_toy_map():
     """Two heads that both watch frames 0-5 for row 1, 6-11 for row 2 and 12-17 for row 3 (row 0, a prompt row, is
     in the statistics but not in the DTW; frames 18-19 are cut): the rows start at frames 0, 6, 12 -> 0.00, 0.12,
@@ -111,18 +100,20 @@ def test_align_tokens_on_a_toy_map():
     assert al.text_indices.tolist() == [0] * 6 + [1] * 6 + [2] * 6 and al.time_indices.tolist() == list(range(18))
     with pytest.raises(InvalidArgumentError):
         X.align_tokens(w, 21)
+    # rows all alike (std 0 over the tokens; OpenAI would divide by 0): a zero matrix, and on an all-tie cost the
+    # path goes down the first frame first (ties take the horizontal step, so the backtrace runs left, then up)
+    flat = X.align_tokens(np.full((2, 4, 20), 0.05, dtype=np.float32), 18, first_row=1)
+    assert not flat.matrix.any() and flat.boundaries.tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(InvalidArgumentError):
         X.align_tokens(w[0], 9)
 
 
-@engine
 def test_openai_frames():
     """``transcribe.py``: ``samples // 160`` mel frames, ``find_alignment`` keeps half."""
     assert X.openai_frames(27323) == 85 and X.openai_frames(45422) == 141
     assert X.openai_frames(16000 * 40) == 1500 and X.openai_frames(10) == 1
 
 
-@engine
 def test_estimate_runs_the_first_clip_and_multiplies(monkeypatch):
     calls = []
 
@@ -136,7 +127,6 @@ def test_estimate_runs_the_first_clip_and_multiplies(monkeypatch):
     assert calls == [[(Path("a.wav"), "en")]] and 0.15 <= est < 1.0
 
 
-@engine
 def test_bad_arguments():
     bert = SimpleNamespace(name="bert-like", model=SimpleNamespace(config=SimpleNamespace(model_type="bert")),
                            processor=None, stacks={"encoder": (6, 12)})
@@ -164,7 +154,6 @@ def run(whisper):
     return result, fractions, before
 
 
-@bundled
 def test_alignment_heads_agree_with_transformers(whisper, run):
     """Measured on whisper-base (CPU, float32), the shipped clips, 20 ms frames; boundaries = every token start
     and the last end:
@@ -203,7 +192,6 @@ def test_alignment_heads_agree_with_transformers(whisper, run):
     assert (whisper.model.config._attn_implementation, whisper.model.model.config._attn_implementation) == before
 
 
-@bundled
 def test_times_move_forward_through_the_clip(run):
     """Token and word times never go back, stay inside the aligned frames, and the last word ends in the last
     quarter of the clip (English 1.68 s of 1.71 s; Turkish 2.80 s of 2.84 s)."""
@@ -223,7 +211,6 @@ def test_times_move_forward_through_the_clip(run):
     assert en.word_starts[2] < 0.5 < en.word_ends[2]  # "chased" spans 0.46-0.90 s
 
 
-@bundled
 def test_recipe_equals_openai_find_alignment_literally(whisper, run):
     """OpenAI's ``find_alignment`` written out with torch and transformers' copies of its median filter and DTW, on
     eager weights of the whole OpenAI input (prompt + text + ``<|endoftext|>``), equals :func:`align_tokens`. The
@@ -265,7 +252,6 @@ def test_recipe_equals_openai_find_alignment_literally(whisper, run):
     assert moved == [0, 1]
 
 
-@bundled
 def test_extract_path_equals_generate(whisper, run):
     """The fallback for a transcript transformers would decode differently: ``_extract_token_timestamps`` on one
     eager pass over the engine's tokens gives generate's very times (measured on both clips)."""

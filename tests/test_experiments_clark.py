@@ -8,7 +8,7 @@ import pytest
 
 import models
 from models.errors import InvalidArgumentError, UnsupportedOperationError
-from models.experiments import clark
+from models.experiments import clark, patterns
 
 TINY_SENTENCES = ["kedi fareyi kovaladı.", "the cat chased the mouse, a cat."]
 
@@ -59,16 +59,16 @@ def test_targets_equal_a_direct_computation_on_a_tiny_bert(tiny):
     assert r.sentences == TINY_SENTENCES and len(r.tokens) == 2 and r.seconds > 0
     assert seen[0] == 0.0 and seen[-1] == 1.0 and seen == sorted(seen)
     assert clark.estimate_targets_seconds(loaded, TINY_SENTENCES) > 0
-    assert clark.estimate_patterns_seconds(loaded, TINY_SENTENCES) > 0
+    assert patterns.estimate_patterns_seconds(loaded, TINY_SENTENCES) > 0
 
 
 def test_pattern_counts_cover_every_map_on_a_tiny_bert(tiny):
     loaded = tiny("bert")
-    p = clark.pattern_counts(loaded, TINY_SENTENCES + [("kedi fare", "the cat")])
+    p = patterns.pattern_counts(loaded, TINY_SENTENCES + [("kedi fare", "the cat")])
     assert p.maps == 2 * 4 * 3 == sum(p.counts.values()) == int(p.per_layer.sum())
-    assert list(p.counts) == list(clark.PATTERN_TYPES)
+    assert list(p.counts) == list(patterns.PATTERN_TYPES)
     assert p.head_counts.shape == (2, 4, 5) and (p.head_counts.sum(-1) == 3).all()
-    assert p.per_head.shape == (2, 4) and set(p.per_head.ravel()) <= set(clark.PATTERN_TYPES)
+    assert p.per_head.shape == (2, 4) and set(p.per_head.ravel()) <= set(patterns.PATTERN_TYPES)
     assert abs(sum(p.shares.values()) - 1) < 1e-12
 
 
@@ -77,7 +77,7 @@ def test_only_encoders_and_valid_sentences(tiny):
         clark.bert_attention_targets(tiny("gpt2"), ["the cat"])
     assert exc.value.code == "needs_encoder" and set(exc.value.params) == {"model", "family"}
     with pytest.raises(UnsupportedOperationError):
-        clark.pattern_counts(tiny("t5"), ["the cat"])
+        patterns.pattern_counts(tiny("t5"), ["the cat"])
     for bad in ([], [3], [("a", "b", "c")]):
         with pytest.raises(InvalidArgumentError):
             clark.bert_attention_targets(tiny("bert"), bad)
@@ -109,24 +109,24 @@ def test_pattern_type_on_hand_made_maps():
     sep[:, N - 1] = 1.0
     cls = np.zeros((N, N))
     cls[:, 0] = 1.0
-    assert clark.pattern_type(sep, SPECIAL) == "vertical"
-    assert clark.pattern_type(cls, SPECIAL) == "vertical"
-    assert clark.pattern_type(_shift(-1), SPECIAL) == "diagonal"
-    assert clark.pattern_type(_shift(1), SPECIAL) == "diagonal"
-    assert clark.pattern_type(np.eye(N), SPECIAL) == "diagonal"
-    assert clark.pattern_type(0.5 * sep + 0.5 * _shift(-1), SPECIAL) == "vertical+diagonal"
-    assert clark.pattern_type(np.full((N, N), 1 / N), SPECIAL) == "heterogeneous"
+    assert patterns.pattern_type(sep, SPECIAL) == "vertical"
+    assert patterns.pattern_type(cls, SPECIAL) == "vertical"
+    assert patterns.pattern_type(_shift(-1), SPECIAL) == "diagonal"
+    assert patterns.pattern_type(_shift(1), SPECIAL) == "diagonal"
+    assert patterns.pattern_type(np.eye(N), SPECIAL) == "diagonal"
+    assert patterns.pattern_type(0.5 * sep + 0.5 * _shift(-1), SPECIAL) == "vertical+diagonal"
+    assert patterns.pattern_type(np.full((N, N), 1 / N), SPECIAL) == "heterogeneous"
     # a stripe on a content word is no delimiter column: heterogeneous by these rules
     word = np.zeros((N, N))
     word[:, 3] = 1.0
-    assert clark.pattern_type(word, SPECIAL) == "heterogeneous"
+    assert patterns.pattern_type(word, SPECIAL) == "heterogeneous"
     # punctuation columns count as delimiters
     punct = np.zeros(N, dtype=bool)
     punct[6] = True
-    assert clark.pattern_type(word, SPECIAL, punctuation=np.arange(N) == 3) == "vertical"
+    assert patterns.pattern_type(word, SPECIAL, punctuation=np.arange(N) == 3) == "vertical"
     # a weak line over uniform attention: neither half on the line nor on the delimiters
-    assert clark.pattern_type(0.4 * _shift(-1) + 0.6 * np.full((N, N), 1 / N), SPECIAL, punct) == "heterogeneous"
-    assert clark.pattern_type(0.6 * _shift(-1) + 0.4 * np.full((N, N), 1 / N), SPECIAL, punct) == "diagonal"
+    assert patterns.pattern_type(0.4 * _shift(-1) + 0.6 * np.full((N, N), 1 / N), SPECIAL, punct) == "heterogeneous"
+    assert patterns.pattern_type(0.6 * _shift(-1) + 0.4 * np.full((N, N), 1 / N), SPECIAL, punct) == "diagonal"
 
 
 def test_pattern_type_block_needs_a_pair():
@@ -139,27 +139,27 @@ def test_pattern_type_block_needs_a_pair():
         if not special[q]:
             w[q] = (segments == segments[q]) & ~special
             w[q] /= w[q].sum()
-    assert clark.pattern_type(w, special, segments=segments) == "block"
-    assert clark.pattern_type(w, special) == "heterogeneous"  # one segment: no block
-    f = clark.pattern_features(w, special, segments=segments)
+    assert patterns.pattern_type(w, special, segments=segments) == "block"
+    assert patterns.pattern_type(w, special) == "heterogeneous"  # one segment: no block
+    f = patterns.pattern_features(w, special, segments=segments)
     assert f.block == pytest.approx(1.0)
 
 
 def test_pattern_features_and_chance():
     sep = np.zeros((N, N))
     sep[:, N - 1] = 1.0
-    f = clark.pattern_features(sep, SPECIAL)
+    f = patterns.pattern_features(sep, SPECIAL)
     # the +1 line holds one query's weight (the word before [SEP]); that row leaves the vertical share
     assert f.offset == 1 and f.diagonal == pytest.approx(1 / 7) and f.vertical == pytest.approx(7 / 8)
     assert f.block is None
-    prev = clark.pattern_features(_shift(-1), SPECIAL)
+    prev = patterns.pattern_features(_shift(-1), SPECIAL)
     assert prev.offset == -1 and prev.diagonal == pytest.approx(1.0)
     # a 3-token uniform map gives its two special columns 2/3 of the weight, but no more than chance
-    assert clark.pattern_type(np.full((3, 3), 1 / 3), [True, False, True]) == "heterogeneous"
+    assert patterns.pattern_type(np.full((3, 3), 1 / 3), [True, False, True]) == "heterogeneous"
     with pytest.raises(InvalidArgumentError):
-        clark.pattern_type(np.ones((3, 4)), [True, False, True])
+        patterns.pattern_type(np.ones((3, 4)), [True, False, True])
     with pytest.raises(InvalidArgumentError):
-        clark.pattern_type(np.eye(3), [True, False])
+        patterns.pattern_type(np.eye(3), [True, False])
 
 
 def test_sources_and_published():
@@ -199,7 +199,7 @@ def test_minilm_heads_look_at_cls_and_neighbours(minilm):
     assert r.per_head["previous"][0, 2] > 0.95 and r.per_head["next"][1, 8] > 0.55
     assert (0, 2) in r.heads_above("previous") and (1, 8) in r.heads_above("next")
     assert r.per_layer["current"].max() < 0.2  # "most heads put little attention on the current token"
-    p = clark.pattern_counts(minilm)
+    p = patterns.pattern_counts(minilm)
     assert p.maps == 6 * 12 * 12
     assert p.counts["vertical"] >= 0.45 * p.maps and p.counts["heterogeneous"] >= 0.25 * p.maps, p.counts
     assert p.counts["diagonal"] >= 10 and p.counts["vertical+diagonal"] >= 20 and p.counts["block"] == 0, p.counts
@@ -229,7 +229,7 @@ def test_e5_puts_over_half_on_sep_in_layers_6_to_10(e5):
     assert r.special_per_layer[1:].min() > r.special_per_layer[0] + 0.1
     assert r.per_head["previous"][0, 2] > 0.6 and r.per_head["next"][2, 6] > 0.85
     assert {(1, 7), (2, 6)} <= set(r.heads_above("next"))
-    p = clark.pattern_counts(e5)
+    p = patterns.pattern_counts(e5)
     assert p.maps == 12 * 12 * 12
     assert p.counts["vertical"] >= 0.7 * p.maps and p.counts["heterogeneous"] >= 0.08 * p.maps, p.counts
     assert p.counts["diagonal"] >= 20 and p.counts["vertical+diagonal"] >= 30 and p.counts["block"] == 0, p.counts

@@ -148,12 +148,36 @@ def _show_clark(r, loaded: models.LoadedModel) -> None:
     st.caption(t("exp_clark_differs", model=shared.model_name(loaded), n=len(tg.sentences), layers=layers))
 
 
+def _show_alignment(r, loaded: models.LoadedModel) -> None:
+    cols = st.columns(len(r.clips))
+    for i, (clip, col) in enumerate(zip(r.clips, cols)):
+        a = clip.alignment
+        labels = [vtext.shown(tok) for tok in clip.tokens]
+        labels = (labels + ["<|endoftext|>"])[: a.matrix.shape[0]]
+        shared.plotly_chart(vx.dtw_figure(a.matrix, labels, a.text_indices, a.time_indices, frame_seconds=0.02,
+                                          title=tp("exp_align_fig_title", text=vtext.plotly_text(clip.transcript)),
+                                          time_title=tp("exp_align_time"), path_label=tp("exp_align_path")),
+                            container=col, width="stretch", key=f"exp_fig_align_{i}")
+        table = pd.DataFrame({tp("exp_align_word"): clip.words, tp("exp_align_start_ours"): clip.word_starts,
+                              tp("exp_align_start_hf"): clip.hf_word_starts, tp("exp_align_end_ours"): clip.word_ends,
+                              tp("exp_align_end_hf"): clip.hf_word_ends})
+        shared.table(table, decimals=2, hide_index=True, container=col)
+    _compare([
+        (tp("exp_align_m_ours"), tp("exp_align_p_ours"),
+         f"{nb.num(r.max_difference, 2, L)} {tp('exp_s')} / {nb.num(r.mean_difference, 3, L)} {tp('exp_s')}"),
+        (tp("exp_align_m_control"), tp("exp_align_p_control"),
+         f"{nb.num(r.control_mean_difference, 3, L)} {tp('exp_s')}"),
+    ])
+    st.caption(t("exp_align_differs", model=shared.model_name(loaded)))
+
+
 def _heads(heads: list[tuple[int, int]]) -> str:
     """``(layer, head)`` pairs as ``2-0, 4-3`` (layer and head counted from 0), ``–`` for none."""
     return ", ".join(f"{layer}-{head}" for layer, head in heads) or "–"
 
 
-SHOW = {"sinks": _show_sinks, "induction": _show_induction, "clark": _show_clark, "prunable": _show_prunable}
+SHOW = {"sinks": _show_sinks, "induction": _show_induction, "clark": _show_clark, "alignment": _show_alignment,
+        "prunable": _show_prunable}
 
 # ---------------------------------------------------------------------------------------------------- page
 st.title(t("exp_title"))
@@ -172,8 +196,8 @@ installed = [k for k in exp.models if models.get_spec(k).installed]
 if not installed:
     st.warning(t("exp_no_model", models=", ".join(exp.models)))
     st.stop()
-chosen = st.session_state.get("_selection")
-default = chosen.model if chosen is not None and getattr(chosen, "model", None) in installed else installed[0]
+sidebar_model = shared.selection().model
+default = sidebar_model if sidebar_model in installed else installed[0]
 name = st.selectbox(t("exp_model"), installed, index=installed.index(default), key=f"exp_model_{which}")
 loaded = shared.load_model_ui(name)
 if loaded is None:

@@ -136,3 +136,33 @@ def published_marks(fig: go.Figure, marks: Sequence[tuple[float, str]], *, band:
         fig.add_vline(x=100 * share, line=dict(color=GREEN, dash="dot"), annotation_text=label,
                       annotation_position="top left")
     return fig
+
+
+def dtw_figure(matrix: np.ndarray, row_labels: Sequence[str], path_rows: np.ndarray, path_frames: np.ndarray, *,
+               frame_seconds: float, title: str, time_title: str, path_label: str) -> go.Figure:
+    """Whisper's alignment: the alignment heads' standardised, median-filtered, head-averaged cross-attention
+    (rows: text tokens, columns: 20 ms speech frames) with the dynamic-time-warping path drawn over it (OpenAI
+    ``whisper/timing.py`` ``find_alignment``).
+
+    Args:
+        matrix: float ``(rows, frames)``. row_labels: ``rows`` texts (index axis, so repeated tokens stay apart).
+        path_rows, path_frames: int ``(L,)`` the DTW path. frame_seconds: seconds per frame (0.02).
+
+    Returns:
+        plotly Figure, time in seconds on x, the first row at the top.
+
+    Raises:
+        ValueError: labels that do not match the rows.
+    """
+    m = np.nan_to_num(np.asarray(matrix, dtype=np.float64))
+    if m.ndim != 2 or m.shape[0] != len(row_labels):
+        raise ValueError(f"A matrix of shape {m.shape} does not match {len(row_labels)} row labels.")
+    x = (np.arange(m.shape[1]) + 0.5) * frame_seconds
+    fig = go.Figure(go.Heatmap(z=m, x=x, y=np.arange(m.shape[0]), colorscale="Blues", showscale=False,
+                               hovertemplate="%{x:.2f} s, row %{y}: %{z:.2f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=(np.asarray(path_frames) + 0.5) * frame_seconds, y=np.asarray(path_rows), mode="lines",
+                             line=dict(color=RED, width=2), name=path_label))
+    fig = _layout(fig, title=title, x=time_title, y="", height=max(260, 60 + 26 * m.shape[0]))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(m.shape[0])),
+                     ticktext=plotly_labels(list(row_labels)))
+    return fig

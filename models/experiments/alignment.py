@@ -1,25 +1,18 @@
 """Experiment 4: Whisper's alignment heads (Radford et al. 2022; OpenAI's ``whisper/timing.py``).
 
-A few cross-attention heads of a Whisper decoder look at the speech frame being said. OpenAI names them per
-checkpoint (``whisper/__init__.py``, ``_ALIGNMENT_HEADS``; for whisper-base the (layer, head) pairs
-(3, 1), (4, 2), (4, 3), (4, 7), (5, 1), (5, 2), (5, 4), (5, 6), decoded here from that file and equal to the
-bundled model's ``generation_config.alignment_heads``), and turns their maps into word times with dynamic time
-warping (``whisper/timing.py``, ``find_alignment``; added in openai/whisper v20230306, after the paper).
-transformers does the same in ``WhisperForConditionalGeneration._extract_token_timestamps``
-(``models/whisper/generation_whisper.py``), with ``generate(..., return_token_timestamps=True)``.
+A few cross-attention heads of a Whisper decoder look at the speech being said. OpenAI lists them per checkpoint
+(``whisper/__init__.py`` ``_ALIGNMENT_HEADS``; whisper-base: (3, 1) (4, 2) (4, 3) (4, 7) (5, 1) (5, 2) (5, 4) (5, 6),
+decoded from that file, equal to the bundled ``generation_config.alignment_heads``) and turns their maps into word
+times by dynamic time warping (``whisper/timing.py`` ``find_alignment``, openai/whisper v20230306, after the
+paper); transformers does it in ``generation_whisper.py`` ``_extract_token_timestamps``.
 
-Here OpenAI's recipe runs on the cross-attention Dikkat's engine captured (:func:`models.audio.analyze_audio`):
-:func:`median_filter` and :func:`dtw` port ``whisper/timing.py`` (same padding, same tie-breaking),
-:func:`align_tokens` is ``find_alignment``'s recipe, :func:`whisper_alignment` runs it on the shipped clips next to
-transformers' times and a control, :func:`estimate_alignment_seconds` measures what that costs.
+Here :func:`median_filter` and :func:`dtw` port ``whisper/timing.py`` (same padding, same tie-breaking),
+:func:`align_tokens` is ``find_alignment``'s recipe, :func:`whisper_alignment` runs it on the engine's captured
+cross-attention of the shipped clips next to transformers' times and a control. Times in seconds, 20 ms frames.
 
-Times are in seconds; one encoder frame is 20 ms (``whisper/audio.py``: ``TOKENS_PER_SECOND = 50``).
-
-Measured on whisper-base (CPU, float32; ``tests/test_experiments_alignment.py``): the engine's weights equal eager
-ones bit for bit; ours vs transformers' token boundaries differ by at most 0.18 s, 0.045 s on average (English
-clip 0.14 / 0.040 s, Turkish 0.18 / 0.048 s), the largest gap being the first token's end, which transformers
-always puts at 0.0 s; the same recipe on the 16 heads of layers 0-1 is 0.23 s off on average (5x). Against
-OpenAI's recipe with its ``<|endoftext|>`` row, one Turkish boundary moves by one frame.
+Measured on whisper-base (CPU, float32): the engine's weights equal eager ones bit for bit; our token boundaries
+are at most 0.18 s and on average 0.045 s from transformers' (the largest gap is the first token's end, which
+transformers always puts at 0.0 s); the same recipe on the 16 heads of layers 0-1 is 0.23 s off on average.
 """
 
 from __future__ import annotations
@@ -53,14 +46,10 @@ HOP_LENGTH = 160            # whisper/audio.py: samples per mel frame
 MEDIAN_WIDTH = 7            # whisper/timing.py find_alignment: medfilt_width=7
 PROMPT_ROWS = 3             # len(tokenizer.sot_sequence): <|startoftranscript|> <|lang|> <|transcribe|>
 CONTROL_LAYERS = (0, 1)     # default control: every cross-attention head of these layers
-AUDIO = ASSETS / "audio"
-CLIPS: tuple[tuple[Path, str], ...] = (
-    (AUDIO / "the_cat_chased_the_mouse_en.wav", "en"),
-    (AUDIO / "kedi_fareyi_kovaladi_tr.wav", "tr"),
+CLIPS: tuple[tuple[Path, str], ...] = (  # the shipped clips (assets/audio/README.md)
+    (ASSETS / "audio" / "the_cat_chased_the_mouse_en.wav", "en"),
+    (ASSETS / "audio" / "kedi_fareyi_kovaladi_tr.wav", "tr"),
 )
-
-
-# ----------------------------------------------------------------------------- OpenAI's recipe, in numpy
 
 
 def median_filter(x: np.ndarray, width: int = MEDIAN_WIDTH) -> np.ndarray:
@@ -150,8 +139,7 @@ class TokenAlignment:
     """OpenAI's alignment of text rows to speech frames (:func:`align_tokens`).
 
     Attributes:
-        matrix: float32 ``(rows, frames)``: the standardised, median-filtered, head-averaged weights of the
-            aligned rows (high = attended).
+        matrix: float32 ``(rows, frames)``: standardised, median-filtered, head-averaged weights (high = attended).
         text_indices, time_indices: int64 ``(L,)``: the DTW path through ``-matrix`` (:func:`dtw`).
         frames: speech frames kept (20 ms each).
         boundaries: float64 ``(rows,)``: seconds at which the path enters each row (``jump_times`` of
@@ -173,7 +161,8 @@ def align_tokens(weights: np.ndarray, frames: int, *, first_row: int = PROMPT_RO
 
     Steps, as there: keep the first ``frames`` keys and renormalise each row to sum to 1 (OpenAI crops the
     logits to ``num_frames // 2`` and takes the softmax; ``qk_scale`` 1); standardise each head over the rows,
-    ``(w - mean) / std`` with the population std over all rows (``torch.std_mean(dim=-2, unbiased=False)``);
+    ``(w - mean) / std`` with the population std over all rows (``torch.std_mean(dim=-2, unbiased=False)``; a
+    frame where a head's rows are all equal, a division by 0 there, is 0 here);
     median filter of ``width`` along time (:func:`median_filter`); mean over heads; keep rows
     ``first_row:last_row`` (OpenAI: ``matrix[len(sot_sequence):-1]``, from ``<|notimestamps|>`` to the last text
     token); :func:`dtw` on ``-matrix``; the frame at which the path enters each row, / 50 = seconds.
@@ -188,8 +177,8 @@ def align_tokens(weights: np.ndarray, frames: int, *, first_row: int = PROMPT_RO
         :class:`TokenAlignment`.
 
     Raises:
-        InvalidArgumentError: ``weights`` not 3-D with at least one head, ``frames`` outside ``[1, keys]``,
-            fewer than one row aligned, or weights whose rows are all equal over the tokens (std 0).
+        InvalidArgumentError: ``weights`` not 3-D with at least one head, ``frames`` outside ``[1, keys]``, or
+            no row aligned.
     """
     w = np.asarray(weights, dtype=np.float32)
     if w.ndim != 3 or w.shape[0] < 1:
@@ -199,9 +188,7 @@ def align_tokens(weights: np.ndarray, frames: int, *, first_row: int = PROMPT_RO
     w = w[..., : int(frames)]
     w = w / np.maximum(w.sum(axis=-1, keepdims=True), np.float32(1e-30))
     std = w.std(axis=-2, keepdims=True)
-    if not (std > 0).all():
-        raise InvalidArgumentError("align_tokens: a head's weights do not vary over the tokens (std 0).")
-    w = (w - w.mean(axis=-2, keepdims=True)) / std
+    w = np.where(std > 0, (w - w.mean(axis=-2, keepdims=True)) / np.where(std > 0, std, 1), np.float32(0))
     matrix = median_filter(w, width).mean(axis=0)[first_row:last_row]
     if matrix.shape[0] < 1:
         raise InvalidArgumentError(f"align_tokens: no row left in rows {first_row}:{last_row} of {w.shape[1]}.")
@@ -219,26 +206,18 @@ def openai_frames(samples: int) -> int:
     return max(1, min(1500, (int(samples) // HOP_LENGTH) // 2))
 
 
-# ----------------------------------------------------------------------------- transformers' times
-
-
 def _eager_twin(loaded: LoadedModel):
-    """A second ``WhisperForConditionalGeneration`` over the same parameter tensors, with its own config
-    (``attn_implementation="eager"``) and generation config.
-
-    transformers' ``generate(return_token_timestamps=True)`` needs eager weights and switches the model's config
-    to ``"eager"`` for good (``generation_whisper.py``: ``self.model.config._attn_implementation = "eager"``); on
-    the shared model that would change every other session's attention path. The twin is built on the meta
-    device and takes the loaded tensors with ``load_state_dict(assign=True)``: no weight is copied, nothing
-    shared is written (inference only), and it is dropped after the call.
-    """
-    model = loaded.model
-    config = copy.deepcopy(model.config)
+    """The loaded Whisper model's class over the same parameter tensors, with its own (eager) config and generation
+    config. ``generate(return_token_timestamps=True)`` sets ``self.model.config._attn_implementation = "eager"``
+    for good (``generation_whisper.py``): on the shared model, every session's attention path would change. Built
+    on the meta device, it takes the tensors with ``load_state_dict(assign=True)``: nothing copied, nothing shared
+    written (inference only)."""
+    config = copy.deepcopy(loaded.model.config)
     config._attn_implementation = "eager"
     with torch.device("meta"):
-        twin = type(model)(config)
-    twin.load_state_dict(model.state_dict(), assign=True)
-    twin.generation_config = copy.deepcopy(model.generation_config)
+        twin = type(loaded.model)(config)
+    twin.load_state_dict(loaded.model.state_dict(), assign=True)
+    twin.generation_config = copy.deepcopy(loaded.model.generation_config)
     if any(t.is_meta for t in list(twin.parameters()) + list(twin.buffers())):  # pragma: no cover - defensive
         raise RuntimeError("The eager twin of the Whisper model has tensors left on the meta device.")
     return twin.eval()
@@ -248,13 +227,10 @@ def _transformers_times(twin, features: torch.Tensor, attention_mask: torch.Tens
                         text_ids: list[int], max_new_tokens: int) -> tuple[np.ndarray, str]:
     """transformers' token times for ``text_ids``: float64 ``(len(text_ids),)`` seconds, and how they were got.
 
-    ``"generate"``: ``twin.generate(features, attention_mask=..., return_token_timestamps=True)``, greedy with
-    the language and task forced, when it decodes exactly ``text_ids`` (the engine's transcript). Otherwise
-    ``"extract"``: ``twin._extract_token_timestamps`` fed with the eager cross-attentions of one forward pass
-    over the prompt + ``text_ids`` (the same rows generate's steps produce, prefill then one row per token) and
-    the same ``num_frames``. Each value is the token's END (transformers PR #36632; ``tokenization_whisper``
-    ``_decode_asr`` makes token ``i`` span ``t[i-1] .. t[i]``, token 0 from 0.0). transformers' float32 times
-    are rounded to 1 µs.
+    ``"generate"``: ``twin.generate(..., return_token_timestamps=True)``, greedy, language and task forced, when it
+    decodes exactly ``text_ids``; else ``"extract"`` (:func:`_extract_times`). Each value is the token's END
+    (transformers PR #36632; ``_decode_asr`` makes token ``i`` span ``t[i-1] .. t[i]``, token 0 from 0.0); the
+    float32 times are rounded to 1 µs.
     """
     eot = int(twin.generation_config.eos_token_id)
     with torch.no_grad():
@@ -271,8 +247,8 @@ def _transformers_times(twin, features: torch.Tensor, attention_mask: torch.Tens
 
 def _extract_times(twin, features: torch.Tensor, attention_mask: torch.Tensor, lang_piece: str,
                    text_ids: list[int]) -> np.ndarray:
-    """transformers' ``_extract_token_timestamps`` on one eager forward pass over prompt + ``text_ids``:
-    float64 ``(len(text_ids),)`` seconds (token ends, rounded to 1 µs)."""
+    """transformers' ``_extract_token_timestamps`` on one eager pass over prompt + ``text_ids`` (the rows generate's
+    steps give: prefill, then one per token) and the same ``num_frames``: float64 ``(len(text_ids),)`` seconds."""
     from transformers.generation.utils import GenerateEncoderDecoderOutput
 
     gc = twin.generation_config
@@ -289,22 +265,17 @@ def _extract_times(twin, features: torch.Tensor, attention_mask: torch.Tensor, l
     return np.round(stamps[0, len(prompt): len(prompt) + len(text_ids)].double().cpu().numpy(), 6)
 
 
-# ----------------------------------------------------------------------------- the experiment
-
-
 @dataclass
 class ClipAlignment:
     """One clip: OpenAI's recipe on the engine's cross-attention, next to transformers' times.
 
-    Token arrays have one value per text token (``k``, the transcript without the prompt and
-    ``<|endoftext|>``); word arrays one per word of the engine's ``target_words`` (punctuation is a word).
-    Every time is float64, in seconds from the clip's start, on the 20 ms grid.
+    Token arrays: one value per text token (``k``: no prompt, no ``<|endoftext|>``); word arrays: one per word of
+    the engine's ``target_words`` (punctuation is a word). Times: float64 seconds from the clip's start.
 
     Attributes:
         path: the WAV file. language: the language forced (``"en"``). transcript: the greedy transcript.
         duration_seconds: the clip's length. frames: encoder frames aligned (:func:`openai_frames`).
-        tokens: the text tokens' texts (raw byte-level piece when a token holds no whole character).
-        token_ids: int64 ``(k,)``.
+        tokens: the text tokens' texts (the raw piece for part of a character). token_ids: int64 ``(k,)``.
         starts, ends: float64 ``(k,)``: OpenAI's recipe on the alignment heads (:func:`align_tokens`).
         hf_starts, hf_ends: float64 ``(k,)``: transformers' (``hf_ends`` are its ``token_timestamps``;
             ``hf_starts`` the previous token's, 0.0 for the first, as its ``_decode_asr`` reads them).
@@ -392,24 +363,21 @@ class AlignmentResult:
 
 
 def _check_clips(clips) -> list[tuple[Path, str]]:
-    if clips is None:
-        return [(Path(p), lang) for p, lang in CLIPS]
-    if isinstance(clips, (str, Path)) or not isinstance(clips, Sequence) or not clips:
+    clips = CLIPS if clips is None else clips
+    if (isinstance(clips, (str, Path)) or not isinstance(clips, Sequence) or not clips or not all(
+            isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[0], (str, Path)) and isinstance(c[1], str)
+            for c in clips)):
         raise InvalidArgumentError(f"clips must be a non-empty list of (path, language) pairs, got {clips!r}.")
-    out = []
-    for item in clips:
-        if (not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], (str, Path))
-                or not isinstance(item[1], str)):
-            raise InvalidArgumentError(f"Each clip must be a (path, language) pair, got {item!r}.")
-        out.append((Path(item[0]), item[1]))
-    return out
+    return [(Path(p), lang) for p, lang in clips]
 
 
 def _check_heads(loaded: LoadedModel, heads, what: str) -> list[tuple[int, int]]:
     layers, n_heads = loaded.stacks["cross"]
-    pairs = [tuple(int(v) for v in h) for h in heads]
-    bad = [h for h in pairs if not (0 <= h[0] < layers and 0 <= h[1] < n_heads)]
-    if not pairs or bad:
+    try:
+        pairs = [(int(layer), int(head)) for layer, head in heads]
+    except (TypeError, ValueError):
+        pairs = []
+    if not pairs or not all(0 <= layer < layers and 0 <= head < n_heads for layer, head in pairs):
         raise InvalidArgumentError(f"{what} must be (layer, head) pairs within {layers} x {n_heads}, got {heads!r}.")
     return pairs
 
@@ -425,22 +393,22 @@ def _check_model(loaded: LoadedModel) -> None:
 def _one_clip(loaded: LoadedModel, twin, path: Path, language: str, heads, control, max_new_tokens: int,
               progress: Progress, done: float, share: float) -> ClipAlignment:
     clock = Stopwatch()
-    audio, rate = read_wav(path)
+    audio, rate = read_wav(path)  # analyze_audio's samples: mono (channels averaged), 16 kHz
     result = analyze_audio(loaded, audio, rate, language=language, max_new_tokens=max_new_tokens)
+    mono = audio.mean(axis=1 if audio.shape[1] < audio.shape[0] else 0) if audio.ndim == 2 else audio
     report(progress, done + share * 0.5)
     a = result.analysis
     prompt = 4  # <|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>
     text_tokens = a.target_tokens[prompt:]
     text_ids = [t.id for t in text_tokens]
-    samples = round(result.duration_seconds * SAMPLE_RATE)
-    frames = min(openai_frames(samples), result.frames)
+    frames = min(openai_frames(round(result.duration_seconds * SAMPLE_RATE)), result.frames)
     cross = a.attentions["cross"]
     ours = align_tokens(cross.heads(heads), frames)
     ctrl = align_tokens(cross.heads(control), frames)
     k = len(text_ids)
     if k:
         lang_piece = loaded.tokenizer.convert_ids_to_tokens([language_token(loaded, language)])[0]
-        fe = loaded.processor.feature_extractor(_mono_16k(audio, rate), sampling_rate=SAMPLE_RATE,
+        fe = loaded.processor.feature_extractor(resample(mono, int(rate), SAMPLE_RATE), sampling_rate=SAMPLE_RATE,
                                                 return_tensors="pt", return_attention_mask=True)
         features = fe["input_features"].to(device=loaded.device, dtype=loaded.dtype)
         hf_ends, method = _transformers_times(twin, features, fe["attention_mask"].to(loaded.device), lang_piece,
@@ -449,8 +417,7 @@ def _one_clip(loaded: LoadedModel, twin, path: Path, language: str, heads, contr
         hf_ends, method = np.zeros(0), "generate"
     hf_starts = np.concatenate([[0.0], hf_ends[:-1]]) if k else np.zeros(0)
     starts, ends = ours.boundaries[:k], ours.boundaries[1:k + 1]
-    firsts = [w.tokens[0] - prompt for w in a.target_words]
-    lasts = [w.tokens[-1] - prompt for w in a.target_words]
+    firsts, lasts = [w.tokens[0] - prompt for w in a.target_words], [w.tokens[-1] - prompt for w in a.target_words]
     report(progress, done + share)
     return ClipAlignment(
         path=str(path), language=language, transcript=result.transcript, duration_seconds=result.duration_seconds,
@@ -464,36 +431,25 @@ def _one_clip(loaded: LoadedModel, twin, path: Path, language: str, heads, contr
     )
 
 
-def _mono_16k(audio: np.ndarray, rate: int) -> np.ndarray:
-    """The samples :func:`models.audio.analyze_audio` reads: mono (channels averaged), 16 kHz, float32."""
-    x = np.asarray(audio, dtype=np.float32)
-    if x.ndim == 2:
-        x = x.mean(axis=1 if x.shape[1] < x.shape[0] else 0)
-    return resample(x, int(rate), SAMPLE_RATE)
-
-
 def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str]] | None = None, *,
                       control_heads: Sequence[tuple[int, int]] | None = None, max_new_tokens: int = 32,
                       progress: Progress = None) -> AlignmentResult:
     """Word times from Whisper's alignment heads, by OpenAI's recipe, next to transformers' own.
 
-    For each clip: the engine transcribes it greedily with the language forced and captures every
-    cross-attention head (:func:`models.audio.analyze_audio`); the alignment heads' maps
-    (``analysis.attentions["cross"]``, rows ``<|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>``
-    + text) go through :func:`align_tokens` (``whisper/timing.py`` ``find_alignment``) over
-    :func:`openai_frames` frames, giving each text token's start and end. One difference from OpenAI: its
-    forward pass also feeds ``<|endoftext|>``, whose row enters the per-head mean and std; the engine's decoder
-    input ends at the last text token (whose row predicts ``<|endoftext|>``), so that row is not in the
-    statistics. The same recipe on ``control_heads`` is the control.
+    Per clip, the engine transcribes greedily with the language forced and captures every head
+    (:func:`models.audio.analyze_audio`); the alignment heads' cross-attention (rows: the 4 prompt tokens + text)
+    goes through :func:`align_tokens` over :func:`openai_frames` frames: each text token's start and end. One
+    difference from OpenAI: its pass also feeds ``<|endoftext|>``, whose row enters each head's mean and std; the
+    engine's input ends at the last text token (whose row predicts it), so that row is not in the statistics
+    (measured: one Turkish boundary moves by 20 ms). The same recipe on ``control_heads`` is the control.
 
-    transformers' times come from the same weights and tokens: a twin of the loaded model sharing its tensors
-    but with its own eager config (the shared model is not touched; see ``_eager_twin``) runs
-    ``generate(input_features, attention_mask=..., return_token_timestamps=True)`` greedily with the same
-    language; when it decodes the engine's tokens (``hf_method == "generate"``) its ``token_timestamps`` are
-    used, else transformers' ``_extract_token_timestamps`` on one eager pass over the engine's tokens
-    (``"extract"``). transformers differs from OpenAI on purpose (``generation_whisper.py``): it standardises
-    only the text rows (prompt rows dropped, so the first token always ends at 0.0), crops the softmaxed weights
-    to ``ceil(samples / 160) // 2`` frames without renormalising, and reads each timestamp as a token's end.
+    transformers' times come from the same weights and tokens: a twin of the loaded model sharing its tensors with
+    its own eager config (the shared model is untouched: ``_eager_twin``) runs ``generate(input_features,
+    attention_mask=..., return_token_timestamps=True)``; when it decodes the engine's tokens (``hf_method ==
+    "generate"``) its ``token_timestamps`` are used, else ``_extract_token_timestamps`` on one eager pass over the
+    engine's tokens (``"extract"``). transformers departs from OpenAI (``generation_whisper.py``): it standardises
+    only the text rows (so the first token always ends at 0.0 s), crops the softmaxed weights to
+    ``ceil(samples / 160) // 2`` frames without renormalising, and each timestamp is a token's end.
 
     Args:
         loaded: a Whisper model (``models.load("whisper-base")``).
@@ -533,8 +489,7 @@ def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str
 def estimate_alignment_seconds(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str]] | None = None) -> float:
     """Estimated wall time of :func:`whisper_alignment` on ``clips``, in seconds on this machine.
 
-    Measured, not guessed: the first clip is run (:func:`common.probe_estimate`) and its time is multiplied by the
-    number of clips. Costs one clip's run.
+    Measured: the first clip is run (:func:`common.probe_estimate`), its time times the number of clips.
 
     Raises:
         As :func:`whisper_alignment`.

@@ -1,0 +1,67 @@
+"""The Experiments page (issue 15) through Streamlit's AppTest: a run from the button, results drawn in both
+languages, the published numbers next to ours."""
+
+from __future__ import annotations
+
+import numpy as np
+from links import open_linked
+
+import models.experiments as E
+from models.experiments import induction, prunable, sinks
+from views import shared
+
+
+def _clean(at) -> None:
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _compare_rows(at) -> dict[str, str]:
+    table = at.table[0].value
+    return {str(row.iloc[0]).replace("\\", ""): str(row.iloc[2]).replace("\\", "") for _, row in table.iterrows()}
+
+
+def test_the_clark_experiment_runs_from_its_button_in_both_languages(minilm):
+    at = open_linked("views/experiments.py", "minilm-l6", {"exp_which": "clark"}, "The cat chased the mouse.")
+    _clean(at)
+    assert at.segmented_control(key="exp_which").value == "clark"
+    assert at.selectbox(key="exp_model_clark").value == "minilm-l6"  # the sidebar's model, which this one runs on
+    assert any("Estimated time here" in c.value for c in at.caption)
+    shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
+    at.button(key="exp_run_clark").click().run()
+    _clean(at)
+    rows = _compare_rows(at)
+    assert rows["Heads with over 50 % on the previous token"].startswith("1 (layer-head from 0: 0-2)"), rows
+    assert any("This run took" in c.value for c in at.caption)
+    at.radio(key="lang").set_value("tr").run()
+    _clean(at)
+    assert at.subheader[0].value == "3 · BERT'in kafaları nereye bakar"
+    assert "Önceki belirtece %50'den fazla veren kafalar" in _compare_rows(at)
+
+
+def test_every_causal_lm_experiment_draws_its_result_and_the_published_numbers(smollm2):
+    """Results computed here (short settings) and put where the page finds a finished run."""
+    text = sinks.long_text()[:600]
+    share = sinks.first_token_share(smollm2, text)
+    stream = sinks.streaming_losses(smollm2, text, windows=(8, 16))
+    shared.CACHE.put(("experiments", "sinks", "smollm2-135m"), E.SinksResult(share, stream, 1.0))
+    shared.CACHE.put(("experiments", "induction", "smollm2-135m"),
+                     induction.induction_heads(smollm2, length=12, sequences=1, controls=1))
+    shared.CACHE.put(("experiments", "prunable", "smollm2-135m"),
+                     prunable.heads_that_can_go(smollm2, ["The cat chased the mouse."], random_orders=1))
+    at = open_linked("views/experiments.py", "smollm2-135m", {"exp_which": "sinks"}, "The cat chased the mouse")
+    _clean(at)
+    rows = _compare_rows(at)
+    low, high = share.bottom_top()
+    assert rows["First-token share: layers 0–1 / layers above"] == f"{100 * low:.1f} % / {100 * high:.1f} %"
+    assert rows["Window of 8 alone, loss above full attention"] == f"+{stream.window_gap[0]:.2f} nats"
+    assert at.button(key="exp_run_sinks").label == "Run again"
+    for which, measure in (("induction", "Loss: first copy → second copy"),
+                           ("prunable", "Metric with 79 % of heads off (38 of 48)")):
+        at.segmented_control(key="exp_which").set_value(which).run()
+        _clean(at)
+        assert measure in _compare_rows(at), (which, _compare_rows(at))
+    at.radio(key="lang").set_value("tr").run()
+    _clean(at)
+    assert np.any(["Michel ve ark." in str(v) for v in at.table[0].value.iloc[:, 1]])
+    assert at.query_params["exp_which"] == "prunable"
