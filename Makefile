@@ -77,6 +77,7 @@ bench: install
 	$(BIN)/python bench/pruning_page.py
 	$(BIN)/python bench/teaching.py
 	$(BIN)/python bench/flow.py
+	$(BIN)/python bench/experiments.py
 
 ## A class on one server (issue 12): 1 / 10 / 30 simulated students, then one replica against two.
 bench-classroom: install nginx
