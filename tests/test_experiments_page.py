@@ -81,3 +81,25 @@ def test_whispers_alignment_heads_run_from_the_page_with_a_table_per_clip():
     at.radio(key="lang").set_value("tr").run()
     _clean(at)
     assert list(at.table[0].value.columns)[1] == "başlangıç, bizim (sn)"
+
+
+def test_a_class_shares_one_run_and_cannot_start_it_again(minilm, monkeypatch, tmp_path):
+    from views import hosting
+
+    config = tmp_path / "classroom.toml"
+    config.write_text("max_chars = 200\n", encoding="utf-8")
+    monkeypatch.setenv("DIKKAT_MODE", "classroom")
+    monkeypatch.setenv("DIKKAT_CLASSROOM_CONFIG", str(config))
+    hosting.current.cache_clear()
+    try:
+        shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
+        at = open_linked("views/experiments.py", "minilm-l6", {"exp_which": "clark"}, "The cat chased the mouse.")
+        _clean(at)
+        at.button(key="exp_run_clark").click().run()  # the first student starts it
+        _clean(at)
+        at = open_linked("views/experiments.py", "minilm-l6", {"exp_which": "clark"}, "Kedi fareyi kovaladı")
+        _clean(at)
+        assert not [b for b in at.button if b.key == "exp_run_clark"]  # the next one sees the result, no button
+        assert any("Every session on this server sees this run." in c.value for c in at.caption)
+    finally:
+        hosting.current.cache_clear()

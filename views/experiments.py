@@ -15,7 +15,7 @@ import streamlit as st
 
 import models
 from models import experiments as E
-from views import shared
+from views import hosting, shared
 from viz import experiments as vx
 from viz import numbers as nb
 from viz import pruning as vp
@@ -210,7 +210,9 @@ if result is None:
         st.caption(t("exp_estimate", seconds=_estimate(which, name)))
     except models.DikkatError:
         pass  # the run says what is wrong
-if st.button(t("exp_run") if result is None else t("exp_run_again"), key=f"exp_run_{which}", type="primary"):
+# a class shares one run of each experiment: in classroom mode a finished run is not started again
+again = result is None or not hosting.current().classroom
+if again and st.button(t("exp_run") if result is None else t("exp_run_again"), key=f"exp_run_{which}", type="primary"):
     bar = st.progress(0.0, text=t("exp_progress_start"))
     start = time.perf_counter()
 
@@ -231,4 +233,4 @@ if st.button(t("exp_run") if result is None else t("exp_run_again"), key=f"exp_r
 
 if result is not None:
     SHOW[which](result, loaded)
-    st.caption(t("exp_took", seconds=float(result.seconds)))
+    st.caption(t("exp_took", seconds=float(result.seconds)) + (" " + t("exp_shared") if not again else ""))
