@@ -34,9 +34,16 @@ def test_copy_losses_are_the_cross_entropy_of_each_copy_without_its_first_token(
 
 def test_flat_share_stops_at_the_first_step_above_the_rise():
     shares = np.array([0.0, 0.1, 0.2, 0.3, 0.4])
-    assert prunable.flat_share(shares, np.array([2.0, 2.1, 2.19, 2.5, 2.0]), scale=2.0) == 0.2  # 2.5 > 2.2 at 0.3
-    assert prunable.flat_share(shares, np.array([0.0, 0.2, 0, 0, 0]), scale=1.0) == 0.0
-    assert prunable.flat_share(shares, np.zeros(5), scale=1.0) == 0.4
+    assert prunable.flat_share(shares, np.array([2.0, 2.1, 2.19, 2.5, 2.0]), 0.2) == 0.2  # 2.5 > 2.2 at 0.3
+    assert prunable.flat_share(shares, np.array([0.0, 0.2, 0, 0, 0]), 0.1) == 0.0
+    assert prunable.flat_share(shares, np.zeros(5), 0.0) == 0.4
+    with pytest.raises(models.InvalidArgumentError):
+        prunable.flat_share(shares, np.zeros(4), 0.1)
+
+
+def test_induction_refuses_more_top_heads_than_the_controls_can_match(tiny):
+    with pytest.raises(models.InvalidArgumentError):
+        induction.induction_heads(tiny("llama"), top=10_000)
 
 
 def test_first_token_share_is_the_mean_weight_on_key_zero(tiny):
@@ -90,3 +97,21 @@ def test_a_progress_callback_sees_the_fraction_rise_to_one(tiny):
     seen = []
     sinks.streaming_losses(tiny("llama"), "the cat chased the mouse", windows=(2,), sinks=1, progress=seen.append)
     assert seen[0] == 0.0 and seen[-1] == 1.0 and seen == sorted(seen) and len(seen) == 4
+
+
+def test_odd_arguments_get_a_dikkat_error_not_a_python_one(tiny):
+    llama, bert = tiny("llama"), tiny("bert")
+    for kwargs in ({"windows": 5}, {"windows": []}, {"windows": ["a"]}):
+        with pytest.raises(models.InvalidArgumentError):
+            sinks.streaming_losses(llama, "the cat chased the mouse", **kwargs)
+    with pytest.raises(models.InvalidArgumentError):  # one token: no next-token loss
+        sinks.streaming_losses(llama, "cat", windows=(2,))
+    with pytest.raises(models.InvalidArgumentError):
+        induction.induction_heads(llama, seed=-1)
+    with pytest.raises(models.InvalidArgumentError):
+        prunable.heads_that_can_go(bert, ["the cat"], random_orders=0)
+    share = sinks.first_token_share(llama, "the cat chased the mouse")
+    assert len(share.per_layer) == 2 and not np.isnan(share.bottom_top()).any()  # 2 layers: layer 0 against 1
+    from models.experiments import clark
+    assert clark.what_heads_look_at(bert, "the cat chased the mouse").targets.sentences == [
+        "the cat chased the mouse"]  # a string is one sentence, not its characters

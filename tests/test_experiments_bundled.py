@@ -69,13 +69,13 @@ def test_induction_heads_on_gemma3(gemma):
     assert r.loss_second_random.max() < 5.0
 
 
-@pytest.mark.parametrize("name, flat, flat_random", [("smollm2-135m", 0.5, 0.0), ("minilm-l6", 0.5, 0.2)])
-def test_half_the_heads_can_go_by_importance_but_not_at_random(name, flat, flat_random, request):
+@pytest.mark.parametrize("name, flat, flat_random", [("smollm2-135m", 0.3, 0.0), ("minilm-l6", 0.4, 0.1)])
+def test_a_third_of_the_heads_can_go_by_importance_but_not_at_random(name, flat, flat_random, request):
     """Michel et al. 2019 (§4.2: up to 40 % of BERT's heads off with no noticeable drop). The shipped 12 sentences;
-    the metric within 10 % of its scale (loss: of the unpruned loss; 1 - cos: of 1). Measured: smollm2-135m 6.477 →
-    6.988 nats at 50 % by importance, 7.152 at 10 % in random order; minilm-l6 1 - cos 0.089 at 50 % by importance,
-    0.155 at 30 % in random order."""
+    "no change" = a loss at most ln 1.1 nats above the unpruned one, or 1 - cos <= 0.05. Measured: smollm2-135m
+    6.477 nats unpruned, 6.483 at 30 % and 6.590 at 40 % by importance, 7.152 at 10 % in random order; minilm-l6
+    1 - cos 0.049 at 40 % and 0.089 at 50 % by importance, 0.049 at 10 % and 0.097 at 20 % in random order."""
     loaded = request.getfixturevalue("smollm2" if name.startswith("smollm2") else "minilm")
     r = prunable.heads_that_can_go(loaded)
-    assert r.flat_share >= flat - 0.1 and r.flat_share_random <= flat_random + 0.1
+    assert r.flat_share >= flat - 1e-9 and r.flat_share_random <= flat_random + 1e-9, r
     assert r.flat_share - r.flat_share_random >= 0.2, (r.flat_share, r.flat_share_random)

@@ -52,7 +52,8 @@ def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
     c1, c2 = st.columns(2)
     shared.plotly_chart(vx.per_layer_lines(
         {tp("exp_sinks_first_token", token=vtext.plotly_text(vtext.shown(share.first_token))): share.per_layer},
-        title=tp("exp_sinks_share_title", n=share.tokens), layer_title=tp("exp_layer"), value_title=tp("exp_share"),
+        title=tp("exp_sinks_share_title", n=share.tokens), layer_title=tp("exp_layer"),
+        value_title=tp("exp_sinks_first_token", token=vtext.plotly_text(vtext.shown(share.first_token))),
         bottom=2, bottom_label=tp("exp_sinks_bottom")), container=c1, width="stretch", key="exp_fig_sinks_share")
     shared.plotly_chart(vx.streaming_figure(
         stream.windows, stream.window, stream.with_sinks, stream.full, title=tp("exp_sinks_stream_title", n=stream.tokens),
@@ -76,7 +77,8 @@ def _show_induction(r, loaded: models.LoadedModel) -> None:
     off = np.zeros(r.scores.shape, dtype=bool)
     for _, layer, head in r.top:
         off[layer, head] = True
-    shared.plotly_chart(vp.head_grid(r.scores, off, title=tp("exp_ind_grid_title", n=r.sequences, length=r.length),
+    st.caption(t("exp_ind_setup", n=r.sequences, length=r.length, k=len(r.top)))
+    shared.plotly_chart(vp.head_grid(r.scores, off, title=tp("exp_ind_grid_title"),
                                      score_title=tp("exp_ind_score"), layer_title=tp("exp_layer"),
                                      head_title=tp("exp_head"), off_title=tp("exp_ind_off")),
                         container=c1, width="stretch", key="exp_fig_ind_grid")
@@ -116,7 +118,7 @@ def _show_prunable(r, loaded: models.LoadedModel) -> None:
         (tp("exp_prune_m_voita"), tp("exp_prune_p_voita"),
          nb.num(float(np.interp(pub["voita_encoder_off"], c.shares, c.by_importance)), 3, L)),
     ])
-    st.caption(t("exp_prune_differs", model=shared.model_name(loaded), rise=_pct(E.prunable.RISE, 0)))
+    st.caption(t("exp_prune_differs", model=shared.model_name(loaded)))
 
 
 def _show_clark(r, loaded: models.LoadedModel) -> None:

@@ -46,7 +46,8 @@ def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: s
     fig = _layout(fig, title=title, x=layer_title, y=value_title)
     if percent:
         fig.update_yaxes(ticksuffix=" %", rangemode="tozero")
-    fig.update_xaxes(dtick=1 if max((len(v) for v in series.values()), default=0) <= 16 else 2)
+    layers = max((len(v) for v in series.values()), default=1)
+    fig.update_xaxes(dtick=1 if layers <= 16 else 2, range=[-0.5, layers - 0.5])
     return fig
 
 

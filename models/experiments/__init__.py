@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from ..errors import InvalidArgumentError, UnsupportedOperationError
+from ..errors import InvalidArgumentError
 from ..loading import LoadedModel
 from .common import Progress, Source, report
 
@@ -51,7 +51,7 @@ def _sinks(loaded: LoadedModel, progress: Progress) -> SinksResult:
     from . import sinks
 
     share = sinks.first_token_share(loaded, progress=lambda f: report(progress, 0.2 * f))
-    streaming = sinks.streaming_losses(loaded, progress=lambda f: report(progress, 0.2 + 0.8 * f))
+    streaming = sinks.streaming_losses(loaded, full=share, progress=lambda f: report(progress, 0.2 + 0.8 * f))
     return SinksResult(share, streaming, share.seconds + streaming.seconds)
 
 
@@ -95,9 +95,9 @@ def _by_passes(passes: Callable[[LoadedModel], list[tuple[float, int]]]) -> Call
     """An estimator: the measured plain forward pass (:func:`forward_seconds`) times ``passes(loaded)``, a list of
     ``(passes, tokens)``, summed (causal LMs only)."""
     def estimate(loaded: LoadedModel) -> float:
-        if loaded.family != "decoder":
-            raise UnsupportedOperationError("This experiment needs a decoder-only language model.",
-                                            code="needs_causal_lm", model=loaded.name)
+        from .sinks import _causal_lm
+
+        _causal_lm(loaded, "This experiment")
         return float(sum(n * forward_seconds(loaded, tokens) for n, tokens in passes(loaded)))
     return estimate
 
@@ -105,9 +105,9 @@ def _by_passes(passes: Callable[[LoadedModel], list[tuple[float, int]]]) -> Call
 def _sink_passes(loaded: LoadedModel) -> list[tuple[float, int]]:
     from .sinks import MAX_TOKENS, WINDOWS
 
-    # the analysis + its statistics pass (weights block by block, ~1.5 passes); then full attention and two masks
-    # per window (calibrated on smollm2 with bench/experiments.py)
-    return [(2.5, MAX_TOKENS), (1 + 2 * len(WINDOWS), MAX_TOKENS)]
+    # the analysis + its statistics pass (weights block by block, ~1.5 passes); then two masks per window
+    # (calibrated on smollm2 with bench/experiments.py)
+    return [(2.5, MAX_TOKENS), (2 * len(WINDOWS), MAX_TOKENS)]
 
 
 def _induction_passes(loaded: LoadedModel) -> list[tuple[float, int]]:
@@ -156,8 +156,12 @@ def run(key: str, loaded: LoadedModel, *, progress: Progress = None):
 
 
 def forward_seconds(loaded: LoadedModel, tokens: int) -> float:
-    """Wall seconds of one plain forward pass of ``tokens`` token ids through the model (fused attention, no
-    capture), measured once per model and length and remembered on ``loaded``."""
+    """Wall seconds of one plain forward pass of ``tokens`` token ids (capped at the model's position limit) through
+    the model (fused attention, no capture), measured once per model and length and remembered on ``loaded``.
+
+    Raises:
+        torch.OutOfMemoryError: the pass does not fit (the experiment itself would not either).
+    """
     cache = loaded.__dict__.setdefault("_forward_seconds", {})
     tokens = int(min(tokens, loaded.max_positions))
     if tokens not in cache:

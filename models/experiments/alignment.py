@@ -236,7 +236,7 @@ def _transformers_times(twin, features: torch.Tensor, attention_mask: torch.Tens
     with torch.no_grad():
         out = twin.generate(features, attention_mask=attention_mask, language=lang_piece, task="transcribe",
                             return_token_timestamps=True, do_sample=False, num_beams=1,
-                            max_new_tokens=max(1, max_new_tokens), return_timestamps=False)
+                            max_new_tokens=max(1, min(max_new_tokens, len(text_ids) + 1)), return_timestamps=False)
     seq = out["sequences"][0].tolist()
     times = out["token_timestamps"][0].double().cpu().numpy()
     keep = [i for i, t in enumerate(seq) if t < eot]
@@ -311,20 +311,19 @@ class ClipAlignment:
     audio: AudioAnalysis
     seconds: float
 
-    def _gaps(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        ours, theirs = np.concatenate([starts[:1], ends]), np.concatenate([self.hf_starts[:1], self.hf_ends])
-        return np.round(np.abs(ours - theirs), 6)
+    def _gaps(self, ends: np.ndarray) -> np.ndarray:
+        return np.round(np.abs(ends - self.hf_ends), 6)
 
     @property
     def differences(self) -> np.ndarray:
-        """float64 ``(k + 1,)``: ``|ours - transformers'|`` in seconds at each token boundary (every start and
-        the last end; an inner boundary is one token's end and the next one's start)."""
-        return self._gaps(self.starts, self.ends)
+        """float64 ``(k,)``: ``|ours - transformers'|`` in seconds at each token's end (an inner end is the next
+        token's start; the first token's start, 0 on both sides by construction, is not counted)."""
+        return self._gaps(self.ends)
 
     @property
     def control_differences(self) -> np.ndarray:
-        """float64 ``(k + 1,)``: as :attr:`differences`, for the control heads."""
-        return self._gaps(self.control_starts, self.control_ends)
+        """float64 ``(k,)``: as :attr:`differences`, for the control heads."""
+        return self._gaps(self.control_ends)
 
 
 @dataclass
@@ -479,21 +478,35 @@ def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str
     report(progress, 0.0)
     twin = _eager_twin(loaded)
     share = 1.0 / len(clips)
-    out = [_one_clip(loaded, twin, path, lang, heads, control, int(max_new_tokens), progress, i * share, share)
-           for i, (path, lang) in enumerate(clips)]
+    # the clip :func:`estimate_alignment_seconds` already ran with these settings is not run again
+    probe = loaded.__dict__.pop("_alignment_probe", None)
+    out, earlier = [], 0.0
+    for i, (path, lang) in enumerate(clips):
+        if probe is not None and probe[0] == (str(path), lang, tuple(heads), tuple(control), int(max_new_tokens)):
+            out.append(probe[1])
+            earlier += probe[1].seconds
+            probe = None
+            report(progress, (i + 1) * share)
+            continue
+        out.append(_one_clip(loaded, twin, path, lang, heads, control, int(max_new_tokens), progress, i * share, share))
     del twin
     report(progress, 1.0)
-    return AlignmentResult(out, heads, control, clock.seconds)
+    return AlignmentResult(out, heads, control, clock.seconds + earlier)
 
 
 def estimate_alignment_seconds(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str]] | None = None) -> float:
     """Estimated wall time of :func:`whisper_alignment` on ``clips``, in seconds on this machine.
 
-    Measured: the first clip is run (:func:`common.probe_estimate`), its time times the number of clips.
+    Measured: the first clip is run (:func:`common.probe_estimate`), its time times the number of clips. Its result
+    is kept on ``loaded`` and taken by the next :func:`whisper_alignment` with the same settings (default control
+    heads and ``max_new_tokens``), which does not run that clip again.
 
     Raises:
         As :func:`whisper_alignment`.
     """
     clips = _check_clips(clips)
-    _, seconds = probe_estimate(lambda: whisper_alignment(loaded, clips[:1]), len(clips))
+    result, seconds = probe_estimate(lambda: whisper_alignment(loaded, clips[:1]), len(clips))
+    path, lang = clips[0]
+    loaded.__dict__["_alignment_probe"] = ((str(path), lang, tuple(result.heads), tuple(result.control_heads), 32),
+                                           result.clips[0])
     return float(seconds)

@@ -17,7 +17,6 @@ Layers and heads are numbered from 0 here; both papers number layers from 1 (Cla
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -31,7 +30,7 @@ from ..tokens import Token
 if TYPE_CHECKING:
     from .patterns import PatternCounts
 
-from .common import ASSETS, Progress, Source, Stopwatch, probe_estimate, report
+from .common import Progress, Source, Stopwatch, probe_estimate, report, sentence_set
 
 SOURCES = (
     Source(
@@ -119,8 +118,7 @@ def middle_layers(layers: int) -> tuple[int, int]:
 
 def default_sentences() -> list[str]:
     """Every text of ``assets/sentences.json`` (12 short sentences, Turkish and English), in file order."""
-    data = json.loads((ASSETS / "sentences.json").read_text(encoding="utf-8"))
-    return [s["text"] for s in data["sentences"]]
+    return sentence_set()
 
 
 def default_pairs() -> list[tuple[str, str]]:
@@ -133,7 +131,7 @@ def default_pairs() -> list[tuple[str, str]]:
 
 def _inputs(sentences) -> list[str | tuple[str, str]]:
     """The sentences to read: the default list, or the caller's (each a text or a ``(text, text_pair)`` pair)."""
-    items = default_sentences() if sentences is None else list(sentences)
+    items = default_sentences() if sentences is None else [sentences] if isinstance(sentences, str) else list(sentences)
     if not items:
         raise InvalidArgumentError("Give at least one sentence (or None for the shipped example sentences).")
     for s in items:

@@ -31,6 +31,14 @@ class Source:
     url: str
 
 
+def sentence_set() -> list[str]:
+    """The shipped example sentences (``assets/sentences.json``; 12 short sentences, Turkish and English), in file
+    order."""
+    import json
+
+    return [s["text"] for s in json.loads((ASSETS / "sentences.json").read_text(encoding="utf-8"))["sentences"]]
+
+
 def report(progress: Progress, fraction: float) -> None:
     """Call ``progress`` (if any) with ``fraction`` clipped to [0, 1]."""
     if progress is not None:

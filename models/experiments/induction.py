@@ -78,8 +78,8 @@ class InductionResult:
     Attributes:
         scores: float64 ``(layers, heads)``: the induction score of every head: the mean attention from each query
             ``i`` of the second copy to key ``i - L + 1`` (the token after the current token's first occurrence),
-            averaged over queries and sequences, in [0, 1] (Olsson et al. 2022, §2; TransformerLens's
-            ``induction_score``, attention on the ``-(L - 1)`` diagonal).
+            averaged over queries and sequences, in [0, 1] (Olsson et al. 2022, §2: prefix matching; the queries of
+            the second copy only, where the earlier occurrence exists).
         loss_first, loss_second: mean next-token loss on the first and on the second copy, nats per token (the
             first token of each copy, which no context predicts, left out).
         top: the ``(stack, layer, head)`` triples switched off: the ``TOP`` highest scores.
@@ -114,7 +114,8 @@ def _copy_losses(logits: np.ndarray, ids: list[int], start: int, length: int) ->
 
 
 def induction_scores(weights: np.ndarray, start: int, length: int) -> np.ndarray:
-    """Induction score of every head from one sequence's weights.
+    """Induction score of every head from one sequence's weights (Olsson et al. 2022, §2: an induction head at the
+    second occurrence of a token attends the token that followed its first occurrence).
 
     Args:
         weights: float ``(layers, heads, n, n)`` (or ``(heads, n, n)``) attention of the text, copies starting at
@@ -122,6 +123,9 @@ def induction_scores(weights: np.ndarray, start: int, length: int) -> np.ndarray
 
     Returns:
         float64 ``weights.shape[:-2]``: ``mean_i w[i, i - length + 1]`` over the queries ``i`` of the second copy.
+
+    Raises:
+        IndexError: ``start + 2 * length`` beyond the ``n`` tokens.
     """
     w = np.asarray(weights)
     q = np.arange(start + length, start + 2 * length)
@@ -142,14 +146,16 @@ def induction_heads(loaded: LoadedModel, *, length: int = LENGTH, sequences: int
             whole-word tokens (code ``induction_vocab``) or that does not read the text back as the same tokens
             (code ``induction_roundtrip``).
         InvalidArgumentError: ``length`` outside [4, 500], ``sequences`` outside [1, 64], ``top`` below 1 or above
-            the heads, ``controls`` outside [0, 64].
+            half the heads (all but one without controls), ``controls`` outside [0, 64], a negative ``seed``.
     """
     stack = _causal_lm(loaded, "The induction-heads experiment")
     layers, heads = loaded.stacks[stack]
     length = check_int("length", length, 4, 500)
     sequences = check_int("sequences", sequences, 1, 64)
-    top = check_int("top", top, 1, layers * heads - 1)
     controls = check_int("controls", controls, 0, 64)
+    seed = check_int("seed", seed, 0)
+    # the random controls draw as many heads from the others: at most half the heads can be the top ones
+    top = check_int("top", top, 1, (layers * heads) // 2 if controls else layers * heads - 1)
     if len(_vocabulary(loaded)) < length:
         raise UnsupportedOperationError(
             f"'{loaded.name}''s tokenizer has {len(_vocabulary(loaded))} whole-word tokens; {length} are needed.",

@@ -8,15 +8,16 @@ gradient, eq. 2) over the shipped sentence set, with the published curves' shape
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from .. import pruning
+from ..errors import InvalidArgumentError
 from ..loading import LoadedModel
-from .common import ASSETS, Progress, Source, report
+from .common import Progress, Source, check_int, report, sentence_set
 
 SOURCES = (
     Source(cite="Michel et al. 2019", title="Are Sixteen Heads Really Better than One?",
@@ -33,12 +34,9 @@ PUBLISHED = {
     "voita_encoder_off": 38 / 48,  # 38 of 48 encoder heads pruned: -0.15 BLEU (abstract)
 }
 RANDOM_ORDERS = 3
-RISE = 0.1  # "no noticeable change": the metric within 10 % of the scale below
-
-
-def sentence_set() -> list[str]:
-    """The shipped sentences (``assets/sentences.json``), Turkish and English."""
-    return [s["text"] for s in json.loads((ASSETS / "sentences.json").read_text(encoding="utf-8"))["sentences"]]
+# "No noticeable change", read for each metric: a loss within ln 1.1 nats of the unpruned one (perplexity at most 10 %
+# higher); a sentence embedding at cosine 0.95 or more from the unpruned one (1 - cos <= 0.05).
+RISE = {"loss": math.log(1.1), "mask_loss": math.log(1.1), "seq2seq_loss": math.log(1.1), "embedding_distance": 0.05}
 
 
 @dataclass
@@ -47,9 +45,9 @@ class Prunable:
 
     Attributes:
         curve: :class:`models.pruning.PruningCurve` (``seconds``: importance and curve together).
-        flat_share: the largest share of heads switched off (least important first) at which the metric is still
-            within ``RISE`` of its scale of the unpruned value: ``m(s) - m(0) <= RISE * scale``, ``scale`` being
-            ``m(0)`` for the loss kinds (nats) and 1 for ``embedding_distance`` (``1 - cos``, 0 unpruned).
+        flat_share: the largest share of heads switched off (least important first) up to which the metric stays
+            within ``RISE[metric]`` of the unpruned value (:func:`flat_share`): the loss kinds within ln 1.1 nats
+            (perplexity +10 %), ``embedding_distance`` (``1 - cos``, 0 unpruned) at most 0.05.
         flat_share_random: the same for the mean of the random orders.
     """
 
@@ -63,41 +61,65 @@ class Prunable:
         return self.curve.seconds
 
 
-def flat_share(shares: np.ndarray, values: np.ndarray, scale: float, rise: float = RISE) -> float:
-    """The largest ``shares[i]`` such that every step up to ``i`` keeps ``values - values[0] <= rise * scale``.
+def flat_share(shares: np.ndarray, values: np.ndarray, rise: float) -> float:
+    """The largest ``shares[i]`` such that every step up to ``i`` keeps ``values - values[0] <= rise``: how far a
+    pruning curve stays flat (our reading of Michel et al. 2019, §4.2, "without noticeable drop").
 
     Args:
-        shares: float ``(steps,)`` increasing, ``shares[0] == 0``. values: float ``(steps,)``. scale: > 0.
+        shares: float ``(steps,)`` increasing, ``shares[0] == 0``. values: float ``(steps,)`` the metric (nats, or
+            ``1 - cos``). rise: the largest rise over ``values[0]`` still counted as no change, in the metric's unit.
+
+    Returns:
+        a share in [0, 1] (``shares[0]`` when the first step already rises more).
+
+    Raises:
+        InvalidArgumentError: arrays of different lengths or empty, or a negative ``rise``.
     """
-    ok = np.asarray(values, dtype=np.float64) - float(values[0]) <= rise * scale
-    bad = np.flatnonzero(~ok)
-    last = (bad[0] - 1) if bad.size else len(ok) - 1
-    return float(np.asarray(shares)[max(last, 0)])
+    shares, values = np.asarray(shares, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    if shares.shape != values.shape or shares.ndim != 1 or not shares.size or rise < 0:
+        raise InvalidArgumentError(f"flat_share needs equal, non-empty 1-D arrays and rise >= 0; got shapes "
+                                   f"{shares.shape} and {values.shape}, rise {rise}.")
+    bad = np.flatnonzero(values - values[0] > rise)
+    last = (bad[0] - 1) if bad.size else len(values) - 1
+    return float(shares[max(last, 0)])
 
 
 def heads_that_can_go(loaded: LoadedModel, texts: Sequence[str] | None = None, *, random_orders: int = RANDOM_ORDERS,
                       progress: Progress = None) -> Prunable:
     """Gradient importance (Michel et al. 2019, eq. 2) and the pruning curve on ``texts`` (default
-    :func:`sentence_set`), then how far each curve stays flat (:func:`flat_share`).
+    :func:`sentence_set`), then how far each curve stays flat (:func:`flat_share` with ``RISE[metric]``).
+
+    Args:
+        loaded: any model whose heads can be switched off one by one. texts: the sentences. random_orders: how many
+            random orders to draw (numpy seed 0). progress: called with the fraction done, in [0, 1].
+
+    Returns:
+        :class:`Prunable` (metric in nats for the loss kinds, ``1 - cos`` for ``embedding_distance``).
 
     Raises:
+        InvalidArgumentError: ``random_orders`` outside [1, 64].
         EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError: as :func:`models.pruning.prepare`
             (e.g. a model whose heads cannot be switched off one by one).
     """
-    texts = list(sentence_set() if texts is None else texts)
+    texts = sentence_set() if texts is None else [texts] if isinstance(texts, str) else list(texts)
+    random_orders = check_int("random_orders", random_orders, 1, 64)
     report(progress, 0.0)
     importance = pruning.gradient_importance(loaded, texts, progress=lambda f: report(progress, 0.2 * f))
     curve = pruning.pruning_curve(loaded, texts, importance, random_orders=random_orders,
                                   progress=lambda f: report(progress, 0.2 + 0.8 * f))
     curve = dataclasses.replace(curve, seconds=importance.seconds + curve.seconds)
-    scale = 1.0 if curve.metric == "embedding_distance" else max(float(curve.by_importance[0]), 1e-9)
-    return Prunable(curve, flat_share(curve.shares, curve.by_importance, scale),
-                    flat_share(curve.shares, curve.random_mean, scale))
+    rise = RISE[curve.metric]
+    return Prunable(curve, flat_share(curve.shares, curve.by_importance, rise),
+                    flat_share(curve.shares, curve.random_mean, rise))
 
 
 def estimate_seconds(loaded: LoadedModel, texts: Sequence[str] | None = None,
                      random_orders: int = RANDOM_ORDERS) -> float:
     """:func:`models.pruning.estimate_curve_seconds` on the same sentences (measured on the shortest, scaled by
-    tokens), in seconds."""
-    texts = list(sentence_set() if texts is None else texts)
+    tokens), in seconds.
+
+    Raises:
+        as :func:`heads_that_can_go`.
+    """
+    texts = sentence_set() if texts is None else [texts] if isinstance(texts, str) else list(texts)
     return pruning.estimate_curve_seconds(loaded, texts, random_orders=random_orders).seconds

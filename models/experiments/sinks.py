@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..analysis import analyze
-from ..errors import UnsupportedOperationError
+from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..loading import LoadedModel
 from .common import ASSETS, Progress, Source, Stopwatch, check_int, report
 
@@ -56,10 +56,12 @@ class FirstTokenShare:
 
     Attributes:
         per_head: float64 ``(layers, heads)``: the mean over all queries of the weight on key 0
-            (``Analysis.statistics[stack]["first"]``, Clark et al. 2019 §3.1's measure; query 0 has only key 0, 1/n
+            (``Analysis.statistics[stack]["first"]``, the measure of Clark et al. 2019 §3.2 and fig. 2; query 0 has only key 0, 1/n
             of the mean).
         per_layer: float64 ``(layers,)``: mean over heads of ``per_head``, in [0, 1].
         tokens: tokens of the text read. first_token: the first token's text (shown as the model reads it).
+        loss: the text's next-token loss under the model's own mask, nats per token (:attr:`models.Analysis.loss`;
+            :func:`streaming_losses` takes it as its full-attention loss instead of reading the text again).
         seconds: wall time, in seconds.
     """
 
@@ -67,11 +69,15 @@ class FirstTokenShare:
     per_layer: np.ndarray
     tokens: int
     first_token: str
+    loss: float
     seconds: float
 
     def bottom_top(self, bottom: int = 2) -> tuple[float, float]:
-        """(mean share of the first ``bottom`` layers, mean share of the layers above): the contrast of fig. 2."""
-        return float(self.per_layer[:bottom].mean()), float(self.per_layer[bottom:].mean())
+        """(mean share of the first ``bottom`` layers, mean share of the layers above): the contrast of fig. 2.
+        A model of ``bottom`` layers or fewer compares its first layer with the others (one layer: NaN above)."""
+        bottom = max(1, min(bottom, len(self.per_layer) - 1))
+        above = self.per_layer[bottom:]
+        return float(self.per_layer[:bottom].mean()), float(above.mean()) if above.size else float("nan")
 
 
 def first_token_share(loaded: LoadedModel, text: str | None = None, *, max_tokens: int = MAX_TOKENS,
@@ -84,7 +90,7 @@ def first_token_share(loaded: LoadedModel, text: str | None = None, *, max_token
 
     Raises:
         UnsupportedOperationError: not a decoder-only LM (code ``needs_causal_lm``).
-        EmptyTextError, ModelOutOfMemoryError: as :func:`models.analyze`.
+        EmptyTextError, InvalidArgumentError (``max_tokens``), ModelOutOfMemoryError: as :func:`models.analyze`.
     """
     stack = _causal_lm(loaded, "The attention-sink experiment")
     clock = Stopwatch()
@@ -93,7 +99,8 @@ def first_token_share(loaded: LoadedModel, text: str | None = None, *, max_token
     report(progress, 0.5)
     per_head = np.asarray(a.statistics[stack]["first"], dtype=np.float64)
     report(progress, 1.0)
-    return FirstTokenShare(per_head, per_head.mean(axis=1), len(a.tokens), a.tokens[0].piece, clock.seconds)
+    return FirstTokenShare(per_head, per_head.mean(axis=1), len(a.tokens), a.tokens[0].piece,
+                           float("nan") if a.loss is None else float(a.loss), clock.seconds)
 
 
 @dataclass
@@ -129,7 +136,8 @@ class StreamingLosses:
 
 
 def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: Sequence[int] = WINDOWS,
-                     sinks: int = SINKS, max_tokens: int = MAX_TOKENS, progress: Progress = None) -> StreamingLosses:
+                     sinks: int = SINKS, max_tokens: int = MAX_TOKENS, full: FirstTokenShare | None = None,
+                     progress: Progress = None) -> StreamingLosses:
     """StreamingLLM's experiment as mask swaps (Xiao et al. 2023, §3.2, fig. 3, table 1).
 
     The text is read three ways per window size: the model's own causal mask (once), ``sliding_window:w`` (each
@@ -138,12 +146,18 @@ def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: S
     paper, the positions stay the text's own (a mask, not an evicting cache with re-numbered positions), so this
     isolates what the first tokens' keys add, not the position shift.
 
+    ``full``: the :func:`first_token_share` of the same text and ``max_tokens``, whose loss is the full-attention
+    loss (one pass fewer).
+
     Raises:
         UnsupportedOperationError: not a decoder-only LM (code ``needs_causal_lm``).
-        InvalidArgumentError: a window below 1 or ``sinks`` below 0.
+        InvalidArgumentError: ``windows`` not a non-empty list, a window below 1, ``sinks`` below 0, or a text of
+            one token (no next-token loss).
         EmptyTextError, ModelOutOfMemoryError: as :func:`models.analyze`.
     """
     _causal_lm(loaded, "The StreamingLLM experiment")
+    if isinstance(windows, (str, bytes)) or not isinstance(windows, (list, tuple, range, np.ndarray)) or not len(windows):
+        raise InvalidArgumentError(f"windows must be a non-empty list of window sizes, got {windows!r}.")
     windows = [check_int("window", w, 1) for w in windows]
     sinks = check_int("sinks", sinks, 0)
     text = long_text() if text is None else text
@@ -152,14 +166,20 @@ def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: S
 
     def loss(mask: str, step: int) -> tuple[float, int]:
         a = analyze(loaded, text, max_tokens=max_tokens, mask=mask, keep=False, top_k=1)
+        if a.loss is None:
+            raise InvalidArgumentError(f"The text is {len(a.tokens)} token long: a next-token loss needs at least 2.")
         report(progress, (step + 1) / steps)
         return float(a.loss), len(a.tokens)
 
     report(progress, 0.0)
-    full, n = loss("native", 0)
+    if full is not None and not np.isnan(full.loss):
+        full_loss, n = full.loss, full.tokens
+        report(progress, 1 / steps)
+    else:
+        full_loss, n = loss("native", 0)
     window, with_sinks = [], []
     for i, w in enumerate(windows):
         window.append(loss(f"sliding_window:{w}", 1 + 2 * i)[0])
         with_sinks.append(loss(f"sink_window:{w},{sinks}", 2 + 2 * i)[0])
-    return StreamingLosses(np.asarray(windows), sinks, full, np.asarray(window), np.asarray(with_sinks), n,
+    return StreamingLosses(np.asarray(windows), sinks, full_loss, np.asarray(window), np.asarray(with_sinks), n,
                            clock.seconds)
