@@ -151,13 +151,14 @@ def _show_clark(r, loaded: models.LoadedModel) -> None:
 
 
 def _show_alignment(r, loaded: models.LoadedModel) -> None:
+    st.caption(t("exp_align_caption"))
     cols = st.columns(len(r.clips))
     for i, (clip, col) in enumerate(zip(r.clips, cols)):
         a = clip.alignment
         labels = [vtext.shown(tok) for tok in clip.tokens]
         labels = (labels + ["<|endoftext|>"])[: a.matrix.shape[0]]
         shared.plotly_chart(vx.dtw_figure(a.matrix, labels, a.text_indices, a.time_indices, frame_seconds=0.02,
-                                          title=tp("exp_align_fig_title", text=vtext.plotly_text(clip.transcript)),
+                                          title=tp("exp_align_fig_title", text=vtext.plotly_text(_cut(clip.transcript, 44))),
                                           time_title=tp("exp_align_time"), path_label=tp("exp_align_path")),
                             container=col, width="stretch", key=f"exp_fig_align_{i}")
         table = pd.DataFrame({tp("exp_align_word"): clip.words, tp("exp_align_start_ours"): clip.word_starts,
@@ -171,6 +172,11 @@ def _show_alignment(r, loaded: models.LoadedModel) -> None:
          f"{nb.num(r.control_mean_difference, 3, L)} {tp('exp_s')}"),
     ])
     st.caption(t("exp_align_differs", model=shared.model_name(loaded)))
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis (a figure title must fit half the page)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _heads(heads: list[tuple[int, int]]) -> str:

@@ -97,7 +97,7 @@ def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, los
         minus = [0.0 if s is None else v - s[0] for s, v in zip(spread, vals)]
         err = dict(type="data", array=plus, arrayminus=minus, visible=True, color="#444")
     fig = go.Figure(go.Bar(x=plotly_labels(list(labels)), y=vals, marker_color=colours, error_y=err,
-                           text=[f"{v:.2f}" for v in vals], textposition="outside",
+                           text=[f"{v:.2f}" for v in vals], textposition="inside", insidetextanchor="start",
                            hovertemplate="%{x}: %{y:.3f} nats<extra></extra>"))
     fig = _layout(fig, title=title, x="", y=loss_title)
     fig.update_yaxes(rangemode="tozero")
