@@ -32,7 +32,7 @@ def _pct(value: float, decimals: int = 1) -> str:
 
 
 def _nats(value: float, sign: bool = False) -> str:
-    return nb.num(float(value), 2, L, sign=sign) + " nats"
+    return nb.num(float(value), 2, L, sign=sign) + " " + tp("exp_nats")
 
 
 def _compare(rows: list[tuple[str, str, str]]) -> None:
@@ -197,8 +197,12 @@ URL.finish()
 exp = E.get(which)
 st.subheader(t(f"exp_{which}_name"))
 st.markdown(t(f"exp_{which}_claim"))
-for src in exp.sources:
-    st.caption(t("exp_source", cite=src.cite, title=src.title, where=src.where, model=src.model, url=src.url))
+strings = shared._strings()
+for i, src in enumerate(exp.sources):
+    # the figure and the model the claim was read from, in the interface language where translated
+    where, on = (tp(k) if k in strings else default for k, default in
+                 ((f"exp_src_{which}_{i}_where", src.where), (f"exp_src_{which}_{i}_model", src.model)))
+    st.caption(t("exp_source", cite=src.cite, title=src.title, where=where, model=on, url=src.url))
 
 installed = [k for k in exp.models if models.get_spec(k).installed]
 if not installed:

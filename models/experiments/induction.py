@@ -27,7 +27,7 @@ SOURCE = Source(
     title="In-context Learning and Induction Heads",
     where="§2 (induction heads: prefix matching and copying), fig. 1-2 (loss on repeated tokens), "
           "argument 3 (knocking the heads out)",
-    model="small attention-only and full Transformers (1 to 40 layers), Anthropic",
+    model="Anthropic's own models: small attention-only ones and full Transformers up to 13 B parameters",
     url="https://arxiv.org/abs/2209.11895",
 )
 LENGTH = 50
