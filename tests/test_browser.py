@@ -238,3 +238,41 @@ def test_no_text_is_cut_or_drawn_over_other_text(app_url):
                        for problem in problems)
     (RESULTS / "layout-problems.txt").write_text(report, encoding="utf-8")
     assert not found, report
+
+
+# Each experiment after its run (issue 15): figures side by side, the published-vs-ours table, long captions.
+EXPERIMENT_PAGES = [("sinks", "smollm2-135m"), ("induction", "smollm2-135m"), ("clark", "multilingual-e5-small"),
+                    ("alignment", "whisper-base"), ("prunable", "minilm-l6")]
+
+
+def test_every_experiments_result_is_drawn_without_cut_or_overlapping_text(app_url):
+    """The first visit presses the run button; the server's shared cache then shows the same result to every later
+    visit (other language, other width) with no run."""
+    check = (Path(__file__).parent / "browser_layout.js").read_text(encoding="utf-8")
+    RESULTS.mkdir(exist_ok=True)
+    found = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        for width, height in ((1280, 720), (1920, 1080)):
+            page = browser.new_page(viewport={"width": width, "height": height})
+            for which, model in EXPERIMENT_PAGES:
+                for lang in ("en", "tr"):
+                    page.goto(f"{app_url}/experiments?exp_which={which}&model_key={model}&lang={lang}")
+                    page.wait_for_selector("[data-testid=stSidebar]", timeout=120_000)
+                    _idle(page)
+                    done = page.get_by_text("This run took" if lang == "en" else "Bu çalıştırma", exact=False)
+                    if not done.count():
+                        page.get_by_role("button", name="Run the experiment" if lang == "en" else "Deneyi çalıştır"
+                                         ).click()
+                        done.first.wait_for(timeout=300_000)
+                        _idle(page)
+                    page.wait_for_timeout(1500)  # plotly lays out after the run
+                    problems = page.evaluate(check)
+                    page.screenshot(path=str(RESULTS / f"experiments-{which}-{lang}-{width}.png"), full_page=True)
+                    if problems:
+                        found[(which, lang, width)] = problems
+            page.close()
+        browser.close()
+    report = "\n".join(f"{which} {lang} {width}px: {problem}" for (which, lang, width), problems in found.items()
+                       for problem in problems)
+    assert not found, report

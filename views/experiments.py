@@ -219,7 +219,8 @@ cache_key = ("experiments", which, name)
 result = shared.CACHE.get(cache_key)
 if result is None:
     try:
-        st.caption(t("exp_estimate", seconds=_estimate(which, name)))
+        seconds = _estimate(which, name)
+        st.caption(t("exp_estimate", seconds=seconds) if seconds >= 1 else t("exp_estimate_short"))
     except models.DikkatError:
         pass  # the run says what is wrong
 # a class shares one run of each experiment: in classroom mode a finished run is not started again

@@ -14,9 +14,13 @@ BLUE, ORANGE, GREEN, GREY, RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d
 
 
 def _layout(fig: go.Figure, *, title: str, x: str, y: str, height: int = 360) -> go.Figure:
-    fig.update_layout(title=dict(text=title), height=height, margin=dict(l=60, r=20, t=50, b=50),
+    """Title on top, the legend (if any) at the bottom of the figure under the x axis title, so neither runs into
+    the other in half the page's width."""
+    legend = any(getattr(trace, "showlegend", None) is not False and getattr(trace, "name", None) for trace in fig.data)
+    fig.update_layout(title=dict(text=title), height=height + (60 if legend else 0),
+                      margin=dict(l=60, r=20, t=50, b=110 if legend else 50),
                       xaxis=dict(title=dict(text=x)), yaxis=dict(title=dict(text=y)),
-                      legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
+                      legend=dict(orientation="h", yref="container", y=0.01, x=0, xanchor="left", yanchor="bottom"))
     return fig
 
 
@@ -95,12 +99,14 @@ def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, los
     if spread is not None and any(s is not None for s in spread):
         plus = [0.0 if s is None else s[1] - v for s, v in zip(spread, vals)]
         minus = [0.0 if s is None else v - s[0] for s, v in zip(spread, vals)]
-        err = dict(type="data", array=plus, arrayminus=minus, visible=True, color="#444")
-    fig = go.Figure(go.Bar(x=plotly_labels(list(labels)), y=vals, marker_color=colours, error_y=err,
+        err = dict(type="data", array=plus, arrayminus=minus, visible=True, color="#444", width=0)
+    # horizontal bars: the labels sit on the y axis, where long ones cannot run into each other
+    fig = go.Figure(go.Bar(y=plotly_labels(list(labels)), x=vals, orientation="h", marker_color=colours, error_x=err,
                            text=[f"{v:.2f}" for v in vals], textposition="inside", insidetextanchor="start",
-                           hovertemplate="%{x}: %{y:.3f} nats<extra></extra>"))
-    fig = _layout(fig, title=title, x="", y=loss_title)
-    fig.update_yaxes(rangemode="tozero")
+                           hovertemplate="%{y}: %{x:.3f} nats<extra></extra>"))
+    fig = _layout(fig, title=title, x=loss_title, y="", height=300)
+    fig.update_xaxes(rangemode="tozero")
+    fig.update_yaxes(autorange="reversed", automargin=True)
     return fig
 
 
@@ -114,9 +120,12 @@ def pattern_bars(counts: dict[str, int], labels: dict[str, str], *, title: str, 
         plotly Figure.
     """
     names = list(counts)
-    fig = go.Figure(go.Bar(x=[labels.get(n, n) for n in names], y=[int(counts[n]) for n in names],
-                           marker_color=BLUE, text=[str(int(counts[n])) for n in names], textposition="outside"))
-    return _layout(fig, title=title, x="", y=count_title, height=320)
+    fig = go.Figure(go.Bar(y=[labels.get(n, n) for n in names], x=[int(counts[n]) for n in names], orientation="h",
+                           marker_color=BLUE, text=[str(int(counts[n])) for n in names], textposition="outside",
+                           cliponaxis=False))
+    fig = _layout(fig, title=title, x=count_title, y="", height=300)
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return fig
 
 
 def published_marks(fig: go.Figure, marks: Sequence[tuple[float, str]], *, band: tuple[float, str] | None = None
