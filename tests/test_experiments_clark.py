@@ -86,8 +86,10 @@ def test_only_encoders_and_valid_sentences(tiny):
 def test_default_inputs_are_the_shipped_sentences():
     texts = clark.default_sentences()
     assert len(texts) == 12 and texts[0] == "Kedi fareyi kovaladı"
-    pairs = clark.default_pairs()
-    assert len(pairs) == 6 and pairs[0] == (texts[0], texts[1]) and pairs[-1] == (texts[10], texts[11])
+    pairs = clark.default_pairs()  # Clark's input: consecutive sentences of one text, two by two
+    assert len(pairs) == 11 and pairs[0][0].startswith("The old house at the end of the lane")
+    assert pairs[0][1].startswith("The garden had grown wild") and pairs[-1][1].endswith(".")
+    assert " ".join(" ".join(p) for p in pairs) == " ".join(clark.long_text().split())
 
 
 # ------------------------------------------------------------------------------------------- hand-made maps
@@ -207,22 +209,28 @@ def test_minilm_heads_look_at_cls_and_neighbours(minilm):
 
 
 def test_e5_puts_over_half_on_sep_in_layers_6_to_10(e5):
-    """multilingual-e5-small (12-layer BERT, XLM-R tokenizer: <s> ... </s>). Shipped sentences read two by two
-    (``default_pairs``: ``<s> A </s></s> B </s>``, Clark's input format), share on </s> per layer (0-based):
+    """multilingual-e5-small (12-layer BERT, XLM-R tokenizer: <s> ... </s>). The shipped sentences read two by two
+    (``<s> A </s></s> B </s>``, Clark's input format), share on </s> per layer (0-based):
 
         layer     0     1     2     3     4     5     6     7     8     9     10    11
         </s>    0.246 0.189 0.094 0.065 0.090 0.610 0.546 0.594 0.587 0.555 0.476 0.401
 
-    Over half in layers 5-9, i.e. Clark's "layers 6-10" counted from 1. The 12 single sentences: <s> 0.57-0.76 in
+    Over half in layers 5-9, i.e. Clark's "layers 6-10" counted from 1. On ``default_pairs`` (consecutive sentences
+    of the long text, ~60 tokens a pair): 0.505 0.419 0.512 0.474 0.476 in layers 5-9 (mean 0.477), 0.032-0.114 in
+    layers 0-4. The 12 single sentences: <s> 0.57-0.76 in
     layers 1-4, then </s> jumps from 0.04 (layer 4) to 0.39 (layer 5) and stays 0.28-0.40; every special token
     together 0.42 in layer 0, 0.55-0.83 above. Head 0-2 puts 0.666 on the previous token; heads 1-7 and 2-6 more
     than half on the next (2-6: 0.915). Kovaleva types over 1728 maps: vertical 1399, diagonal 35,
     vertical+diagonal 54, block 0, heterogeneous 240.
     """
-    pairs = clark.bert_attention_targets(e5, clark.default_pairs())
+    texts = clark.default_sentences()
+    pairs = clark.bert_attention_targets(e5, [(texts[i], texts[i + 1]) for i in range(0, 12, 2)])
     sep = pairs.per_layer["separator"]
     assert sep[5:10].min() > 0.5 and sep[1:5].max() < 0.25 and sep[10:].max() < 0.5, sep
     assert pairs.separator_tokens == ["</s>"] and pairs.first_token == "<s>"
+    story = clark.what_heads_look_at(e5)  # what the page runs
+    sep = story.targets.per_layer["separator"]
+    assert sep[5:10].mean() > 0.42 and sep[5:10].min() > 0.38 and sep[:5].max() < 0.15, sep
     r = clark.bert_attention_targets(e5)
     assert r.per_layer["separator"][5:10].min() > 0.3 > 0.15 > r.per_layer["separator"][1:5].max()
     assert r.per_layer["first"][1:5].min() > 0.5

@@ -31,7 +31,7 @@ def test_the_clark_experiment_runs_from_its_button_in_both_languages(minilm):
     at.button(key="exp_run_clark").click().run()
     _clean(at)
     rows = _compare_rows(at)
-    assert rows["Heads with over 50 % on the previous token"].startswith("1 (layer-head from 0: 0-2)"), rows
+    assert rows["Heads with over 50 % on the previous token"].startswith("1 (layer-head: 0-2)"), rows
     assert any("This run took" in c.value for c in at.caption)
     at.radio(key="lang").set_value("tr").run()
     _clean(at)

@@ -62,8 +62,11 @@ def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
         container=c2, width="stretch", key="exp_fig_sinks_stream")
     low, high = share.bottom_top()
     w0 = int(np.argmin(stream.windows))
+    above = share.per_layer[2:]
     _compare([
         (tp("exp_sinks_m_share"), tp("exp_sinks_p_share"), f"{_pct(low)} / {_pct(high)}"),
+        (tp("exp_sinks_m_layers"), tp("exp_sinks_p_layers"),
+         tp("exp_sinks_o_layers", n=int((above > 0.2).sum()), m=len(above))),
         (tp("exp_sinks_m_window", w=int(stream.windows[w0])), tp("exp_sinks_p_window"),
          _nats(stream.window_gap[w0], sign=True)),
         (tp("exp_sinks_m_sinks", w=int(stream.windows[w0]), k=stream.sinks), tp("exp_sinks_p_sinks"),
@@ -73,11 +76,11 @@ def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
 
 
 def _show_induction(r, loaded: models.LoadedModel) -> None:
+    st.caption(t("exp_ind_setup", n=r.sequences, length=r.length, k=len(r.top)))
     c1, c2 = st.columns(2)
     off = np.zeros(r.scores.shape, dtype=bool)
     for _, layer, head in r.top:
         off[layer, head] = True
-    st.caption(t("exp_ind_setup", n=r.sequences, length=r.length, k=len(r.top)))
     shared.plotly_chart(vp.head_grid(r.scores, off, title=tp("exp_ind_grid_title"),
                                      score_title=tp("exp_ind_score"), layer_title=tp("exp_layer"),
                                      head_title=tp("exp_head"), off_title=tp("exp_ind_off")),
@@ -85,7 +88,7 @@ def _show_induction(r, loaded: models.LoadedModel) -> None:
     rnd = r.loss_second_random
     labels = [tp("exp_ind_first"), tp("exp_ind_second"), tp("exp_ind_second_off", k=len(r.top)),
               tp("exp_ind_second_random", k=len(r.top))]
-    values = [r.loss_first, r.loss_second, r.loss_second_off] + ([float(rnd.mean())] if rnd.size else [])
+    values = [r.loss_first, r.loss_second, r.loss_second_off] + ([float(np.median(rnd))] if rnd.size else [])
     spread = [None, None, None] + ([(float(rnd.min()), float(rnd.max()))] if rnd.size else [])
     shared.plotly_chart(vx.loss_bars(labels[:len(values)], values, title=tp("exp_ind_loss_title"),
                                      loss_title=tp("exp_loss"), spread=spread),
@@ -98,7 +101,9 @@ def _show_induction(r, loaded: models.LoadedModel) -> None:
         (tp("exp_ind_m_loss"), tp("exp_ind_p_loss"), f"{_nats(r.loss_first)} → {_nats(r.loss_second)}"),
         (tp("exp_ind_m_off", k=len(r.top)), tp("exp_ind_p_off"),
          tp("exp_ind_o_off", off=_nats(r.loss_second_off - r.loss_second, sign=True),
-            rnd=_nats(float(np.median(rnd)) - r.loss_second, sign=True) if rnd.size else "–")),
+            rnd=_nats(float(np.median(rnd)) - r.loss_second, sign=True) if rnd.size else "–", n=int(rnd.size),
+            lo=_nats(float(rnd.min(initial=r.loss_second)) - r.loss_second, sign=True),
+            hi=_nats(float(rnd.max(initial=r.loss_second)) - r.loss_second, sign=True))),
     ])
     st.caption(t("exp_ind_differs", model=shared.model_name(loaded)))
 
@@ -140,7 +145,7 @@ def _show_clark(r, loaded: models.LoadedModel) -> None:
     prev, nxt = tg.heads_above("previous"), tg.heads_above("next")
     shares = pc.shares
     _compare([
-        (tp("exp_clark_m_sep", lo=lo + 1, hi=hi), tp("exp_clark_p_sep"),
+        (tp("exp_clark_m_sep", lo=lo, hi=hi - 1), tp("exp_clark_p_sep"),
          _pct(float(tg.per_layer["separator"][lo:hi].mean()))),
         (tp("exp_clark_m_prev"), tp("exp_clark_p_prev"), tp("exp_clark_o_heads", n=len(prev), heads=_heads(prev))),
         (tp("exp_clark_m_next"), tp("exp_clark_p_next"), tp("exp_clark_o_heads", n=len(nxt), heads=_heads(nxt))),
@@ -243,6 +248,8 @@ if again and st.button(t("exp_run") if result is None else t("exp_run_again"), k
         shared.show_error(exc)
         result = None
     bar.empty()
+    if result is not None:
+        st.rerun()  # draw the page as it now is: the result, "Run again", no estimate
 
 if result is not None:
     SHOW[which](result, loaded)

@@ -17,6 +17,7 @@ Layers and heads are numbered from 0 here; both papers number layers from 1 (Cla
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -30,7 +31,7 @@ from ..tokens import Token
 if TYPE_CHECKING:
     from .patterns import PatternCounts
 
-from .common import Progress, Source, Stopwatch, probe_estimate, report, sentence_set
+from .common import Progress, Source, Stopwatch, long_text, probe_estimate, report, sentence_set
 
 SOURCES = (
     Source(
@@ -122,11 +123,12 @@ def default_sentences() -> list[str]:
 
 
 def default_pairs() -> list[tuple[str, str]]:
-    """The shipped sentences two by two, ``(1st, 2nd), (3rd, 4th) ...`` (6 pairs), read as ``[CLS] A [SEP] B [SEP]``
-    (``<s> A </s></s> B </s>``): Clark et al.'s input format (two consecutive segments), and the only inputs on
-    which Kovaleva's "block" type can appear."""
-    texts = default_sentences()
-    return [(texts[i], texts[i + 1]) for i in range(0, len(texts) - 1, 2)]
+    """Consecutive sentences of the shipped long English text (:func:`.common.long_text`, 22 sentences of one story)
+    two by two, ``(1st, 2nd), (3rd, 4th) ...`` (11 pairs), read as ``[CLS] A [SEP] B [SEP]`` (``<s> A </s></s> B
+    </s>``): Clark et al.'s input (two consecutive segments of one text, §2), and the only inputs on which
+    Kovaleva's "block" type can appear."""
+    sentences = re.split(r"(?<=[.!?])\s+", long_text().strip())
+    return [(sentences[i], sentences[i + 1]) for i in range(0, len(sentences) - 1, 2)]
 
 
 def _inputs(sentences) -> list[str | tuple[str, str]]:

@@ -39,6 +39,12 @@ def sentence_set() -> list[str]:
     return [s["text"] for s in json.loads((ASSETS / "sentences.json").read_text(encoding="utf-8"))["sentences"]]
 
 
+def long_text() -> str:
+    """The shipped long English text (``assets/texts/long_en.txt``: 22 sentences of one story, 507 tokens on
+    smollm2-135m)."""
+    return (ASSETS / "texts" / "long_en.txt").read_text(encoding="utf-8")
+
+
 def report(progress: Progress, fraction: float) -> None:
     """Call ``progress`` (if any) with ``fraction`` clipped to [0, 1]."""
     if progress is not None:

@@ -20,7 +20,7 @@ import numpy as np
 from ..analysis import analyze
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..loading import LoadedModel
-from .common import ASSETS, Progress, Source, Stopwatch, check_int, report
+from .common import Progress, Source, Stopwatch, check_int, long_text, report
 
 SOURCE = Source(
     cite="Xiao et al. 2023",
@@ -29,15 +29,9 @@ SOURCE = Source(
     model="Llama-2-7B/13B, Falcon, Pythia, MPT",
     url="https://arxiv.org/abs/2309.17453",
 )
-LONG_TEXT_PATH = ASSETS / "texts" / "long_en.txt"
 MAX_TOKENS = 512
 WINDOWS = (16, 32, 64)
 SINKS = 4
-
-
-def long_text() -> str:
-    """The shipped long English text (``assets/texts/long_en.txt``; 507 tokens on smollm2)."""
-    return LONG_TEXT_PATH.read_text(encoding="utf-8")
 
 
 def _causal_lm(loaded: LoadedModel, what: str) -> str:
