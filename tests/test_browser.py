@@ -210,10 +210,10 @@ LAYOUT_PAGES = [
 ]
 
 
-def test_no_text_is_cut_or_drawn_over_other_text(app_url):
-    """Issue 13: titles, notes and long words cut at the head view's edge, a figure title running into its
-    axis title, rotated labels over each other, panel titles cut by the figure above, table columns and
-    button labels cut. tests/browser_layout.js measures what the browser drew; screenshots are saved."""
+def _layout_problems(app_url: str, paths: list[str], shot, prepare=None) -> str:
+    """Open each path in both languages at 1280 x 720 and 1920 x 1080, run ``prepare(page, lang)`` if given, and
+    measure what the browser drew with tests/browser_layout.js; screenshots are saved as ``shot(number, path, lang,
+    width)``. Returns one line per problem ("" when none)."""
     check = (Path(__file__).parent / "browser_layout.js").read_text(encoding="utf-8")
     RESULTS.mkdir(exist_ok=True)
     found = {}
@@ -221,23 +221,32 @@ def test_no_text_is_cut_or_drawn_over_other_text(app_url):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         for width, height in ((1280, 720), (1920, 1080)):
             page = browser.new_page(viewport={"width": width, "height": height})
-            for number, path in enumerate(LAYOUT_PAGES):
+            for number, path in enumerate(paths):
                 for lang in ("en", "tr"):
                     page.goto(app_url + path + ("&" if "?" in path else "?") + f"lang={lang}")
                     page.wait_for_selector("[data-testid=stSidebar]", timeout=120_000)
                     _idle(page)
+                    if prepare is not None:
+                        prepare(page, lang)
                     page.wait_for_timeout(1500)  # plotly lays out after the run
                     problems = page.evaluate(check)
-                    name = f"layout-{number:02d}-{path.strip('/').split('?')[0] or 'explore'}-{lang}-{width}.png"
-                    page.screenshot(path=str(RESULTS / name))
+                    page.screenshot(path=str(RESULTS / shot(number, path, lang, width)))
                     if problems:
                         found[(path, lang, width)] = problems
             page.close()
         browser.close()
-    report = "\n".join(f"{path} {lang} {width}px: {problem}" for (path, lang, width), problems in found.items()
-                       for problem in problems)
+    return "\n".join(f"{path} {lang} {width}px: {problem}" for (path, lang, width), problems in found.items()
+                     for problem in problems)
+
+
+def test_no_text_is_cut_or_drawn_over_other_text(app_url):
+    """Issue 13: titles, notes and long words cut at the head view's edge, a figure title running into its
+    axis title, rotated labels over each other, panel titles cut by the figure above, table columns and
+    button labels cut. tests/browser_layout.js measures what the browser drew; screenshots are saved."""
+    report = _layout_problems(app_url, LAYOUT_PAGES, lambda number, path, lang, width: (
+        f"layout-{number:02d}-{path.strip('/').split('?')[0] or 'explore'}-{lang}-{width}.png"))
     (RESULTS / "layout-problems.txt").write_text(report, encoding="utf-8")
-    assert not found, report
+    assert not report, report
 
 
 # Each experiment after its run (issue 15): figures side by side, the published-vs-ours table, long captions.
@@ -248,31 +257,15 @@ EXPERIMENT_PAGES = [("sinks", "smollm2-135m"), ("induction", "smollm2-135m"), ("
 def test_every_experiments_result_is_drawn_without_cut_or_overlapping_text(app_url):
     """The first visit presses the run button; the server's shared cache then shows the same result to every later
     visit (other language, other width) with no run."""
-    check = (Path(__file__).parent / "browser_layout.js").read_text(encoding="utf-8")
-    RESULTS.mkdir(exist_ok=True)
-    found = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        for width, height in ((1280, 720), (1920, 1080)):
-            page = browser.new_page(viewport={"width": width, "height": height})
-            for which, model in EXPERIMENT_PAGES:
-                for lang in ("en", "tr"):
-                    page.goto(f"{app_url}/experiments?exp_which={which}&model_key={model}&lang={lang}")
-                    page.wait_for_selector("[data-testid=stSidebar]", timeout=120_000)
-                    _idle(page)
-                    done = page.get_by_text("This run took" if lang == "en" else "Bu çalıştırma", exact=False)
-                    if not done.count():
-                        page.get_by_role("button", name="Run the experiment" if lang == "en" else "Deneyi çalıştır"
-                                         ).click()
-                        done.first.wait_for(timeout=300_000)
-                        _idle(page)
-                    page.wait_for_timeout(1500)  # plotly lays out after the run
-                    problems = page.evaluate(check)
-                    page.screenshot(path=str(RESULTS / f"experiments-{which}-{lang}-{width}.png"), full_page=True)
-                    if problems:
-                        found[(which, lang, width)] = problems
-            page.close()
-        browser.close()
-    report = "\n".join(f"{which} {lang} {width}px: {problem}" for (which, lang, width), problems in found.items()
-                       for problem in problems)
-    assert not found, report
+
+    def run_once(page, lang: str) -> None:
+        done = page.get_by_text("This run took" if lang == "en" else "Bu çalıştırma", exact=False)
+        if not done.count():
+            page.get_by_role("button", name="Run the experiment" if lang == "en" else "Deneyi çalıştır").click()
+            done.first.wait_for(timeout=300_000)
+            _idle(page)
+
+    paths = [f"/experiments?exp_which={which}&model_key={model}" for which, model in EXPERIMENT_PAGES]
+    report = _layout_problems(app_url, paths, lambda number, path, lang, width: (
+        f"experiments-{EXPERIMENT_PAGES[number][0]}-{lang}-{width}.png"), prepare=run_once)
+    assert not report, report
