@@ -50,10 +50,10 @@ def _estimate(which: str, name: str) -> float:
 def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
     share, stream = r.share, r.streaming
     c1, c2 = st.columns(2)
+    on_first = tp("exp_sinks_first_token", token=vtext.plotly_text(vtext.shown(share.first_token)))
     shared.plotly_chart(vx.per_layer_lines(
-        {tp("exp_sinks_first_token", token=vtext.plotly_text(vtext.shown(share.first_token))): share.per_layer},
-        title=tp("exp_sinks_share_title", n=share.tokens), layer_title=tp("exp_layer"),
-        value_title=tp("exp_sinks_first_token", token=vtext.plotly_text(vtext.shown(share.first_token))),
+        {on_first: share.per_layer}, title=tp("exp_sinks_share_title", n=share.tokens), layer_title=tp("exp_layer"),
+        value_title=on_first,
         bottom=2, bottom_label=tp("exp_sinks_bottom")), container=c1, width="stretch", key="exp_fig_sinks_share")
     shared.plotly_chart(vx.streaming_figure(
         stream.windows, stream.window, stream.with_sinks, stream.full, title=tp("exp_sinks_stream_title", n=stream.tokens),

@@ -11,7 +11,7 @@ key            finding                                                function
 ``sinks``      attention sinks; StreamingLLM (Xiao et al. 2023)       :func:`.sinks.first_token_share`,
                                                                       :func:`.sinks.streaming_losses`
 ``induction``  induction heads (Olsson et al. 2022)                   :func:`.induction.induction_heads`
-``clark``      what BERT's heads look at (Clark et al. 2019;          :func:`.clark.what_heads_look_at`    
+``clark``      what BERT's heads look at (Clark et al. 2019;          :func:`.clark.what_heads_look_at`
                Kovaleva et al. 2019)
 ``alignment``  Whisper's alignment heads (Radford et al. 2022)        :func:`.alignment.whisper_alignment`
 ``prunable``   heads that can go (Michel et al. 2019; Voita et al.)   :func:`.prunable.heads_that_can_go`
@@ -47,7 +47,7 @@ class SinksResult:
     seconds: float
 
 
-def _sinks(loaded: LoadedModel, progress: Progress) -> SinksResult:
+def _sinks(loaded: LoadedModel, progress: Progress = None) -> SinksResult:
     from . import sinks
 
     share = sinks.first_token_share(loaded, progress=lambda f: report(progress, 0.2 * f))
@@ -63,7 +63,7 @@ class Experiment:
         key: its name in :data:`EXPERIMENTS` (and the page's link). module: the module under
             ``models.experiments`` that computes it (its ``SOURCE`` or ``SOURCES``).
         models: the bundled catalog models it runs on, the default first.
-        runner: ``(loaded, progress) -> result``. estimator: ``loaded -> seconds``, a measured estimate of the
+        runner: ``(loaded, progress=None) -> result``. estimator: ``loaded -> seconds``, a measured estimate of the
             run's wall time on this machine (:func:`estimate_seconds`).
     """
 
@@ -79,16 +79,11 @@ class Experiment:
         return tuple(getattr(mod, "SOURCES", None) or (mod.SOURCE,))
 
 
-def _module_call(module: str, fn: str) -> Callable:
-    def call(loaded: LoadedModel, progress: Progress = None):
-        return getattr(importlib.import_module(f"{__name__}.{module}"), fn)(loaded, progress=progress)
+def _lazy(module: str, fn: str) -> Callable:
+    """``models.experiments.<module>.<fn>``, imported when first called (the registry imports no experiment)."""
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(f"{__name__}.{module}"), fn)(*args, **kwargs)
     return call
-
-
-def _module_estimate(module: str, fn: str) -> Callable[[LoadedModel], float]:
-    def estimate(loaded: LoadedModel) -> float:
-        return float(getattr(importlib.import_module(f"{__name__}.{module}"), fn)(loaded))
-    return estimate
 
 
 def _by_passes(passes: Callable[[LoadedModel], list[tuple[float, int]]]) -> Callable[[LoadedModel], float]:
@@ -120,14 +115,14 @@ def _induction_passes(loaded: LoadedModel) -> list[tuple[float, int]]:
 
 EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in (
     Experiment("sinks", "sinks", ("smollm2-135m", "gemma3-270m"), _sinks, _by_passes(_sink_passes)),
-    Experiment("induction", "induction", ("smollm2-135m", "gemma3-270m"), _module_call("induction", "induction_heads"),
+    Experiment("induction", "induction", ("smollm2-135m", "gemma3-270m"), _lazy("induction", "induction_heads"),
                _by_passes(_induction_passes)),
     Experiment("clark", "clark", ("minilm-l6", "multilingual-e5-small"),
-               _module_call("clark", "what_heads_look_at"), _module_estimate("clark", "estimate_seconds")),
-    Experiment("alignment", "alignment", ("whisper-base",), _module_call("alignment", "whisper_alignment"),
-               _module_estimate("alignment", "estimate_alignment_seconds")),
-    Experiment("prunable", "prunable", ("smollm2-135m", "minilm-l6"), _module_call("prunable", "heads_that_can_go"),
-               _module_estimate("prunable", "estimate_seconds")),
+               _lazy("clark", "what_heads_look_at"), _lazy("clark", "estimate_seconds")),
+    Experiment("alignment", "alignment", ("whisper-base",), _lazy("alignment", "whisper_alignment"),
+               _lazy("alignment", "estimate_alignment_seconds")),
+    Experiment("prunable", "prunable", ("smollm2-135m", "minilm-l6"), _lazy("prunable", "heads_that_can_go"),
+               _lazy("prunable", "estimate_seconds")),
 )}
 
 
@@ -152,7 +147,7 @@ def run(key: str, loaded: LoadedModel, *, progress: Progress = None):
         InvalidArgumentError: an unknown key. UnsupportedOperationError: a model the experiment cannot run on
         (e.g. induction heads on an encoder); and what the experiment's function raises.
     """
-    return get(key).runner(loaded, progress)
+    return get(key).runner(loaded, progress=progress)
 
 
 def forward_seconds(loaded: LoadedModel, tokens: int) -> float:
@@ -184,4 +179,4 @@ def estimate_seconds(key: str, loaded: LoadedModel) -> float:
     Raises:
         InvalidArgumentError: an unknown key. UnsupportedOperationError: a model the experiment cannot run on.
     """
-    return get(key).estimator(loaded)
+    return float(get(key).estimator(loaded))

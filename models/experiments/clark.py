@@ -97,10 +97,6 @@ TARGET_LABELS = {
     "current": "the token itself (key = query)",
 }
 
-# Kovaleva pattern types, in the papers' order, and the thresholds of pattern_type (shares of attention weight,
-# averaged over the map's queries; see pattern_features).
-
-
 def _needs_encoder(loaded: LoadedModel, what: str) -> None:
     """UnsupportedOperationError (code ``needs_encoder``) unless ``loaded`` is an encoder (BERT-style) model."""
     if loaded.family != "encoder" or STACK not in loaded.stacks:

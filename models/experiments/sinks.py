@@ -50,8 +50,8 @@ class FirstTokenShare:
 
     Attributes:
         per_head: float64 ``(layers, heads)``: the mean over all queries of the weight on key 0
-            (``Analysis.statistics[stack]["first"]``, the measure of Clark et al. 2019 §3.2 and fig. 2; query 0 has only key 0, 1/n
-            of the mean).
+            (``Analysis.statistics[stack]["first"]``, the measure of Clark et al. 2019 §3.2 and fig. 2; query 0 has
+            only key 0, 1/n of the mean).
         per_layer: float64 ``(layers,)``: mean over heads of ``per_head``, in [0, 1].
         tokens: tokens of the text read. first_token: the first token's text (shown as the model reads it).
         loss: the text's next-token loss under the model's own mask, nats per token (:attr:`models.Analysis.loss`;
