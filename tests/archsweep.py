@@ -14,7 +14,7 @@ built with random weights, saved as safetensors with the tests' word-level token
   share`` in a layer with an attention sink).
 
 ``python tests/archsweep.py [--out docs/architectures.md] [types ...]`` writes the coverage table;
-``tests/test_archsweep.py`` runs the same checks under pytest.
+``tests/sweep/test_archsweep.py`` runs the same checks under pytest.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ def table(results: list[Result]) -> str:
         "",
         f"Every model type of transformers {transformers.__version__}'s causal-LM, masked-LM and seq-to-seq auto "
         "mappings, built as a tiny random model and checked against plain transformers (eager attention) by "
-        "`tests/archsweep.py` (run by `make test` as `tests/test_archsweep.py`). Regenerate with "
+        "`tests/archsweep.py` (run by `make test` as `tests/sweep/test_archsweep.py`). Regenerate with "
         "`.venv/bin/python tests/archsweep.py --out docs/architectures.md`.",
         "",
         "- **pass**: every recorded map equals eager `output_attentions` (atol 1e-5) and rows sum to 1; logits "
@@ -389,7 +389,7 @@ def table(results: list[Result]) -> str:
         "attention, tensors that are not token-by-token maps ...).",
         "- **not built**: the tiny config made from the type's defaults does not build or does not run in "
         "plain transformers (a limit of this sweep, not of Dikkat).",
-        "- **WRONG** / **crash**: known faults, listed in `tests/test_archsweep.py` (`KNOWN`) until fixed.",
+        "- **WRONG** / **crash**: known faults, listed in `tests/sweep/test_archsweep.py` (`KNOWN`) until fixed.",
         "",
         "Totals: " + ", ".join(f"{v} {n}" for v, n in counts.items()) + f" (of {len(results)}).",
         "",

@@ -1,5 +1,5 @@
 // Text that a page cuts or draws over other text, as a list of [kind, what, detail] (empty: none).
-// Run in the page by tests/test_browser.py (Playwright's page.evaluate). Three kinds:
+// Run in the page by tests/browser/test_browser.py (Playwright's page.evaluate). Three kinds:
 //  - "cut": an element whose text is wider than its box and hidden (overflow hidden/clip or an ellipsis);
 //    KaTeX's visually hidden MathML copy is not shown text and is left out;
 //  - "outside"/"overlap": in a plotly chart, a title, axis title, tick label, annotation, colour-bar title or

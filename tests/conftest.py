@@ -56,24 +56,24 @@ def smollm2():
     return models.load("smollm2-135m", device="cpu")
 
 
-# Tests grouped by layer (the markers are declared in pyproject.toml): `pytest -m engine`, `-m "not browser"`.
-LAYERS = {
-    "engine": ("test_budget", "test_engine", "test_error_messages", "test_fallback_masks", "test_fallback_path",
-               "test_experiments", "test_flow", "test_fuzz_api", "test_masks_engine", "test_pruning", "test_store", "test_lessons", "test_typed_tokens"),
-    "viz": ("test_masks_viz", "test_viz_flow", "test_transforms", "test_viz_explore", "test_viz_labels", "test_viz_prepare"),
-    "app": ("test_experiments_page", "test_explore_app", "test_fuzz_app", "test_hosting", "test_hosting_app", "test_flow_page", "test_i18n", "test_masks_page",
-            "test_pruning_page", "test_replicas", "test_pages_odd_inputs", "test_teaching_pages", "test_house"),
-    "bundled": ("test_bundled", "test_experiments_alignment", "test_experiments_bundled", "test_experiments_clark", "test_flow_bundled", "test_e5", "test_gemma", "test_whisper", "test_notebook"),
-    "browser": ("test_browser",),
-    "sweep": ("test_archsweep",),
-}
+# Tests live in one folder per tier; the folder is the marker (declared in pyproject.toml): `pytest -m engine`,
+# `-m "not browser"`, or a folder. ``bundled`` is also put on any test that takes a bundled-model fixture, so
+# `make check` (tiers that need no bundled model, browser or nginx) can leave those out of engine/ and viz/.
+TIERS = ("house", "engine", "viz", "app", "deploy", "bundled", "browser", "sweep")
+BUNDLED_FIXTURES = {"minilm", "smollm2"}
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the name of its folder under tests/ (None for a file outside a tier)."""
+    parts = Path(path).resolve().relative_to(ROOT / "tests").parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its file's layer (:data:`LAYERS`), and ``bundled`` where it uses a bundled model."""
+    """Mark each test with its folder's tier, and ``bundled`` where it uses a bundled model."""
     for item in items:
-        for marker, files in LAYERS.items():
-            if item.path.stem in files:
-                item.add_marker(marker)
-        if {"minilm", "smollm2"} & set(getattr(item, "fixturenames", ())):
+        tier = tier_of(item.path)
+        if tier:
+            item.add_marker(tier)
+        if BUNDLED_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker("bundled")

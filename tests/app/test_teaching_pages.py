@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from links import open_linked
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["views/qkv.py", "views/positions.py", "views/cost.py", "views/kvcache.py"]
 STRINGS = json.loads((ROOT / "assets/i18n/teach.json").read_text(encoding="utf-8"))
 TITLES = {"views/qkv.py": "qkv_title", "views/positions.py": "pos_title", "views/cost.py": "cost_title",

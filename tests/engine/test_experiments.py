@@ -1,5 +1,5 @@
 """The experiments' arithmetic and wiring (issue 15) on hand-made arrays and tiny random models; the measured effects
-on the bundled models are in test_experiments_bundled.py."""
+on the bundled models are in tests/bundled/test_experiments_bundled.py."""
 
 from __future__ import annotations
 

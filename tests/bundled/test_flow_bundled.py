@@ -12,7 +12,7 @@ import pytest
 import models
 from models import flow as mflow
 
-SENTENCES = [s["text"] for s in json.loads((Path(__file__).resolve().parent.parent / "assets" / "sentences.json")
+SENTENCES = [s["text"] for s in json.loads((Path(__file__).resolve().parents[2] / "assets" / "sentences.json")
                                            .read_text(encoding="utf-8"))["sentences"]]
 
 

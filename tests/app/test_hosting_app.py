@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 import models
 from views import hosting
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 PAGES = ["views/explore.py", "views/pruning.py", "views/masks.py", "views/qkv.py", "views/positions.py",
          "views/cost.py", "views/kvcache.py", "views/experiments.py"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMON = json.loads((ROOT / "assets/i18n/common.json").read_text(encoding="utf-8"))
 
 
@@ -69,7 +69,7 @@ def test_switching_the_language_on_a_page_with_buttons_does_not_crash(page, star
     State: drawing them then raised StreamlitValueAssignmentNotAllowedError on five of the seven pages).
     (Turkish to English is checked on the explore page only: outside a script run AppTest formats the
     options of a radio or selectbox in English, so a page with translated option labels cannot be driven
-    from the Turkish interface; tests/test_browser.py covers that in a real browser.)"""
+    from the Turkish interface; tests/browser/test_browser.py covers that in a real browser.)"""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.session_state["model_key"] = "smollm2-135m"
     at.session_state["lang"] = start

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import archsweep  # noqa: E402
 
 import models  # noqa: E402

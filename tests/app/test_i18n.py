@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "assets" / "i18n").glob("*.json"))
 # strings passed to st.latex, whose braces are LaTeX, not placeholders
 LATEX = {"kv_formula"}

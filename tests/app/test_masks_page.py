@@ -15,7 +15,7 @@ from plotly_json import decode as _decode, shown
 import models
 from links import open_linked
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 PAGE = "views/masks.py"
 TEXT = "The cat chased the mouse"
 

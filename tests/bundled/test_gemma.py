@@ -13,7 +13,7 @@ import pytest
 import models
 from models.builders import gemma3_chunks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "gemma3-270m"
 TEXT = "Kedi fareyi kovaladı"
 

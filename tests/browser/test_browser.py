@@ -18,7 +18,7 @@ from urllib.parse import quote, urlparse
 import pytest
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "deploy"))
 
 import replicas  # noqa: E402
@@ -214,7 +214,7 @@ def _layout_problems(app_url: str, paths: list[str], shot, prepare=None) -> str:
     """Open each path in both languages at 1280 x 720 and 1920 x 1080, run ``prepare(page, lang)`` if given, and
     measure what the browser drew with tests/browser_layout.js; screenshots are saved as ``shot(number, path, lang,
     width)``. Returns one line per problem ("" when none)."""
-    check = (Path(__file__).parent / "browser_layout.js").read_text(encoding="utf-8")
+    check = (Path(__file__).parents[1] / "browser_layout.js").read_text(encoding="utf-8")
     RESULTS.mkdir(exist_ok=True)
     found = {}
     with sync_playwright() as p:

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 import models
 from models import pruning
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def _page(model: str, text: str, custom: str = "", lang: str = "en") -> AppTest:

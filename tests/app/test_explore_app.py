@@ -13,7 +13,7 @@ from plotly_json import decode
 
 import models
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 SENTENCE = "Kedi fareyi kovaladı"
 VIEWS = ["head", "model", "heatmap", "summary"]
 OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout"]
@@ -401,7 +401,7 @@ def test_hybrid_model_shows_its_attention_blocks(tmp_path_factory, lang):
     is, and the model view labels the layer with its block."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import archsweep
 
     folder = tmp_path_factory.mktemp("jamba") / "jamba"
@@ -419,7 +419,7 @@ def test_attention_sink_is_a_column_of_the_heatmap(tmp_path_factory, lang):
     weight on the tokens, so every drawn row sums to 1, and a caption says what it is."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import archsweep
 
     folder = tmp_path_factory.mktemp("gpt_oss") / "gpt_oss"
@@ -447,7 +447,7 @@ def test_a_stack_that_is_not_shown_says_so(tmp_path_factory, lang):
     why, in the interface language, instead of leaving it out silently."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import archsweep
 
     folder = tmp_path_factory.mktemp("pegasus_x") / "pegasus_x"
