@@ -9,10 +9,11 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from . import capture, fallback_masks
+from . import capture
+from .capture import softmax as fallback_masks
 from .errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from .loading import LoadedModel
-from .sites import accepts as _accepts
+from .anatomy.inputs import accepts as _accepts
 from .heads import heads_to_gates, validate_heads
 from .masks import resolve_masks
 from .outputs import TopK, collect_hidden, fill_outputs, generate_target, lm_blocks
@@ -49,7 +50,7 @@ class Analysis:
             with an attention sink (``sinks``), whose rows sum to ``1 - sink_share``.
         missing_stacks: ``stack -> why it is not in attentions``: a stack of the model that is not shown
             (:attr:`models.loading.LoadedModel.missing_stacks`; Pegasus-X's local/global encoder).
-        sinks: ``stack -> [layers with a learned attention sink]`` (:attr:`models.capture.Site.sink`;
+        sinks: ``stack -> [layers with a learned attention sink]`` (:attr:`models.anatomy.site.Site.sink`;
             GPT-OSS); empty for models without one. See :meth:`sink_share`.
         statistics: ``stack -> name -> float32 (layers, heads)``: the per-head statistics of the raw
             weights (:class:`models.statistics.HeadStatistics`; names as ``viz.transforms.STATISTICS``).

@@ -298,7 +298,7 @@ def analyze_audio(
     else:
         call = {"input_features": features, "decoder_input_ids": torch.tensor([dec_ids], device=loaded.device),
                 "use_cache": False}
-        replay = _CroppedReplay(Replay(loaded, call, gates, {}, capture.CHUNK_BYTES), n, keep_pad)
+        replay = _CroppedReplay(Replay(loaded, call, gates, {}, capture.state.CHUNK_BYTES), n, keep_pad)
         t = len(dec_ids)
         shapes = {"encoder": (n_enc, n_enc), "decoder": (t, t), "cross": (t, n_enc)}
         attentions = {stack: AttentionStack(stack, (layers_, heads_) + shapes[stack], replay=replay)

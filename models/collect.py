@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from . import blocks, statistics as hstats
+from . import statistics as hstats
+from .capture import blocks
 from .loading import LoadedModel
 from .store import AttentionStack, LazyMap, MaskStack, Replay
 

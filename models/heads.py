@@ -7,6 +7,7 @@ from typing import Iterable
 
 import torch
 
+from .anatomy.site import GATE_NONE
 from .errors import InvalidHeadError, UnsupportedOperationError
 from .loading import LoadedModel
 
@@ -71,7 +72,7 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
             "belongs to one head alone: a head cannot be switched off by itself.",
             code="mixed_heads", model=loaded.name, stack=mixed[0].stack, layer=mixed[0].layer)
     if out and (loaded.capture_path == "fallback" or loaded.fallback_stacks):
-        missing = [s for s in loaded.sites if not (s.out_proj or s.softmax_gate)
+        missing = [s for s in loaded.sites if s.gate == GATE_NONE
                    and any(h[:2] == (s.stack, s.layer) for h in out)
                    and (loaded.capture_path == "fallback" or s.stack in loaded.fallback_stacks)]
         if missing:

@@ -12,10 +12,13 @@ from typing import Any
 
 import torch
 
-from . import budget, cache, capture, fallback_masks, hub
+from . import budget, cache, capture, hub
+from .anatomy.decoder import decoder_call
+from .anatomy.probe import discover_sites
+from .anatomy.site import Site
+from .capture import softmax as fallback_masks
 from .catalog import CATALOG, ModelSpec, get_spec
 from .families import auto_class, family_and_head, named_class
-from .sites import decoder_call, discover_sites
 from .errors import (
     DikkatError,
     InvalidArgumentError,
@@ -52,7 +55,7 @@ class LoadedModel:
             on the fallback path.
         load_args: the arguments of :func:`load` that gave this model (to load it again).
         probes: answers of probes run when first needed, e.g. ``fallback_mask`` (how a fallback-path model
-            takes a replaced mask: :func:`models.fallback_masks.mask_support`).
+            takes a replaced mask: :func:`models.capture.softmax.mask_support`).
         fallback_stacks: interface path: stacks whose attention does not route through the interface and
             whose eager ``output_attentions`` are token-by-token maps (BigBird-Pegasus' encoder): they are
             read from those in the same forward pass; their heads cannot be switched off, their masks not
@@ -60,7 +63,7 @@ class LoadedModel:
         missing_stacks: ``stack -> why it is not shown``: a stack that neither routes through the interface
             nor returns token-by-token maps (Pegasus-X's local/global encoder).
         call_kwargs: extra arguments of every analysing forward pass, found at load time
-            (:func:`models.sites.decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose decoder is causal
+            (:func:`models.anatomy.decoder.decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose decoder is causal
             only without a cache (FSMT builds its causal mask only then, as in training).
     """
 
@@ -73,11 +76,11 @@ class LoadedModel:
     family: str
     head: str
     capture_path: str
-    sites: list[capture.Site]
+    sites: list[Site]
     folder: Path | None = None
     processor: Any = None
     load_seconds: float = 0.0
-    site_index: dict[int, capture.Site] = field(default_factory=dict)
+    site_index: dict[int, Site] = field(default_factory=dict)
     load_args: dict = field(default_factory=dict)
     probes: dict = field(default_factory=dict)
     fallback_stacks: tuple[str, ...] = ()
@@ -115,7 +118,7 @@ class LoadedModel:
 
     def layer_labels(self) -> dict[str, list[int]]:
         """``stack -> [block number of each attention layer]`` for stacks whose attention layers are not
-        blocks ``0 .. n - 1`` (hybrid models, see :attr:`models.capture.Site.index`); other stacks are left
+        blocks ``0 .. n - 1`` (hybrid models, see :attr:`models.anatomy.site.Site.index`); other stacks are left
         out."""
         out: dict[str, list[int]] = {}
         for stack in self.stacks:
@@ -466,8 +469,8 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         name=name, spec=spec, model=model, tokenizer=tokenizer, device=dev, dtype=dt, family=family,
         head=head, capture_path="interface", sites=[], folder=folder, processor=processor,
     )
-    discover_sites(loaded)
-    loaded.call_kwargs = decoder_call(loaded)
+    probed = discover_sites(loaded)
+    loaded.call_kwargs = decoder_call(loaded, probed)
     if loaded.capture_path == "fallback" or loaded.fallback_stacks:
         # the mask probe registers hooks and runs the model: only here, before the model is shared between
         # sessions (a probe beside another session's forward pass saw its modules and broke its hooks)

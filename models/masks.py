@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from . import fallback_masks
+from .capture import softmax as fallback_masks
 from .errors import InvalidMaskError, UnsupportedOperationError
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
 def check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) -> None:
     """Refuse replaced masks for stacks that do not route through the interface (the fallback path, or an
     interface model's ``fallback_stacks``) unless a probe proved how the stack takes them
-    (:func:`models.fallback_masks.mask_support`), with the reason."""
+    (:func:`models.capture.softmax.mask_support`), with the reason."""
     eager = set(loaded.stacks) if loaded.capture_path == "fallback" else set(loaded.fallback_stacks)
     wanted = {stack: allowed for stack, allowed in masks.items() if stack in eager}
     if not wanted:

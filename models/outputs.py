@@ -11,7 +11,7 @@ import torch
 
 from .errors import UnsupportedOperationError
 from .loading import LoadedModel
-from .sites import accepts as _accepts
+from .anatomy.inputs import accepts as _accepts
 
 if TYPE_CHECKING:
     from .analysis import Analysis

@@ -250,7 +250,7 @@ def _eager_reference(folder: Path, cls_name: str, a):
 
 
 def _full_from_local(local, window: int):
-    """Reference for models.sites.local_to_full, one entry at a time: query i's column c is key
+    """Reference for models.anatomy.maps.local_to_full, one entry at a time: query i's column c is key
     i + c - window / 2 (transformers' LongformerBaseModelOutput docs)."""
     if local is None or local.shape[-1] != window + 1:
         return local

@@ -28,7 +28,8 @@ import torch
 
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..outputs import topk
-from .layout import WHY, FlowLayout, flow_layout, tolerance
+from ..anatomy.residual import WHY, FlowLayout, flow_layout
+from ..anatomy.tensors import tolerance
 from .measure import Route, proximity, route_graph, shares
 from .record import LayerFlow, _alive, _check, guard_memory, run_flow
 
@@ -89,7 +90,7 @@ class Flow:
         model, stack: where it was measured.
         layers: :class:`LayerFlow` per layer (contributions, shares, value norms, outputs).
         x_in: ``(n, d)``: the stream entering layer 0 (the embeddings).
-        head_refused: why there is no logit lens or direct effect: a reason key of :data:`models.flow.layout.WHY`
+        head_refused: why there is no logit lens or direct effect: a reason key of :data:`models.anatomy.residual.WHY`
             (no token head, the head reads the other stack, the logits not rebuilt), else None.
     """
 

@@ -31,11 +31,12 @@ import numpy as np
 import torch
 
 from .. import capture
-from ..blocks import block_of
+from ..capture.blocks import block_of
 from ..errors import ModelOutOfMemoryError, UnsupportedOperationError
-from .layout import FlowLayout, LayerLayout, first_tensor, input_tensor, tolerance
+from ..anatomy.residual import FlowLayout, LayerLayout
+from ..anatomy.tensors import first_tensor, input_tensor, tolerance
 from .measure import proximity, shares
-from .norms import FrozenNorm, freeze
+from ..anatomy.norms import FrozenNorm, freeze
 
 BLOCK_BYTES = 64 << 20  # the largest (keys, queries, hidden) block of token parts held at once
 BLOCK_ROWS = 16  # the most query rows in one block

@@ -1,5 +1,5 @@
 """Replaced masks on the fallback path: applied through the model's own attention_mask or at its attention
-modules' softmax where a probe proves it, refused with the reason elsewhere (models.fallback_masks)."""
+modules' softmax where a probe proves it, refused with the reason elsewhere (models.capture.softmax)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import archsweep  # noqa: E402
 
 import models  # noqa: E402
-from models import fallback_masks  # noqa: E402
+from models.capture import softmax as fallback_masks  # noqa: E402
 
 TEXT = "the cat chased the mouse and the dog"
 
@@ -200,15 +200,15 @@ def test_heads_off_at_the_softmax_equal_heads_off_at_the_output_projection(tiny,
     gate). On models where the projection is proven, doing it at the softmax instead (the projection search
     disabled) gives the same logits as zeroing the head's slice of the projection's input; the map of a
     switched-off head is its weights before the gate, as on the interface path."""
-    from models import sites
+    from models.anatomy import probe
 
     by_proj = tiny(model_type)
     stack = "encoder" if by_proj.family != "decoder" else "decoder"
-    assert all(s.out_proj and not s.softmax_gate for s in by_proj.sites if s.stack == stack)
-    monkeypatch.setattr(sites, "_find_out_projs", lambda *a, **k: {})
+    assert all(s.o_proj and s.gate == "o_proj" for s in by_proj.sites if s.stack == stack)
+    monkeypatch.setattr(probe, "find_out_projs", lambda *a, **k: {})
     archsweep.build(model_type, tmp_path / model_type)
     by_softmax = models.load(str(tmp_path / model_type))
-    assert all(s.softmax_gate and not s.out_proj for s in by_softmax.sites)
+    assert all(s.gate == "softmax" and not s.o_proj for s in by_softmax.sites)
     off = [(stack, 0, 1), (stack, 1, 0)] + ([("cross", 1, 1)] if by_proj.family == "encoder-decoder" else [])
     kw = dict(target="the cat") if by_proj.family == "encoder-decoder" else {}
     native = models.analyze(by_softmax, TEXT, keep_logits=True, **kw)

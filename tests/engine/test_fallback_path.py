@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from models.sites import _batch_first, local_to_full
+from models.anatomy.maps import local_to_full
+from models.anatomy.projections import _batch_first
 
 
 def test_longformer_local_window_becomes_a_full_map():

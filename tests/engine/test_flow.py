@@ -10,7 +10,7 @@ import torch
 
 import models
 from models import flow as mflow
-from models.flow import layout as flayout
+from models.anatomy import residual as flayout, tensors as ftensors
 
 TEXT = "kedi fareyi kovaladı . the cat chased the mouse"
 # the module whose output is what the attention adds to the residual stream (pre-LN and sandwich layers), or the
@@ -69,7 +69,7 @@ def _hooked(loaded, names):
 
     def keep(name):
         def hook(_module, _args, out) -> None:  # returns None: the output stays as it is
-            out = flayout.first_tensor(out)
+            out = ftensors.first_tensor(out)
             if out.shape[-2] > 1:  # the flow pass's call (not the one-position probes that freeze a norm)
                 seen[name] = out  # the last one: the flow pass (the first may be the load-time probe)
         return hook
@@ -92,7 +92,7 @@ def test_the_decomposition_adds_up_to_the_models_own_streams(tiny, arch, stack):
     first = {}
     block = dict(loaded.model.named_modules())[flayout.layer_block(names[0])]
     hooks.append(block.register_forward_pre_hook(
-        lambda _m, args, kwargs: first.update(x=flayout.input_tensor(args, kwargs)), with_kwargs=True))
+        lambda _m, args, kwargs: first.update(x=ftensors.input_tensor(args, kwargs)), with_kwargs=True))
     try:
         flow = models.information_flow(loaded, analysis, stack=stack)
     finally:
@@ -228,7 +228,7 @@ def test_flow_in_bfloat16_within_its_tolerance(tiny_folder):
     loaded = models.load(str(tiny_folder("llama")), device="cpu", dtype="bfloat16")
     analysis = models.analyze(loaded, TEXT, keep_logits=True)
     flow = models.information_flow(loaded, analysis)
-    tol = flayout.tolerance(torch.bfloat16)
+    tol = ftensors.tolerance(torch.bfloat16)
     assert tol == pytest.approx(4 * 2 ** -7)
     logits = analysis.logits[-1]
     np.testing.assert_allclose(flow.logit_lens().last_logits, logits, atol=tol * (1 + np.abs(logits).max()))

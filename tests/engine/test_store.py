@@ -45,8 +45,8 @@ def _reference(tiny_folder, arch, a: models.Analysis) -> dict[str, np.ndarray]:
 @pytest.fixture
 def blocks(monkeypatch):
     """Force blocks of 3 query rows (the tiny models' weights are far below the real block size)."""
-    monkeypatch.setattr(models.blocks, "MIN_ROWS", 1)
-    monkeypatch.setattr(capture, "CHUNK_BYTES", 3 * 4 * 4 * 64)  # batch 1 x 4 heads x 3 rows x <=64 keys
+    monkeypatch.setattr(capture.blocks, "MIN_ROWS", 1)
+    monkeypatch.setattr(capture.state, "CHUNK_BYTES", 3 * 4 * 4 * 64)  # batch 1 x 4 heads x 3 rows x <=64 keys
 
 
 @pytest.mark.parametrize("arch", INTERFACE + ["gpt_neo"])
@@ -80,7 +80,7 @@ def test_blocks_of_rows_equal_one_eager_call(tiny, tiny_folder, arch, blocks):
     want = _reference(tiny_folder, arch, a)
     whole = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(capture, "CHUNK_BYTES", 0)
+        mp.setattr(capture.state, "CHUNK_BYTES", 0)
         one = models.analyze(loaded, LONG, keep_logits=loaded.head != "none", hidden_states=True)
         whole = {s: np.asarray(v) for s, v in one.attentions.items()}
     for stack, ref in want.items():
@@ -227,8 +227,8 @@ def test_layers_nobody_reads_run_the_fused_kernel(tiny, arch, monkeypatch):
     indexed afterwards are still the eager bits."""
     loaded = tiny(arch)
     calls = []
-    real = capture._sdpa()
-    monkeypatch.setattr(capture, "_sdpa", lambda: lambda *a, **k: (calls.append(k.get("is_causal")), real(*a, **k))[1])
+    real = capture.interface._sdpa()
+    monkeypatch.setattr(capture.interface, "_sdpa", lambda: lambda *a, **k: (calls.append(k.get("is_causal")), real(*a, **k))[1])
     stack = "decoder" if loaded.family == "decoder" else "encoder"
     n = len(models.analyze(loaded, LONG, keep=True).axis_tokens(stack)[0])
     allowed = np.tril(np.ones((n, n), dtype=bool))
@@ -262,7 +262,7 @@ def test_layers_nobody_reads_run_the_fused_kernel(tiny, arch, monkeypatch):
 def test_models_without_sdpa_support_stay_eager(tiny, monkeypatch):
     loaded = tiny("llama")
     calls = []
-    monkeypatch.setattr(capture, "_sdpa", lambda: calls.append(1))
+    monkeypatch.setattr(capture.interface, "_sdpa", lambda: calls.append(1))
     monkeypatch.setattr(type(loaded.model), "_supports_sdpa", False)  # as Gemma 2 (softcapping), GPT-OSS (sinks)
     assert not loaded.sdpa_ok
     models.analyze(loaded, LONG, keep=False)

@@ -75,7 +75,7 @@ def test_fallback_output_projection_is_found_and_proven(tmp_path):
     archsweep.build("mpnet", tmp_path / "mpnet")
     loaded = models.load(str(tmp_path / "mpnet"), device="cpu")
     assert loaded.capture_path == "fallback"
-    assert [s.out_proj for s in loaded.sites] == [f"mpnet.encoder.layer.{i}.attention.attn.o" for i in range(8)]
+    assert [s.o_proj for s in loaded.sites] == [f"mpnet.encoder.layer.{i}.attention.attn.o" for i in range(8)]
     a = models.analyze(loaded, archsweep.TEXT, heads_off=[("encoder", 2, 1)], keep_logits=True)
     ref = tf.MPNetForMaskedLM.from_pretrained(str(tmp_path / "mpnet")).eval()
     v = ref.mpnet.encoder.layer[2].attention.attn.v
@@ -103,7 +103,7 @@ def test_a_stack_that_does_not_route_comes_from_eager_outputs_or_says_why(tmp_pa
     ref = archsweep._eager_reference(tmp_path / "bp", "BigBirdPegasusForConditionalGeneration", a)
     for layer, want in enumerate(ref.encoder_attentions):
         np.testing.assert_allclose(a.attentions["encoder"][layer], want[0].numpy(), atol=1e-6)
-    assert all(s.out_proj for s in loaded.sites if s.stack == "encoder")
+    assert all(s.o_proj and s.gate == "o_proj" for s in loaded.sites if s.stack == "encoder")
     off = models.analyze(loaded, archsweep.TEXT, heads_off={("encoder", 0, 1)}, keep_logits=True)
     assert not np.array_equal(off.logits, a.logits)
     n = len(a.tokens)  # its encoder's mask is replaced at the encoder's softmax (models.fallback_masks)
@@ -142,7 +142,7 @@ def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
     import torch
 
     import models
-    from models import sites
+    from models.anatomy import decoder
 
     class Peeking(torch.nn.Module):  # position i's logits = sum of all decoder ids (it sees the future)
         def forward(self, input_ids=None, decoder_input_ids=None, use_cache=None, return_dict=True):
@@ -154,10 +154,10 @@ def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
 
     loaded = types.SimpleNamespace(family="encoder-decoder", model=Peeking(), name="peek", device="cpu")
     loaded.model.config = types.SimpleNamespace(model_type="peek")
-    monkeypatch.setattr(sites, "probe_inputs", lambda _: {"input_ids": torch.tensor([[1, 2]]),
+    monkeypatch.setattr(decoder, "probe_inputs", lambda _: {"input_ids": torch.tensor([[1, 2]]),
                                                               "decoder_input_ids": torch.tensor([[0, 0]])})
     with pytest.raises(models.NoAttentionWeightsError, match="decoder is not causal"):
-        sites.decoder_call(loaded)
+        decoder.decoder_call(loaded)
 
 
 @pytest.mark.parametrize("model_type,family,head", [
@@ -199,7 +199,8 @@ def test_switching_a_head_off_zeroes_its_slice_of_the_projection_input_in_every_
         archsweep.build(model_type, tmp_path / model_type)
         loaded = models.load(str(tmp_path / model_type), device="cpu")
         site = next(s for s in loaded.sites if (s.stack, s.layer) == ("decoder", 0))
-        assert bool(site.out_proj) == moved and not site.mixed_heads
+        assert (site.gate == "o_proj") == moved and not site.mixed_heads
+        assert site.o_proj == "model.layers.0.self_attn.o_proj"  # the projection, whichever side is gated
         native, off = o_proj_input(loaded, []), o_proj_input(loaded, [("decoder", 0, 1)])
         d = native.shape[-1] // site.heads
         want = native.clone()

@@ -18,7 +18,7 @@ def apply_mask(allowed: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
     """
     q_len, k_len = query.shape[-2], key.shape[-2]
     if allowed.shape[0] < k_len or allowed.shape[1] < k_len:
-        from .errors import InvalidMaskError
+        from ..errors import InvalidMaskError
 
         raise InvalidMaskError(
             f"Mask of shape {tuple(allowed.shape)} is smaller than the sequence ({k_len} tokens)."

@@ -38,7 +38,11 @@ from dataclasses import dataclass, field
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import capture
+from ..anatomy.inputs import probe_inputs
+from ..anatomy.maps import attention_tuples
+from ..anatomy.site import GATE_SOFTMAX
+from .state import ON_EXIT, capture, current
+from .state import per_head as _per_head
 
 FORMS = ("3d", "4d_additive", "4d_binary")
 _LOCK = threading.Lock()
@@ -145,7 +149,7 @@ class _AtSoftmax(TorchFunctionMode):
             self.record(per_head)
         if self.gate is not None:
             gate = self.gate.to(device=out.device, dtype=out.dtype)
-            gate = capture.per_head(gate, per_head.shape[0])
+            gate = _per_head(gate, per_head.shape[0])
             out = (per_head * gate[:, :, None, None]).reshape(out.shape)
         return out
 
@@ -165,13 +169,13 @@ def local_window(allowed: torch.Tensor, tokens: int, w: int) -> torch.Tensor:
 
 def _enter(site):
     """Forward pre-hook of ``site``'s attention module: enters an :class:`_AtSoftmax` when this context
-    replaces the stack's mask (:func:`applying`) or, for a site gated here (``Site.softmax_gate``), switches
+    replaces the stack's mask (:func:`applying`) or, for a site gated here (``Site.gate == "softmax"``), switches
     some of its heads off (``capture``'s gates)."""
     def pre_hook(module, args):
         applying_now = _APPLYING.get()
         allowed = applying_now.masks.get(site.stack) if applying_now is not None else None
-        state = capture.current()
-        gate = state.gates.get((site.stack, site.layer)) if (state is not None and site.softmax_gate) else None
+        state = current()
+        gate = state.gates.get((site.stack, site.layer)) if (state is not None and site.gate == GATE_SOFTMAX) else None
         read = state is not None and site.read_at_softmax
         if allowed is None and gate is None and not read:
             return
@@ -197,11 +201,14 @@ def exit_all() -> None:
     """Leave every mode the pre-hooks entered in this context, innermost first. torch runs ``always_call``
     forward hooks only when a forward pass raises an ``Exception``: a ``KeyboardInterrupt`` (a stopped
     notebook cell) or Streamlit's rerun/stop would skip :func:`_leave` and leave a mode masking every later
-    softmax of the thread. :func:`applying` and :func:`models.capture.capture` call this when they end."""
+    softmax of the thread. :func:`applying` and :func:`models.capture.capture` call this when they end (``ON_EXIT``)."""
     entered = _ENTERED.get()
     _ENTERED.set(())
     for _, mode in reversed(entered):
         mode.__exit__(None, None, None)
+
+
+ON_EXIT.append(exit_all)
 
 
 def install_softmax_hooks(site, module) -> None:
@@ -255,8 +262,6 @@ def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = f
     module computes more than one softmax per call (its weights would be gated or masked twice). For a stack in
     ``scores`` the model returns the scores before the softmax (ProphetNet, SqueezeBERT): the module's softmax
     output must then equal their softmax (float32, within 1e-6)."""
-    from .sites import attention_tuples
-
     running: list = []
 
     def push(module, args):
@@ -360,8 +365,6 @@ def eager_maps(loaded, outputs, state) -> dict[str, tuple]:
     ``output_attentions``: the model's own tensors, except for a layer whose weights were recorded at its
     softmax in ``state`` (a :class:`models.capture.CaptureState`; ``at_softmax``: read there, or heads
     switched off there), which gives those."""
-    from .sites import attention_tuples
-
     maps = attention_tuples(outputs, loaded.family, loaded.model.config)
     return {stack: tuple(state.at_softmax.get((stack, i), t) for i, t in enumerate(tensors))
             for stack, tensors in maps.items()}
@@ -369,7 +372,7 @@ def eager_maps(loaded, outputs, state) -> dict[str, tuple]:
 
 def _probe_run(loaded, inputs: dict, masks: dict | None = None, **extra) -> dict[str, tuple]:
     """One probe pass (``masks`` applied at the softmax, ``extra`` added to the inputs): the eager maps."""
-    with torch.no_grad(), capture.capture(loaded.site_index, record=False) as state, applying(masks or {}):
+    with torch.no_grad(), capture(loaded.site_index, record=False) as state, applying(masks or {}):
         out = loaded.model(**inputs, **extra, output_attentions=True, return_dict=True)
     return eager_maps(loaded, out, state)
 
@@ -389,8 +392,6 @@ def mask_support(loaded) -> MaskSupport | None:
     with _LOCK:
         if "fallback_mask" in loaded.probes:
             return loaded.probes["fallback_mask"]
-    from .sites import probe_inputs
-
     stacks = set(loaded.stacks if loaded.capture_path == "fallback" else loaded.fallback_stacks) - {"cross"}
     answer = None
     if stacks and "input_ids" in probe_inputs(loaded):

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .. import capture
+from ..capture import state as capture_state
 from ..errors import UnsupportedOperationError
-from ..head_gates import linear_width
-from ..sites import probe_inputs
+from .inputs import probe_inputs
 from .norms import freeze
+from .site import layer_block
+from .tensors import close as _close, first_tensor, input_tensor, tolerance
 
 if TYPE_CHECKING:
     from ..loading import LoadedModel
@@ -98,48 +99,8 @@ class FlowLayout:
     softcap: float | None = None
 
 
-def first_tensor(value):
-    """The first tensor of a module's output (a tensor, a tuple or a ``ModelOutput``), else None."""
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
-        return value[0]
-    if hasattr(value, "to_tuple"):
-        items = value.to_tuple()
-        return items[0] if items and isinstance(items[0], torch.Tensor) else None
-    return None
-
-
-def input_tensor(args, kwargs):
-    """The residual stream a module was called with: its first positional tensor, or ``hidden_states=``."""
-    if args and isinstance(args[0], torch.Tensor):
-        return args[0]
-    found = kwargs.get("hidden_states")
-    return found if isinstance(found, torch.Tensor) else None
-
-
-def tolerance(dtype: torch.dtype) -> float:
-    """Relative tolerance of the flow's identities for a model computing in ``dtype``: 1e-4 for float32 (and
-    float64); 4 units in the last place for bfloat16 (3.1e-2) and float16 (3.9e-3), whose sums of many products
-    round that much."""
-    return max(1e-4, 4 * float(torch.finfo(dtype).eps)) if dtype.is_floating_point else 1e-4
-
-
-def _close(a: torch.Tensor | None, b: torch.Tensor | None, tol: float = 1e-4) -> bool:
-    if a is None or b is None or a.numel() != b.numel():
-        return False
-    a, b = a.reshape(-1).float(), b.reshape(-1).float()
-    return bool(torch.allclose(a, b, atol=tol * (1 + float(b.abs().max())), rtol=0))
-
-
 def _is_norm(module) -> bool:
     return "norm" in type(module).__name__.lower()
-
-
-def layer_block(name: str) -> str:
-    """The layer that holds the module ``name``: its name up to the first layer index (``model.layers.3``)."""
-    found = capture.LAYER_INDEX.search(name)
-    return name[:found.end(1)] if found else name
 
 
 def _head_stack(loaded: LoadedModel) -> str | None:
@@ -181,13 +142,13 @@ def _probe(loaded: LoadedModel) -> FlowLayout:
 
     def keep(name):
         def hook(_module, args, kwargs, out):  # this probe's own call only: the model is shared between sessions
-            if capture.current() is state and state is not None and name not in seen:
+            if capture_state.current() is state and state is not None and name not in seen:
                 seen[name] = (input_tensor(args, kwargs), first_tensor(out))
         return hook
 
     hooks = [m.register_forward_hook(keep(n), with_kwargs=True) for n, m in modules.items() if n]
     try:
-        with torch.no_grad(), capture.capture(loaded.site_index, record=False) as state:
+        with torch.no_grad(), capture_state.capture(loaded.site_index, record=False) as state:
             state.outputs = {}
             outputs = model(**probe_inputs(loaded), **loaded.call_kwargs)
     finally:
@@ -232,12 +193,7 @@ def _place(site, seen: dict, modules: dict, out: torch.Tensor | None, tol: float
     if x is None or x_out is None or out is None:
         return "its layer's input or output was not seen"
     inside = [n for n in seen if n.startswith(block + ".")]
-    parent = site.name.rsplit(".", 1)[0]
-    o_proj = site.out_proj
-    if o_proj is None:
-        flat = out.reshape(out.shape[0], out.shape[1], -1)
-        o_proj = next((n for n in inside if n.startswith(parent + ".") and linear_width(modules[n])
-                       and close(seen[n][0], flat)), None)
+    o_proj = site.o_proj  # proven at load time (models.anatomy.gates)
     if o_proj is None or o_proj not in seen:
         return "no output projection takes the attention output as it is"
     o = seen[o_proj][1]
