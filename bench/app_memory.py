@@ -76,7 +76,7 @@ def main() -> None:
     tok = models.load("smollm2-135m").tokenizer
     budget_mib = shared.CACHE.budget / 2 ** 20
     print(f"cache budget {budget_mib:.0f} MiB (DIKKAT_CACHE_GIB), model cache "
-          f"{models.loading._LOADED.budget / 2 ** 20:.0f} MiB")
+          f"{models.loading.loader._LOADED.budget / 2 ** 20:.0f} MiB")
     print(f"{'texts':>5} {'tokens':>6} {'s/text':>7} {'RSS MiB':>8} {'growth MiB':>11} {'cache MiB':>10} "
           f"{'entries':>8} {'evictions':>10}")
     base = None

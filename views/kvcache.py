@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 import models
-from models import kv_layout
+from models.analysis import kv_layout
 from models.lessons import kvcache
 from views import hosting, shared
 from viz import cost as vc

@@ -10,7 +10,7 @@ from ..errors import NoAttentionWeightsError
 from .inputs import accepts, probe_inputs
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..loading.model import LoadedModel
 
 
 def decoder_call(loaded: LoadedModel, probed=None) -> dict:

@@ -14,7 +14,7 @@ from .site import GATE_MIXED, GATE_PROJ, Site
 from .tensors import has_weight_matrix, linear_width, tolerance
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..loading.model import LoadedModel
 
 
 def place_gates(loaded: LoadedModel, inputs: dict, seen: dict, outputs: dict) -> None:

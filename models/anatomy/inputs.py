@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..loading.model import LoadedModel
 
 
 def accepts(model, name: str) -> bool:

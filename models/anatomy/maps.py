@@ -10,7 +10,7 @@ import torch
 from ..errors import NoAttentionWeightsError
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..loading.model import LoadedModel
 
 
 def rows_sum_to_one(t: torch.Tensor) -> bool:

@@ -26,7 +26,7 @@ from .site import GATE_NONE, GATE_PROJ, GATE_SOFTMAX, Site, layer_of, stack_of
 from .tensors import has_weight_matrix
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..loading.model import LoadedModel
 
 
 def discover_sites(loaded: LoadedModel):

@@ -33,7 +33,7 @@ from .site import layer_block
 from .tensors import close as _close, first_tensor, input_tensor, tolerance
 
 if TYPE_CHECKING:
-    from ..loading import LoadedModel
+    from ..loading.model import LoadedModel
 
 _PROBE_LOCK = threading.Lock()  # one probe at a time: its result is kept on the shared model
 WHY = {  # reason key -> why there is no flow / no logit lens (the interface shows ``flow_why_<key>``)

@@ -11,7 +11,7 @@ key            finding                                                function
 ``sinks``      attention sinks; StreamingLLM (Xiao et al. 2023)       :func:`.sinks.first_token_share`,
                                                                       :func:`.sinks.streaming_losses`
 ``induction``  induction heads (Olsson et al. 2022)                   :func:`.induction.induction_heads`
-``clark``      what BERT's heads look at (Clark et al. 2019;          :func:`.clark.what_heads_look_at`
+``clark``      what BERT's heads look at (Clark et al. 2019;          :func:`.bert_heads.what_heads_look_at`
                Kovaleva et al. 2019)
 ``alignment``  Whisper's alignment heads (Radford et al. 2022)        :func:`.alignment.whisper_alignment`
 ``prunable``   heads that can go (Michel et al. 2019; Voita et al.)   :func:`.prunable.heads_that_can_go`
@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 
 from ..errors import InvalidArgumentError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .common import Progress, Source, report
 
 __all__ = ["EXPERIMENTS", "Experiment", "SinksResult", "Source", "estimate_seconds", "get", "run"]
@@ -118,7 +118,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in (
     Experiment("induction", "induction", ("smollm2-135m", "gemma3-270m"), _lazy("induction", "induction_heads"),
                _by_passes(_induction_passes)),
     Experiment("clark", "clark", ("minilm-l6", "multilingual-e5-small"),
-               _lazy("clark", "what_heads_look_at"), _lazy("clark", "estimate_seconds")),
+               _lazy("bert_heads", "what_heads_look_at"), _lazy("bert_heads", "estimate_seconds")),
     Experiment("alignment", "alignment", ("whisper-base",), _lazy("alignment", "whisper_alignment"),
                _lazy("alignment", "estimate_alignment_seconds")),
     Experiment("prunable", "prunable", ("smollm2-135m", "minilm-l6"), _lazy("prunable", "heads_that_can_go"),

@@ -25,11 +25,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..audio import SAMPLE_RATE, AudioAnalysis, analyze_audio, read_wav
-from ..wav import resample
+from ..speech.audio import SAMPLE_RATE, AudioAnalysis, analyze_audio, read_wav
+from ..speech.wav import resample
 from ..errors import InvalidArgumentError, UnsupportedOperationError
-from ..loading import LoadedModel
-from ..whisper_tokens import alignment_heads, language_token
+from ..loading.model import LoadedModel
+from ..speech.whisper_tokens import alignment_heads, language_token
 from .common import ASSETS, Progress, Source, Stopwatch, probe_estimate, report
 from .timing import (  # noqa: F401  (OpenAI's recipe, also read from here)
     HOP_LENGTH, MEDIAN_WIDTH, PROMPT_ROWS, TOKENS_PER_SECOND, TokenAlignment, align_tokens, dtw, median_filter,

@@ -10,7 +10,7 @@ Two measurements on an encoder (BERT-style) and the shipped example sentences (`
 * :func:`.patterns.pattern_counts`: every map (head x sentence) sorted into Kovaleva et al.'s five types
   (vertical, diagonal, vertical+diagonal, block, heterogeneous; §4.1, fig. 1-2), in :mod:`.patterns`.
 
-:func:`what_heads_look_at` does both from one analysis of each input.
+:func:`.bert_heads.what_heads_look_at` does both from one analysis of each input (what the page runs).
 
 Layers and heads are numbered from 0 here; both papers number layers from 1 (Clark's "layers 6-10" are our 5-9).
 """
@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..analysis import analyze
 from ..errors import InvalidArgumentError, UnsupportedOperationError
-from ..loading import LoadedModel
-from ..statistics import is_punctuation
-from ..tokens import Token
-if TYPE_CHECKING:
-    from .patterns import PatternCounts
+from ..loading.model import LoadedModel
+from ..analysis.statistics import is_punctuation
+from ..analysis.tokens import Token
 
 from .common import Progress, Source, Stopwatch, long_text, probe_estimate, report, sentence_set
 
@@ -313,52 +311,3 @@ def estimate_targets_seconds(loaded: LoadedModel, sentences: Sequence | None = N
     _needs_encoder(loaded, "The 'what BERT's heads look at' experiment")
     items = _inputs(sentences)
     return probe_estimate(lambda: _measure(_analyze(loaded, items[0])), len(items))[1]
-
-
-# --------------------------------------------------------------------------------------------- both, as the page runs it
-
-
-@dataclass
-class ClarkResult:
-    """:class:`TargetsResult` and :class:`.patterns.PatternCounts` of the same inputs; ``seconds``: their total wall time."""
-
-    targets: TargetsResult
-    patterns: PatternCounts
-    seconds: float
-
-
-def what_heads_look_at(loaded: LoadedModel, sentences: Sequence | None = None, *,
-                       progress: Progress = None) -> ClarkResult:
-    """:func:`bert_attention_targets` and :func:`pattern_counts` from one analysis of each input (default:
-    :func:`default_pairs`, Clark et al.'s ``[CLS] A [SEP] B [SEP]`` format, on which every Kovaleva type can occur).
-
-    Raises:
-        as :func:`bert_attention_targets`.
-    """
-    _needs_encoder(loaded, "The 'what BERT's heads look at' experiment")
-    items = _inputs(default_pairs() if sentences is None else sentences)
-    from .patterns import _patterns
-
-    clock = Stopwatch()
-    analyses = list(_each(loaded, items, progress))
-    targets = _targets(loaded, items, analyses, clock)
-    return ClarkResult(targets, _patterns(loaded, items, analyses, clock), clock.seconds)
-
-
-def estimate_seconds(loaded: LoadedModel, sentences: Sequence | None = None) -> float:
-    """Estimated wall time of :func:`what_heads_look_at`, in seconds: the first input measured (its analysis and
-    both reductions) x the number of inputs.
-
-    Raises:
-        as :func:`bert_attention_targets`.
-    """
-    _needs_encoder(loaded, "The 'what BERT's heads look at' experiment")
-    items = _inputs(default_pairs() if sentences is None else sentences)
-
-    from .patterns import _types
-
-    def one():
-        a = _analyze(loaded, items[0])
-        return _measure(a), _types(a)
-
-    return probe_estimate(one, len(items))[1]

@@ -18,7 +18,7 @@ import torch
 
 from ..analysis import analyze
 from ..errors import UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .common import Progress, Source, Stopwatch, check_int, report
 from .sinks import _causal_lm
 

@@ -12,8 +12,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..loading import LoadedModel
-from ..tokens import Token
+from ..loading.model import LoadedModel
+from ..analysis.tokens import Token
 from .clark import STACK, _analyze, _each, _inputs, _needs_encoder, key_groups
 from .common import Progress, Stopwatch, probe_estimate
 

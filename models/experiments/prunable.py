@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import pruning
 from ..errors import InvalidArgumentError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .common import Progress, Source, check_int, report, sentence_set
 
 SOURCES = (

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..analysis import analyze
 from ..errors import InvalidArgumentError, UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .common import Progress, Source, Stopwatch, check_int, long_text, report
 
 SOURCE = Source(

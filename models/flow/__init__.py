@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError, UnsupportedOperationError
-from ..outputs import topk
+from ..analysis.outputs import topk
 from ..anatomy.residual import WHY, FlowLayout, flow_layout
 from ..anatomy.tensors import tolerance
 from .measure import Route, proximity, route_graph, shares

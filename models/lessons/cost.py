@@ -17,7 +17,7 @@ import torch
 from .. import capture
 from ..analysis import weight_budget_tokens
 from ..errors import ModelOutOfMemoryError, UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 
 IMPLEMENTATIONS = ("sdpa", "captured")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import EmptyTextError, UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .cost import default_twin, sync_device
 
 @dataclass

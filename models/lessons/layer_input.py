@@ -14,7 +14,7 @@ import torch
 
 from ..analysis import Analysis, analyze
 from ..errors import InvalidHeadError, UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 
 # id(module) -> captured call arguments; set only inside :func:`layer_capture` (per thread / task).
 _WANT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("dikkat_teach_want", default=None)

@@ -11,11 +11,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from viz.transforms import merge_words
 
-from ..analysis import Analysis, Word, analyze
+from ..analysis import Analysis, analyze
+from ..analysis.tokens import Word
 from ..errors import InvalidArgumentError, UnsupportedOperationError, WordMismatchError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .qkv import apply_rope
 
 def sinusoidal_encoding(n: int, d: int, base: float = 10000.0) -> np.ndarray:
@@ -273,8 +273,10 @@ def word_attention(attn: np.ndarray, query_words: Sequence[Word], key_words: Seq
     """Aggregate token attention to words: sum over a key word's pieces, mean over a query word's pieces.
 
     Summing over key pieces keeps "how much of the row goes to this word"; averaging over query pieces
-    keeps each row a distribution (Clark et al. 2019, §4.1; :func:`viz.transforms.merge_words`, which this is). Special tokens and
-    tokens outside any word are left out, so rows sum to at most 1.
+    keeps each row a distribution (Clark et al. 2019, §4.1; the rule of the pages' word level,
+    :func:`viz.transforms.merge_words`): ``W' = Q · W · K`` with ``Q`` the ``(words, queries)`` averaging matrix and
+    ``K`` the ``(keys, words)`` indicator matrix. Special tokens and tokens outside any word are left out, so rows
+    sum to at most 1.
 
     Args:
         attn: float ``(..., n_q, n_k)``.
@@ -282,7 +284,14 @@ def word_attention(attn: np.ndarray, query_words: Sequence[Word], key_words: Seq
     Returns:
         float32 ``(..., len(query_words), len(key_words))``.
     """
-    return merge_words(attn, [w.tokens for w in query_words], [w.tokens for w in key_words])
+    attn = np.asarray(attn, dtype=np.float32)
+    average = np.zeros((len(query_words), attn.shape[-2]), dtype=np.float32)
+    for row, word in enumerate(query_words):
+        average[row, list(word.tokens)] = 1.0 / len(word.tokens)
+    member = np.zeros((attn.shape[-1], len(key_words)), dtype=np.float32)
+    for column, word in enumerate(key_words):
+        member[list(word.tokens), column] = 1.0
+    return (average @ attn @ member).astype(np.float32)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import torch
 
 from ..analysis import Analysis
 from ..errors import InvalidArgumentError, UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .layer_input import LayerCapture, check_head, layer_capture
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

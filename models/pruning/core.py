@@ -15,9 +15,9 @@ import torch
 from .. import capture
 from ..analysis import default_max_tokens
 from ..errors import EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError
-from ..heads import validate_heads
-from ..loading import LoadedModel
-from ..outputs import generate_target
+from ..analysis.heads import validate_heads
+from ..loading.model import LoadedModel
+from ..analysis.outputs import generate_target
 
 
 # Longest text the pruning functions read by default (tokens): ablation runs a forward pass per head.

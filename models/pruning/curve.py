@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .core import DEFAULT_SHARES, HeadId, _limit, _texts, evaluate, head_list, metric_kind, prepare
 from .importance import HeadScores, gradient_importance
 

@@ -11,7 +11,7 @@ import torch
 
 from .. import capture
 from ..errors import EmptyTextError, UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .core import _last_hidden, _limit, _texts, check_heads
 
 

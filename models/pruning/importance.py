@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError, UnsupportedOperationError
-from ..loading import LoadedModel
+from ..loading.model import LoadedModel
 from .core import (
     _STACK_ORDER, HeadId, Prepared, _float, _forward, _row_metric, _texts, _unit_embedding, evaluate, gates_from_keep,
     head_list, metric_kind, prepare,

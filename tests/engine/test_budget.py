@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import models
-from models import budget, loading
+from models import budget
+from models.loading import loader as loading
 
 TEXT = "kedi fareyi kovaladı the cat chased the mouse"
 

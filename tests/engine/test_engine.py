@@ -259,7 +259,7 @@ def test_sentence_pair_segments(tiny):
 def test_C04_words_keep_their_combining_marks(text, words):
     """A combining mark is not matched by \\w: "नमस्ते दुनिया" gave the words 'नमस' and 'द', Arabic with
     vowel marks 16 words instead of 3, NFD "şöyle" the words 's', '̧', 'o', '̈', 'yle'."""
-    from models.tokens import Token, group_words
+    from models.analysis.tokens import Token, group_words
 
     pieces, tokens, pos = text.split(" "), [], 0
     for piece in pieces:
@@ -435,7 +435,7 @@ def test_bad_device_dtype_and_text_type_are_invalid_argument_errors(tiny, tiny_f
         models.load(folder, device="cpu", dtype="float99")
     with pytest.raises(models.InvalidArgumentError, match="must be a string, got int"):
         models.analyze(tiny("gpt2"), 5)
-    from models import compare
+    from models.analysis import compare
     from models.lessons import positions
 
     with pytest.raises(models.InvalidArgumentError):

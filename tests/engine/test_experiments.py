@@ -112,6 +112,6 @@ def test_odd_arguments_get_a_dikkat_error_not_a_python_one(tiny):
         prunable.heads_that_can_go(bert, ["the cat"], random_orders=0)
     share = sinks.first_token_share(llama, "the cat chased the mouse")
     assert len(share.per_layer) == 2 and not np.isnan(share.bottom_top()).any()  # 2 layers: layer 0 against 1
-    from models.experiments import clark
-    assert clark.what_heads_look_at(bert, "the cat chased the mouse").targets.sentences == [
+    from models.experiments import bert_heads
+    assert bert_heads.what_heads_look_at(bert, "the cat chased the mouse").targets.sentences == [
         "the cat chased the mouse"]  # a string is one sentence, not its characters

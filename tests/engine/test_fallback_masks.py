@@ -171,7 +171,7 @@ def test_the_probe_runs_once_per_model(tiny, monkeypatch):
 
 def test_the_causal_scope_refuses_masks_above_the_diagonal():
     """A model that adds its own causal mask ("causal" scope) takes masks within it and refuses the rest."""
-    from models.masks import check_fallback_masks
+    from models.analysis.masks import check_fallback_masks
 
     class Fake:
         name, family, capture_path = "fake", "decoder", "fallback"
@@ -291,6 +291,6 @@ def test_a_sliding_window_model_takes_masks_within_its_window(tiny, monkeypatch)
     monkeypatch.setattr(loaded.model.config, "attention_window", [4] * len(loaded.model.config.attention_window))
     with pytest.raises(models.UnsupportedOperationError, match="only keys within 2 tokens"):
         models.analyze(loaded, TEXT, mask="bidirectional")
-    from models.masks import check_fallback_masks  # a mask within the window passes (the model's own padding
+    from models.analysis.masks import check_fallback_masks  # a mask within the window passes (the model's own padding
     # follows the config, so no forward pass with the shrunk window)
     check_fallback_masks(loaded, {"encoder": torch.from_numpy(models.parse_mask("sliding_window:2").matrix(n))})

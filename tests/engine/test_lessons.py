@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import models
-from models import kv_layout
+from models.analysis import kv_layout
 from models.lessons import cost, kvcache, layer_input, positions, qkv
 
 SENTENCE = "kedi fareyi kovaladı dün"
@@ -377,3 +377,20 @@ def test_kv_cache_with_sliding_window_by_hand(tiny):
     llama = kv_layout.kv_layout(tiny("llama"))
     assert llama.sliding_window is None
     assert kv_layout.kv_cache_bytes(llama, 10, window=True) == kv_layout.kv_cache_bytes(llama, 10)
+
+
+def test_the_lessons_word_level_is_the_pages_word_level():
+    """models.lessons.positions.word_attention (the engine's own, models/ imports no viz/) gives exactly what the
+    pages' word level gives (viz.transforms.merge_words: sum over key pieces, mean over query pieces)."""
+    import numpy as np
+
+    from models.analysis.tokens import Word
+    from viz.transforms import merge_words
+
+    rng = np.random.default_rng(0)
+    attn = rng.random((3, 7, 7)).astype(np.float32)
+    attn /= attn.sum(-1, keepdims=True)
+    words = [Word("a", 0, 1, 0, (1, 2)), Word("b", 2, 3, 0, (3,)), Word("c", 4, 5, 0, (4, 5, 6))]
+    got = positions.word_attention(attn, words, words)
+    np.testing.assert_array_equal(got, merge_words(attn, [w.tokens for w in words], [w.tokens for w in words]))
+    assert got.shape == (3, 3, 3) and got.dtype == np.float32

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import models
-from models import compare, kv_layout
-from models.masks import MaskMode
+from models.analysis import compare, kv_layout
+from models.analysis.masks import MaskMode
 
 TEXT = "kedi fareyi kovaladı . the cat chased a mouse"
 
@@ -287,7 +287,7 @@ def test_mask_for_a_stack_the_model_lacks_is_an_error(tiny, arch, stack):
 
 def test_start_matrices_by_hand():
     """The custom-mask editor's starting points (models.masks.start_matrix), written out for n = 3."""
-    from models import masks
+    from models.analysis import masks
     expect = {"causal": [[1, 0, 0], [1, 1, 0], [1, 1, 1]], "bidirectional": [[1] * 3] * 3,
               "diagonal": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "previous": [[0, 0, 0], [1, 0, 0], [0, 1, 0]],
               "empty": [[0] * 3] * 3}

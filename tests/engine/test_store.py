@@ -10,7 +10,8 @@ import torch
 import transformers as tf
 
 import models
-from models import capture, statistics as hstats, store
+from models import capture
+from models.analysis import statistics as hstats, store
 from viz import transforms as vt
 
 INTERFACE = ["bert", "bert-mlm", "gpt2", "llama", "mistral", "gemma3", "t5", "marian", "bart"]
@@ -156,7 +157,7 @@ def test_masks_are_stored_once_per_distinct_mask(tiny):
 
 
 def test_lm_head_in_blocks_gives_the_same_predictions_and_loss(tiny, monkeypatch):
-    from models import outputs
+    from models.analysis import outputs
 
     loaded = tiny("llama")
     whole = models.analyze(loaded, LONG)
@@ -194,7 +195,7 @@ def test_concurrent_long_analyses_keep_their_own_hidden_states(tiny, monkeypatch
     """Blocked logits read this call's final hidden states only, though the model is shared by threads."""
     import threading
 
-    from models import outputs
+    from models.analysis import outputs
 
     loaded = tiny("llama")
     texts = [LONG, "the cat chased the mouse " * 8, "dün kedi fare " * 10, "a " * 30]

@@ -167,7 +167,7 @@ def test_a_decoder_that_sees_later_targets_is_refused(monkeypatch):
 def test_family_from_the_config(model_type, family, head):
     """Which family a config is (what the maps are labelled, which head predicts): a causal-LM type whose
     class is ...ForConditionalGeneration (Gemma 3 4B and up) is a decoder, not an encoder without a head."""
-    from models.families import family_and_head
+    from models.loading.families import family_and_head
 
     config = archsweep.tiny_config(model_type)
     config.architectures = [archsweep.model_types()[model_type][1]]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import models
-from models import compare
+from models.analysis import compare
 from viz import alignment as va
 from viz import masks as vm
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from models import compare
+from models.analysis import compare
 from views import shared
 from .common import (
     BERT_MODEL, GPT_MODEL, MAX_TOKENS, attention_figure, chart, head_name, token_labels, layer_head, mask_figure, pick_map, t,

@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 
 import models
-from models import compare
+from models.analysis import compare
 from views import shared
 from viz import masks as vm
 

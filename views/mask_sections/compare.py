@@ -9,7 +9,8 @@ import pandas as pd
 import streamlit as st
 
 import models
-from models import compare, fallback_masks
+from models.analysis import compare
+from models.capture import softmax as fallback_masks
 from views import shared
 from viz import masks as vm
 from .common import (

@@ -9,8 +9,8 @@ import numpy as np
 import streamlit as st
 
 import models
-from models import compare
-from models.masks import MaskMode
+from models.analysis import compare
+from models.analysis.masks import MaskMode
 from views import hosting, shared
 from viz import alignment as va
 from viz import audio_alignment as vaa
@@ -162,7 +162,7 @@ def section_encdec(sel: shared.Selection) -> None:
 @shared.cached
 def _audio_analysis(name: str, wav: bytes, language: str, target: str | None):
     """``models.audio.analyze_audio`` on WAV bytes, cached by content; shared, read-only."""
-    from models import audio
+    from models.speech import audio
 
     with tempfile.NamedTemporaryFile(suffix=".wav") as f:
         f.write(wav)
@@ -184,7 +184,7 @@ def _thin(labels: list[str], every: int) -> list[str]:
 
 def _audio_note(r) -> str:
     """How the encoder was cropped (the engine's ``r.note``), in the interface language."""
-    from models import audio
+    from models.speech import audio
 
     a, lang = r.analysis, shared.lang()
     total = r.frames + r.padding_frames
@@ -204,7 +204,7 @@ def _audio_note(r) -> str:
 def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     """Whisper: a shipped clip or one recorded in the browser; encoder self-attention over audio frames,
     causal decoder self-attention, cross-attention from the transcript's tokens to the frames."""
-    from models import audio
+    from models.speech import audio
 
     options = [c for c in CLIPS if (AUDIO_DIR / c).is_file()] + ["record"]
     c1, c2, c3 = st.columns([2, 1, 2])

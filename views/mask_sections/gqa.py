@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from models import kv_layout
+from models.analysis import kv_layout
 from views import shared
 from viz import masks as vm
 from viz import numbers as nb

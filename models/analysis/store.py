@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
-from . import capture
-from .errors import AttentionTooLargeError, ModelOutOfMemoryError
+from .. import capture
+from ..errors import AttentionTooLargeError, ModelOutOfMemoryError
 
 # Largest array built at once by np.asarray(stack) or stack[layer] (bytes).
 MATERIALIZE_BYTES = 1 << 30
@@ -133,7 +133,7 @@ class Replay:
         """The model, loaded again by :func:`models.load` if the model cache dropped it."""
         model = self._loaded()
         if model is None:
-            from .loading import load
+            from ..loading.loader import load
 
             model = load(**self.load_args)
             self._loaded = weakref.ref(model)

@@ -7,9 +7,9 @@ from typing import Iterable
 
 import torch
 
-from .anatomy.site import GATE_NONE
-from .errors import InvalidHeadError, UnsupportedOperationError
-from .loading import LoadedModel
+from ..anatomy.site import GATE_NONE
+from ..errors import InvalidHeadError, UnsupportedOperationError
+from ..loading.model import LoadedModel
 
 
 def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .errors import InvalidArgumentError
-from .loading import LoadedModel
+from ..errors import InvalidArgumentError
+from ..loading.model import LoadedModel
 
 
 def kv_groups(heads: int, kv_heads: int) -> list[tuple[int, ...]]:

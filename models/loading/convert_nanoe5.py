@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from .builders import package_dir
-from .errors import NoUsableModelError
+from ..errors import NoUsableModelError
 
 MODEL_FILE = "e5-small-q4.bin"
 MAGIC = b"E5S1"

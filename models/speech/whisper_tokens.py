@@ -5,9 +5,9 @@ from __future__ import annotations
 
 
 
-from .errors import UnknownLanguageError, UnsupportedOperationError
+from ..errors import UnknownLanguageError, UnsupportedOperationError
 
-from .loading import LoadedModel
+from ..loading.model import LoadedModel
 
 
 def _bytes_to_unicode() -> dict[int, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InvalidAudioError
+from ..errors import InvalidAudioError
 
 SAMPLE_RATE = 16000  # Hz, Whisper's input rate
 

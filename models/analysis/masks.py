@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .capture import softmax as fallback_masks
-from .errors import InvalidMaskError, UnsupportedOperationError
+from ..capture import softmax as fallback_masks
+from ..errors import InvalidMaskError, UnsupportedOperationError
 
 if TYPE_CHECKING:
-    from .loading import LoadedModel
+    from ..loading.model import LoadedModel
 
 MAX_WIDTH = 10 ** 9  # tokens; a wider window or stride is the same as the whole text
 KINDS = ("native", "bidirectional", "causal", "sliding_window", "strided", "sink_window", "custom")

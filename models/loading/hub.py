@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import budget
-from .errors import HubDownloadTooLargeError, HubUnreachableError
+from .. import budget
+from ..errors import HubDownloadTooLargeError, HubUnreachableError
 
 
 HUB_ENDPOINT: str | None = None  # None: huggingface_hub's (HF_ENDPOINT); tests point it at a local server

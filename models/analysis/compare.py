@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .analysis import Analysis, analyze
-from .loading import LoadedModel
-from .errors import InvalidArgumentError
+from .result import Analysis
+from .run import analyze
+from ..loading.model import LoadedModel
+from ..errors import InvalidArgumentError
 from .masks import MaskMode, parse_mask
 
 _EPS = 1e-12

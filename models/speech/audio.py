@@ -25,19 +25,14 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from . import capture
-from .analysis import KEEP_BYTES, Analysis, attach_stacks
-from .heads import heads_to_gates
-from .outputs import topk
-from .tokens import Token, Word, group_words
-from .errors import (
-    EmptyTextError,
-    InvalidArgumentError,
-    InvalidAudioError,
-    ModelOutOfMemoryError,
-)
-from .loading import LoadedModel
-from .store import AttentionStack, Replay
+from .. import capture
+from ..analysis import KEEP_BYTES, Analysis, attach_stacks
+from ..analysis.heads import heads_to_gates
+from ..analysis.outputs import topk
+from ..analysis.tokens import Token, Word, group_words
+from ..errors import EmptyTextError, InvalidArgumentError, InvalidAudioError, ModelOutOfMemoryError
+from ..loading.model import LoadedModel
+from ..analysis.store import AttentionStack, Replay
 from .wav import SAMPLE_RATE, read_wav, resample, write_wav  # noqa: F401  (models.audio.read_wav ... as before)
 from .whisper_tokens import _UNICODE_TO_BYTE, _check_whisper, alignment_heads, language_token, prompt_ids  # noqa: F401
 

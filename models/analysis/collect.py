@@ -4,18 +4,16 @@ the masks and per-head summaries only, with :class:`models.store.AttentionStack`
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from . import statistics as hstats
-from .capture import blocks
-from .loading import LoadedModel
+from ..capture import blocks
+from ..loading.model import LoadedModel
 from .store import AttentionStack, LazyMap, MaskStack, Replay
 
-if TYPE_CHECKING:
-    from .analysis import Analysis
+from .result import Analysis
 
 
 class Collector:
