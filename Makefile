@@ -9,7 +9,7 @@ RUN_ADDRESS ?= 127.0.0.1
 REPLICAS ?= 1
 STAMP := $(VENV)/.installed
 
-.PHONY: run serve nginx test install install-dev install-gemma browser bench bench-classroom bench-render clean
+.PHONY: run serve nginx test check install install-dev install-gemma browser bench bench-classroom bench-render clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,13 @@ nginx:
 test: install-dev install-gemma /usr/bin/chromium nginx
 	$(BIN)/python -m pytest -q tests
 
+## The fast loop (issue 26): ruff, then the tiers that need no bundled model, no browser and no nginx
+## (tests/house, tests/engine and tests/viz without the tests that take a bundled model).
+CHECK_TIERS := tests/house tests/engine tests/viz
+check: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not bundled" $(CHECK_TIERS)
+
 ## Benchmarks print ratios measured side by side in one run (never timed assertions in tests).
 bench: install
 	$(BIN)/python bench/capture.py
@@ -78,6 +85,7 @@ bench: install
 	$(BIN)/python bench/teaching.py
 	$(BIN)/python bench/flow.py
 	$(BIN)/python bench/experiments.py
+	$(BIN)/python bench/load.py
 
 ## A class on one server (issue 12): 1 / 10 / 30 simulated students, then one replica against two.
 bench-classroom: install nginx

@@ -19,7 +19,7 @@ The engine is grouped like its features:
 * :mod:`models.flow`, :mod:`models.pruning`, :mod:`models.lessons`, :mod:`models.experiments`: the features
   built on them.
 
-Modules that used to sit flat in ``models/`` (``models.audio``, ``models.masks``, ``models.loading``'s contents
+Modules that used to sit flat in ``models/`` (``models.speech.audio``, ``models.analysis.masks``, ``models.loading``'s contents
 ...) are importable under their old names (:data:`MOVED`), so code and notebooks written against them keep
 working.
 """

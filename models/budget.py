@@ -3,7 +3,7 @@
 Every cache of Dikkat (loaded models in :func:`models.load`; analyses, prepared views and other results in
 the app) is a :class:`ByteLRU`. An entry's size is measured when it is stored (:func:`nbytes`: the arrays,
 tensors and Python objects it holds), and again when it is used if it grows later (an on-demand
-:class:`~models.store.AttentionStack` keeps its last computed layers). When the total passes the budget,
+:class:`~models.analysis.store.AttentionStack` keeps its last computed layers). When the total passes the budget,
 the least recently used entries are dropped until it fits; the entry just stored is never dropped, so
 one entry larger than the whole budget is still served once.
 """

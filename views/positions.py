@@ -31,7 +31,7 @@ st.info(t(f"pos_kind_{kind}", model=sel.model))
 
 stack = loaded.input_stack
 labels: list[str] = []
-text_model = loaded.input_name != "input_features"  # not Whisper
+text_model = loaded.reads_text  # not Whisper
 if sel.text.strip() and text_model:
     analysis = shared.analysis_ui(sel.model, sel.text)
     if analysis is not None:

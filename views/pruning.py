@@ -175,7 +175,7 @@ loaded = shared.load_model_ui(sel.model)
 if loaded is None:
     st.stop()
 name, text = sel.model, sel.text
-if loaded.input_name != "input_ids":
+if not loaded.reads_text:
     st.info(t("prune_text_model_only", model=name))
     st.stop()
 stacks = loaded.stacks

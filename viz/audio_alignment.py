@@ -26,7 +26,7 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
         weights: float ``(tokens, frames)`` cross-attention to the speech frames only (no padding column).
         token_labels: ``tokens`` row labels (index axis, so repeated words stay separate rows).
         frame_seconds: seconds per encoder frame (key).
-        peaks: optional frame index per row (``models.audio.cross_attention_peaks``); drawn as markers at
+        peaks: optional frame index per row (``models.speech.audio.cross_attention_peaks``); drawn as markers at
             the frame's centre.
 
     Returns:

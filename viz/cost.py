@@ -50,7 +50,7 @@ def kv_bars(labels: Sequence[str], with_gqa: Sequence[float], without_gqa: Seque
 
     Args:
         labels: one per bar group. with_gqa, without_gqa: sizes in the unit named by ``y_title`` (the
-            caller converts, e.g. ``models.kv_layout.kv_cache_bytes`` / 2**30 for GiB).
+            caller converts, e.g. ``models.analysis.kv_layout.kv_cache_bytes`` / 2**30 for GiB).
 
     Returns:
         plotly Figure (grouped bars).

@@ -174,7 +174,7 @@ def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, titl
 
     Args:
         position_labels: ``n`` labels (the token after which the next token is predicted).
-        kl: mask name -> float ``(n,)`` in nats (see :func:`models.compare.next_token_kl`; Kullback &
+        kl: mask name -> float ``(n,)`` in nats (see :func:`models.analysis.compare.next_token_kl`; Kullback &
             Leibler 1951). NaN is drawn as 0.
 
     Returns:
@@ -199,7 +199,7 @@ def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_t
     each layer (x = 0 is the embedding layer, before any attention).
 
     Args:
-        layer_drift: mask name -> float ``(layers + 1,)`` (``models.compare.MaskRun.layer_drift``), in
+        layer_drift: mask name -> float ``(layers + 1,)`` (``models.analysis.compare.MaskRun.layer_drift``), in
             [0, 2]. NaN is drawn as 0.
 
     Returns:
@@ -225,7 +225,7 @@ def gqa_figure(groups: Sequence[Sequence[int]], *, query_label: str = "query hea
     head to the key/value head it reads (Ainslie et al. 2023). One colour per group.
 
     Args:
-        groups: one sequence of query-head indices per key/value head (:func:`models.kv_layout.kv_groups`;
+        groups: one sequence of query-head indices per key/value head (:func:`models.analysis.kv_layout.kv_groups`;
             Ainslie et al. 2023, §2.2).
 
     Returns:

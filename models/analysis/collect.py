@@ -1,5 +1,5 @@
 """Collecting an analysis's weights as the forward pass produces them: whole arrays for a short input, else
-the masks and per-head summaries only, with :class:`models.store.AttentionStack` computing maps on demand."""
+the masks and per-head summaries only, with :class:`models.analysis.store.AttentionStack` computing maps on demand."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class _Once:
 
 
 def _summaries(result: Analysis) -> tuple[dict, dict]:
-    """Per-head statistics and pooled overview maps of every stack (:mod:`models.statistics`), from the kept
+    """Per-head statistics and pooled overview maps of every stack (:mod:`models.analysis.statistics`), from the kept
     weights, or else from one more forward pass that hands every layer's weights over block by block (never
     a whole layer at once)."""
     accs = {}

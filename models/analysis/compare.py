@@ -97,7 +97,7 @@ def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None =
     Encoder stacks see every token (bidirectional); decoder stacks are causal, and a sliding-window
     layer (Mistral's ``sliding_window``, or ``layer_types[layer] == "sliding_attention"`` for Gemma 3 /
     Qwen2) keeps only the last ``sliding_window`` keys, transformers' ``sliding_window_causal_mask_function``
-    (Jiang et al. 2023, §2; see :mod:`models.masks`). Padding never occurs (one text per call).
+    (Jiang et al. 2023, §2; see :mod:`models.analysis.masks`). Padding never occurs (one text per call).
 
     Args:
         n: tokens. layer: 0-based layer (for per-layer ``layer_types``). stack: default ``loaded.mask_stack``;
@@ -194,7 +194,7 @@ def run_mask(loaded: LoadedModel, text: str, mask, native: Analysis, *, max_toke
     Args:
         loaded: the model (interface capture path; masks cannot be replaced on the fallback path).
         text: the same text ``native`` was computed from.
-        mask: anything :func:`models.masks.parse_mask` accepts (a boolean ``(n, n)`` array for custom).
+        mask: anything :func:`models.analysis.masks.parse_mask` accepts (a boolean ``(n, n)`` array for custom).
         native: ``analyze(loaded, text, hidden_states=True, keep_logits=True, max_tokens=...)``.
         max_tokens: default ``native.max_tokens``.
 
@@ -226,7 +226,7 @@ def compare_masks(loaded: LoadedModel, text: str, masks: list, *, target: str | 
     """Run ``text`` natively and once per mask; see :func:`run_mask` for what is measured.
 
     Args:
-        masks: list of masks (see :func:`models.masks.parse_mask`).
+        masks: list of masks (see :func:`models.analysis.masks.parse_mask`).
         target: decoder text for encoder-decoders (generated once when None, then reused by every run).
         max_tokens: as for :func:`models.analyze`.
 

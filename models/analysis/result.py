@@ -38,20 +38,20 @@ class Analysis:
         target_tokens: decoder-side tokens of an encoder-decoder (None otherwise).
         words, target_words: :class:`Word` groups of ``tokens`` / ``target_tokens``.
         attentions: ``stack -> AttentionStack``, read like float32 ``(layers, heads, query_len, key_len)``
-            (:class:`models.store.AttentionStack`): held whole for short inputs (``kept``), else each
+            (:class:`models.analysis.store.AttentionStack`): held whole for short inputs (``kept``), else each
             layer or head is computed exactly when indexed (``a.attentions[stack][layer, head]``).
             Stacks: ``encoder`` (queries and keys: ``tokens``), ``decoder`` (decoders: ``tokens``;
             encoder-decoders: ``target_tokens``), ``cross`` (queries ``target_tokens``, keys ``tokens``).
             Each row sums to 1 (0 for a query with no allowed key under a replaced mask), except in layers
             with an attention sink (``sinks``), whose rows sum to ``1 - sink_share``.
         missing_stacks: ``stack -> why it is not in attentions``: a stack of the model that is not shown
-            (:attr:`models.loading.LoadedModel.missing_stacks`; Pegasus-X's local/global encoder).
+            (:attr:`models.LoadedModel.missing_stacks`; Pegasus-X's local/global encoder).
         sinks: ``stack -> [layers with a learned attention sink]`` (:attr:`models.anatomy.site.Site.sink`;
             GPT-OSS); empty for models without one. See :meth:`sink_share`.
         statistics: ``stack -> name -> float32 (layers, heads)``: the per-head statistics of the raw
-            weights (:class:`models.statistics.HeadStatistics`; names as ``viz.transforms.STATISTICS``).
+            weights (:class:`models.analysis.statistics.HeadStatistics`; names as ``viz.transforms.STATISTICS``).
         overview: ``stack -> float32 (layers, heads, min(q, 64), min(k, 64))``: every head's map pooled
-            (:class:`models.statistics.Overview`; equal to ``viz.transforms.pool(weights, 64)``).
+            (:class:`models.analysis.statistics.Overview`; equal to ``viz.transforms.pool(weights, 64)``).
             Both are computed together the first time either is read: from the kept weights, or by one
             more forward pass that sees every layer's weights block by block.
         kept: True when every weight is held in memory (inputs up to ``KEEP_BYTES`` of weights).
@@ -73,7 +73,7 @@ class Analysis:
             attend the key, read from the mask each layer was actually called with (the native one, or the
             replacement; per layer, so Gemma 3's sliding layers differ from its full ones). On the fallback
             path, whose attention modules build their masks internally, only a replaced mask is listed.
-        run: the forward call this analysis ran (inputs, heads off, masks; :class:`models.store.Replay`), run
+        run: the forward call this analysis ran (inputs, heads off, masks; :class:`models.analysis.store.Replay`), run
             again by :func:`models.flow.information_flow`; None where weights were read from the model's
             ``output_attentions`` (fallback path).
     """

@@ -102,7 +102,7 @@ def analyze(
         heads_off: ``(stack, layer, head)`` triples to switch off: the head's output (its slice of the
             input to the output projection) is zeroed (Michel et al. 2019, §2, head mask ξ_h = 0).
         mask: ``native`` | ``bidirectional`` | ``causal`` | ``sliding_window:w`` | ``strided:s`` |
-            boolean ``(n, n)`` array | dict ``stack -> mask`` (see :mod:`models.masks`).
+            boolean ``(n, n)`` array | dict ``stack -> mask`` (see :mod:`models.analysis.masks`).
         max_tokens: cut the input after this many tokens, special tokens included (default
             :func:`default_max_tokens`), and never after the model's position limit
             (:attr:`LoadedModel.max_positions`; ``Analysis.max_tokens`` is the limit used);
@@ -118,7 +118,7 @@ def analyze(
     Memory: the weights are computed by the family's eager function in blocks of query rows
     (:data:`models.capture.CHUNK_BYTES`), so one analysis never holds a whole layer unless ``keep``; the
     longest input is the model's own (:func:`default_max_tokens`). A causal LM's logits are computed in
-    blocks of positions above ``models.outputs.LOGITS_BYTES`` (256 MiB).
+    blocks of positions above ``models.analysis.outputs.LOGITS_BYTES`` (256 MiB).
 
     Returns:
         :class:`Analysis` with attentions read like float32 ``(layers, heads, query_len, key_len)``; for
@@ -191,7 +191,7 @@ def _check_arguments(model: LoadedModel, text, text_pair, target, max_tokens, to
     Raises:
         as :func:`analyze`."""
     text = check_text(text, "text")
-    if model.input_name != "input_ids":
+    if not model.reads_text:
         raise UnsupportedOperationError(
             f"Model '{model.name}' reads {model.input_name} (a speech model), not text: "
             "use models.analyze_audio with a recording.",

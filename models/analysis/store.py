@@ -1,7 +1,7 @@
 """Attention weights on demand: array-like stacks that compute a layer's or a head's exact weights when asked.
 
 An :class:`~models.Analysis` of a short text keeps every weight (it costs little); a long text's analysis
-keeps none (its per-head statistics and pooled overview, :mod:`models.statistics`, are computed in one more
+keeps none (its per-head statistics and pooled overview, :mod:`models.analysis.statistics`, are computed in one more
 pass when first read). Either way
 ``a.attentions[stack]`` is an :class:`AttentionStack` that reads like the float32 array
 ``(layers, heads, query, key)`` it stands for:

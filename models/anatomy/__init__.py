@@ -15,7 +15,7 @@ table of class names:
   the last stream becomes logits, probed on first use by the information flow; :mod:`.norms` freezes a norm.
 * :mod:`.inputs`, :mod:`.tensors`: the probe's input and small tensor facts the probes share.
 
-The capture (:mod:`models.capture`), heads off (:mod:`models.heads`), masks, the information flow
+The capture (:mod:`models.capture`), heads off (:mod:`models.analysis.heads`), masks, the information flow
 (:mod:`models.flow`) and the lessons read these answers; none of them searches the model again.
 """
 

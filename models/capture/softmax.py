@@ -382,7 +382,7 @@ def mask_support(loaded) -> MaskSupport | None:
     probe once (see the module's docstring).
 
     Args:
-        loaded: a :class:`models.loading.LoadedModel` on the fallback path, or on the interface path with
+        loaded: a :class:`models.LoadedModel` on the fallback path, or on the interface path with
             ``fallback_stacks``.
 
     Returns:

@@ -130,7 +130,7 @@ class ClipAlignment:
         words: the words' texts. word_starts, word_ends, hf_word_starts, hf_word_ends: float64 ``(w,)``: the
             start of a word's first token and the end of its last.
         alignment: the alignment heads' :class:`TokenAlignment` (its matrix and DTW path, for drawing).
-        audio: the engine's :class:`models.audio.AudioAnalysis` of the clip (spectrogram, every head's weights).
+        audio: the engine's :class:`models.speech.audio.AudioAnalysis` of the clip (spectrogram, every head's weights).
         seconds: wall time for this clip (engine analysis, recipe, transformers), seconds.
     """
 
@@ -178,7 +178,7 @@ class AlignmentResult:
 
     Attributes:
         clips: one :class:`ClipAlignment` per clip, in order.
-        heads: the alignment heads ``(layer, head)`` (:func:`models.whisper_tokens.alignment_heads`).
+        heads: the alignment heads ``(layer, head)`` (:func:`models.speech.whisper_tokens.alignment_heads`).
         control_heads: the control heads.
         seconds: wall time of the whole run, seconds.
     """
@@ -282,7 +282,7 @@ def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str
     """Word times from Whisper's alignment heads, by OpenAI's recipe, next to transformers' own.
 
     Per clip, the engine transcribes greedily with the language forced and captures every head
-    (:func:`models.audio.analyze_audio`); the alignment heads' cross-attention (rows: the 4 prompt tokens + text)
+    (:func:`models.speech.audio.analyze_audio`); the alignment heads' cross-attention (rows: the 4 prompt tokens + text)
     goes through :func:`align_tokens` over :func:`openai_frames` frames: each text token's start and end. One
     difference from OpenAI: its pass also feeds ``<|endoftext|>``, whose row enters each head's mean and std; the
     engine's input ends at the last text token (whose row predicts it), so that row is not in the statistics
@@ -310,7 +310,7 @@ def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str
         UnsupportedOperationError: ``loaded`` is not a Whisper model (code ``not_whisper``).
         InvalidArgumentError: malformed ``clips`` or ``control_heads``, or ``max_new_tokens`` below 1.
         InvalidAudioError: a clip that cannot be read. UnknownLanguageError: an unknown language.
-        ModelOutOfMemoryError: as :func:`models.audio.analyze_audio`.
+        ModelOutOfMemoryError: as :func:`models.speech.audio.analyze_audio`.
     """
     _check_model(loaded)
     clips = _check_clips(clips)

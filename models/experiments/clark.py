@@ -148,7 +148,7 @@ def key_groups(tokens: list[Token]) -> dict[str, np.ndarray]:
 
     ``first``: token 0 when it is a special token ([CLS], ``<s>``), else none. ``separator``: every other special
     token ([SEP], ``</s>``, also a typed one). ``punctuation``: non-special tokens whose text is punctuation or
-    symbols only (:func:`models.statistics.is_punctuation`, the engine's flag). ``delimiter``: the union of the
+    symbols only (:func:`models.analysis.statistics.is_punctuation`, the engine's flag). ``delimiter``: the union of the
     three (the columns of a Kovaleva "vertical" map).
     """
     special = np.array([t.special for t in tokens], dtype=bool)

@@ -79,7 +79,7 @@ def first_token_share(loaded: LoadedModel, text: str | None = None, *, max_token
     """Measure each layer's attention on the first token (Xiao et al. 2023, fig. 2; "attention sink").
 
     One analysis of ``text`` (default :func:`long_text`); the per-head means are the engine's block-by-block
-    statistics (:class:`models.statistics.HeadStatistics`, ``first``), so a long text never holds its
+    statistics (:class:`models.analysis.statistics.HeadStatistics`, ``first``), so a long text never holds its
     ``layers x heads x n²`` weights.
 
     Raises:
@@ -136,7 +136,7 @@ def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: S
 
     The text is read three ways per window size: the model's own causal mask (once), ``sliding_window:w`` (each
     query sees its last ``w`` tokens) and ``sink_window:w,sinks`` (those plus the first ``sinks`` tokens), see
-    :mod:`models.masks`. The loss is :attr:`models.Analysis.loss`, ``CE(logits[:-1], ids[1:])`` in nats. Unlike the
+    :mod:`models.analysis.masks`. The loss is :attr:`models.Analysis.loss`, ``CE(logits[:-1], ids[1:])`` in nats. Unlike the
     paper, the positions stay the text's own (a mask, not an evicting cache with re-numbered positions), so this
     isolates what the first tokens' keys add, not the position shift.
 

@@ -334,7 +334,7 @@ class FlowRecorder:
 
 
 def run_flow(loaded, layout: FlowLayout, stack: str, replay) -> FlowRecorder:
-    """Run ``replay`` (an analysis's forward call, :class:`models.store.Replay`) once with a :class:`FlowRecorder`
+    """Run ``replay`` (an analysis's forward call, :class:`models.analysis.store.Replay`) once with a :class:`FlowRecorder`
     on ``stack``; returns the recorder with every layer measured. Attention runs the fused kernel where the model
     has one (no weights are materialised in the pass); each layer's call is kept to compute weights of chosen rows.
 

@@ -158,7 +158,7 @@ def default_lengths(loaded: LoadedModel, top: int = 1024) -> list[int]:
 
 def _cost_inputs(loaded: LoadedModel, n: int) -> dict[str, torch.Tensor]:
     """``n`` token ids (a sentence repeated), batch 1; encoder-decoders get a one-token decoder input."""
-    if loaded.input_name != "input_ids":
+    if not loaded.reads_text:
         raise UnsupportedOperationError(f"Model '{loaded.name}' does not read text tokens: its cost is not measured here.",
                                         code="cost_needs_text", model=loaded.name)
     tok = loaded.tokenizer

@@ -1,5 +1,5 @@
 """The key/value cache at work (the KV-cache lesson, ``views/kvcache.py``): :func:`compare_generation` (greedy
-generation with and without the cache). The layout and the cache's size are :mod:`models.kv_layout`."""
+generation with and without the cache). The layout and the cache's size are :mod:`models.analysis.kv_layout`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Builders that turn the files of installed model packages into transformers folders.
 
 Each ``build_*`` function writes ``config.json``, ``model.safetensors`` and the tokenizer files into an
-empty folder; :func:`models.cache.cached_folder` runs it once per user and caches the result, so a
+empty folder; :func:`models.loading.cache.cached_folder` runs it once per user and caches the result, so a
 later load reads safetensors and never reparses the GGUF file.
 """
 

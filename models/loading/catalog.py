@@ -37,7 +37,7 @@ class ModelSpec:
             installed package (no conversion needed).
         builder: ``"module:function"``; the function ``build(folder: Path) -> None`` writes a
             transformers folder (config, safetensors, tokenizer) from the package's files. Its result
-            is cached per user (see :mod:`models.cache`).
+            is cached per user (see :mod:`models.loading.cache`).
         build_version: bump to invalidate cached conversions when the builder changes.
         optional: installed by an optional make target rather than by ``make run``.
         install_hint: the command that installs it.

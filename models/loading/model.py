@@ -137,6 +137,12 @@ class LoadedModel:
         return getattr(self.model, "main_input_name", "input_ids")
 
     @property
+    def reads_text(self) -> bool:
+        """Whether the model reads text (``input_ids``); False for a speech model (Whisper reads
+        ``input_features``, log-mel frames: :func:`models.analyze_audio`). The one test of it, engine and pages."""
+        return self.input_name == "input_ids"
+
+    @property
     def num_key_value_heads(self) -> int | None:
         """Key/value heads of a grouped-query attention model (None when every head has its own)."""
         cfg = self.text_config

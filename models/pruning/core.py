@@ -63,7 +63,7 @@ def metric_kind(loaded: LoadedModel) -> str:
 
 
 def check_heads(loaded: LoadedModel, heads: Iterable) -> frozenset[HeadId]:
-    """Validate ``(stack, layer, head)`` triples (see :func:`models.heads.validate_heads`).
+    """Validate ``(stack, layer, head)`` triples (see :func:`models.analysis.heads.validate_heads`).
 
     Raises:
         InvalidHeadError: a malformed triple or one the model lacks.
@@ -148,12 +148,12 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
         EmptyTextError: empty text. UnsupportedOperationError: a speech model (no text input), a decoder
         text of a single token (no next token to score), or a model some of whose heads cannot be switched
         off (heads mixed before the output projection, a fallback layer with no gate point): their importance
-        would read 0 (:func:`models.heads.validate_heads`).
+        would read 0 (:func:`models.analysis.heads.validate_heads`).
     """
     if not isinstance(text, str) or not text.strip():
         raise EmptyTextError("The text is empty: type a sentence to analyse.")
     model, tok = loaded.model, loaded.tokenizer
-    if loaded.input_name != "input_ids":
+    if not loaded.reads_text:
         raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {loaded.input_name}.",
                                         code="pruning_needs_text_model", model=loaded.name, reads=loaded.input_name)
     validate_heads(loaded, head_list(loaded))  # every head must be one the gates can switch off

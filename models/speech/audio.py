@@ -12,7 +12,7 @@ dropped: it is summed into one extra key column, the special pseudo-token ``<|pa
 still sums to 1 and the share spent on silence stays visible.
 
 WAV files are read with the standard library's ``wave`` module and resampled with numpy only
-(:mod:`models.wav`); Whisper's prompt tokens and alignment heads are :mod:`models.whisper_tokens`.
+(:mod:`models.speech.wav`); Whisper's prompt tokens and alignment heads are :mod:`models.speech.whisper_tokens`.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def analyze_audio(
             (None: kept while the cropped encoder weights take at most
             :data:`models.analysis.KEEP_BYTES`, about 8 s of audio on whisper-base). Weights that are not
             kept come from the same forward pass run again, cropped block by block the same way
-            (:class:`models.store.AttentionStack`; the ``<|padding|>`` row's mean may differ from the kept
+            (:class:`models.analysis.store.AttentionStack`; the ``<|padding|>`` row's mean may differ from the kept
             one in the last bits of float32), and the passes that keep nothing run the fused sdpa kernel.
 
     Returns:
@@ -373,7 +373,7 @@ def _layer_weights(loaded: LoadedModel, state, outputs, stacks: tuple[str, ...])
 
 
 class _CroppedReplay:
-    """A :class:`models.store.Replay` whose blocks are cropped to the first ``n`` encoder frames as
+    """A :class:`models.analysis.store.Replay` whose blocks are cropped to the first ``n`` encoder frames as
     :func:`_crop` crops a whole layer: encoder keys and cross-attention keys (summed into a padding column,
     or renormalised), encoder queries (the padding frames' rows averaged into one last row)."""
 
@@ -383,7 +383,7 @@ class _CroppedReplay:
         self.inner, self.n, self.padding = inner, n, padding
 
     def run(self, want: set, visit) -> None:
-        """As :meth:`models.store.Replay.run`, in cropped coordinates.
+        """As :meth:`models.analysis.store.Replay.run`, in cropped coordinates.
 
         Raises:
             RuntimeError: a block of a cropped stack that does not hold whole rows (the encoder and

@@ -106,7 +106,7 @@ def test_a_stack_that_does_not_route_comes_from_eager_outputs_or_says_why(tmp_pa
     assert all(s.o_proj and s.gate == "o_proj" for s in loaded.sites if s.stack == "encoder")
     off = models.analyze(loaded, archsweep.TEXT, heads_off={("encoder", 0, 1)}, keep_logits=True)
     assert not np.array_equal(off.logits, a.logits)
-    n = len(a.tokens)  # its encoder's mask is replaced at the encoder's softmax (models.fallback_masks)
+    n = len(a.tokens)  # its encoder's mask is replaced at the encoder's softmax (models.capture.softmax)
     diag = models.analyze(loaded, archsweep.TEXT, mask={"encoder": np.eye(n, dtype=bool)})
     np.testing.assert_allclose(np.asarray(diag.attentions["encoder"]),
                                np.broadcast_to(np.eye(n), diag.attentions["encoder"].shape), atol=1e-7)

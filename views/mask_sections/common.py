@@ -87,7 +87,7 @@ def token_labels(tokens) -> list[str]:
 
 
 def text_model_ok(loaded: models.LoadedModel) -> bool:
-    if loaded.input_name != "input_ids":
+    if not loaded.reads_text:
         st.info(t("masks_text_models_only", model=shared.model_name(loaded)))
         return False
     return True

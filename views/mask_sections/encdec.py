@@ -102,7 +102,7 @@ def section_encdec(sel: shared.Selection) -> None:
     if loaded.family != "encoder-decoder":
         st.error(t("masks_not_encdec", model=name, family=t(f"teach_family_{loaded.family}")))
         return
-    if loaded.input_name == "input_features":
+    if not loaded.reads_text:
         _speech_encdec(name, loaded)
         return
     c1, c2 = st.columns(2)
@@ -161,7 +161,7 @@ def section_encdec(sel: shared.Selection) -> None:
 
 @shared.cached
 def _audio_analysis(name: str, wav: bytes, language: str, target: str | None):
-    """``models.audio.analyze_audio`` on WAV bytes, cached by content; shared, read-only."""
+    """``models.speech.audio.analyze_audio`` on WAV bytes, cached by content; shared, read-only."""
     from models.speech import audio
 
     with tempfile.NamedTemporaryFile(suffix=".wav") as f:

@@ -139,7 +139,7 @@ def heads_off(name: str) -> frozenset:
 def reads_text(loaded: models.LoadedModel) -> bool:
     """True for a text model; for a speech model (input features, e.g. Whisper) show why a text page cannot use
     it and where its attention is shown instead, and return False."""
-    if loaded.input_name == "input_features":
+    if not loaded.reads_text:
         st.info(t("speech_model_no_text", model=model_name(loaded)))
         return False
     return True
