@@ -41,19 +41,16 @@ browser: /usr/bin/chromium
 ## `make run` listens on this machine only (it takes folder paths and hub ids from the browser); RUN_ADDRESS=0.0.0.0
 ## opens it to the network. `make serve` (classroom mode) listens on ADDRESS, every interface by default.
 run: install
-	$(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.address $(RUN_ADDRESS) --server.headless true \
-		--server.fileWatcherType none --browser.gatherUsageStats false
+	$(BIN)/python deploy/launch.py --port $(PORT) --address $(RUN_ADDRESS)
 
 ## Classroom mode (issue 12): one server for a class. Only catalog models and the teacher's list
 ## (classroom.toml, see classroom.example.toml), no folder paths or hub ids from the browser or a link,
 ## texts cut at max_chars, no server path in any message, no traceback in the browser.
-## `make serve REPLICAS=2` runs two app processes behind nginx (one core each).
+## `make serve REPLICAS=2` runs two app processes behind nginx (one core each). The flags of both modes, and
+## DIKKAT_COOKIE_SECRET passed on as Streamlit's cookie secret, are in deploy/launch.py (the one launcher).
 serve: install
 ifeq ($(REPLICAS),1)
-	env $${DIKKAT_COOKIE_SECRET:+STREAMLIT_SERVER_COOKIE_SECRET=$$DIKKAT_COOKIE_SECRET} \
-		DIKKAT_MODE=classroom $(BIN)/python -m streamlit run app.py --server.port $(PORT) --server.address $(ADDRESS) --server.headless true \
-		--server.fileWatcherType none --server.runOnSave false --browser.gatherUsageStats false \
-		--client.showErrorDetails none --client.toolbarMode viewer --server.maxUploadSize 10
+	$(BIN)/python deploy/launch.py --port $(PORT) --address $(ADDRESS) --classroom
 else
 	$(MAKE) nginx
 	DIKKAT_MODE=classroom $(BIN)/python deploy/replicas.py --replicas $(REPLICAS) --port $(PORT) --address $(ADDRESS)
@@ -66,8 +63,13 @@ nginx:
 		{ test "$$(id -u)" = 0 || { echo "nginx is missing: sudo apt-get install nginx" >&2; exit 1; }; \
 		  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx; }
 
+## The whole suite, one tier (a folder of tests/) after the other, each tier's time printed; fails if any tier failed.
+TIERS := house engine viz app deploy bundled browser sweep
 test: install-dev install-gemma /usr/bin/chromium nginx
-	$(BIN)/python -m pytest -q tests
+	@failed=""; for tier in $(TIERS); do start=$$(date +%s); \
+		$(BIN)/python -m pytest -q tests/$$tier || failed="$$failed $$tier"; \
+		echo "== tier $$tier: $$(( $$(date +%s) - start )) s"; done; \
+	test -z "$$failed" || { echo "failed tiers:$$failed" >&2; exit 1; }
 
 ## The fast loop (issue 26): ruff, then the tiers that need no bundled model, no browser and no nginx
 ## (tests/house, tests/engine and tests/viz without the tests that take a bundled model).

@@ -41,8 +41,8 @@ submit->figure <= 3 s, p95 <= 6 s, 0 errors, 0 cross-talk.
     .venv/bin/python bench/classroom.py --url http://127.0.0.1:8501 --pid 12345   # a server already running
     .venv/bin/python bench/classroom.py --env STREAMLIT_RUNNER_POST_SCRIPT_GC=false   # a server setting to compare
 
-Without ``--url`` the benchmark starts its own server (``streamlit run app.py --server.headless true
---server.fileWatcherType none``, HF_HUB_OFFLINE=1; ``--mode classroom`` sets DIKKAT_MODE=classroom) on a free
+Without ``--url`` the benchmark starts its own server (``streamlit run app.py`` with the flags of ``make run``
+from ``deploy/launch.py``, HF_HUB_OFFLINE=1; ``--mode classroom`` sets DIKKAT_MODE=classroom) on a free
 port, warms it up with one session (model load), and stops it at the end.
 """
 
@@ -70,6 +70,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "deploy"))
 
+import launch  # noqa: E402  (deploy/launch.py: the app's command line)
 import replicas  # noqa: E402  (deploy/replicas.py: make serve REPLICAS=N)
 
 import websockets  # noqa: E402
@@ -157,11 +158,7 @@ def start_server(port: int, mode: str | None, log: Path, extra_env: dict[str, st
                "--address", "127.0.0.1"]
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    cmd = [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app.py", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.headless", "true", "--server.fileWatcherType", "none",
-           "--browser.gatherUsageStats", "false"]
-    if not Path(cmd[0]).exists():
-        cmd[0:1] = [sys.executable, "-m", "streamlit"]
+    cmd = launch.streamlit_command(port, "127.0.0.1")  # the flags of `make run`; DIKKAT_MODE from --mode
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 

@@ -36,11 +36,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-# The flags of `make serve`: classroom mode, no file watcher, no traceback or toolbar for students.
-STREAMLIT_FLAGS = ["--server.headless", "true", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
-                   "--browser.gatherUsageStats", "false", "--client.showErrorDetails", "none",
-                   "--client.toolbarMode", "viewer", "--server.maxUploadSize", "10"]
+if str(Path(__file__).resolve().parent) not in sys.path:  # imported from elsewhere (tests, benches)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch import ROOT, streamlit_command  # noqa: E402  (deploy/launch.py: the flags of `make serve`)
 
 NGINX_CONF = """\
 worker_processes 1;
@@ -160,8 +158,7 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
         if not backends:
             backends = [f"127.0.0.1:{port + i}" for i in range(1, replicas + 1)]
             for i in range(1, replicas + 1):
-                cluster.commands.append([python, "-m", "streamlit", "run", "app.py", "--server.port", str(port + i),
-                                         "--server.address", "127.0.0.1", *STREAMLIT_FLAGS])
+                cluster.commands.append(streamlit_command(port + i, "127.0.0.1", classroom=True, python=python))
                 cluster.replicas.append(subprocess.Popen(cluster.commands[-1], cwd=ROOT, env=env))
             for proc, backend in zip(cluster.replicas, backends):
                 wait_healthy(f"http://{backend}", proc)

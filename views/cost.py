@@ -23,7 +23,7 @@ sel, loaded = shared.page_start("cost_title", "cost_intro")
 st.header(t("cost_s1"))
 stack = loaded.input_stack
 n_layers, n_heads = loaded.stacks[stack]
-value_bytes = torch.empty(0, dtype=loaded.dtype).element_size()
+value_bytes = loaded.dtype.itemsize  # bytes per weight (a torch.dtype knows its size)
 st.markdown(t("cost_s1_text", model=sel.model, layers=n_layers, heads=n_heads, bytes=value_bytes))
 rows = []
 for n in (1_000, 100_000, 1_000_000):

@@ -13,7 +13,7 @@ import numpy as np
 import streamlit as st
 
 import models
-from views import hosting, shared
+from views import shared
 from views.shared import t
 from viz import transforms as tf
 from viz.export import attentions_npz, matrix_csv
@@ -114,9 +114,7 @@ if loaded.family != "encoder":
 else:
     with st.expander(t("pair_expander"), expanded=bool(st.session_state.get("pair"))):
         shared.url_init("pair")
-        if isinstance(st.session_state.get("pair"), str):
-            st.session_state["pair"] = hosting.clip(st.session_state["pair"])
-        st.text_input(t("pair_label"), key="pair", help=t("pair_help"), max_chars=hosting.current().max_chars)
+        shared.text_field(t("pair_label"), key="pair", help=t("pair_help"))
         shared.url_sync("pair", "")
     pair = (st.session_state.get("pair") or "").strip() or None
 

@@ -8,7 +8,7 @@ import streamlit as st
 import models
 from models.analysis import kv_layout
 from models.lessons import kvcache
-from views import hosting, shared
+from views import shared
 from viz import cost as vc
 from viz import numbers as nb
 
@@ -121,7 +121,7 @@ if gen_name != sel.model:
 p1, p2 = st.columns([3, 1])
 URL.bind("kv_prompt", sel.text if sel.text.strip() else shared.DEFAULT_TEXT)
 URL.bind("kv_new_tokens", 16, kind=int, bounds=(4, 64))
-prompt = p1.text_input(t("kv_prompt"), key="kv_prompt", max_chars=hosting.current().max_chars)
+prompt = shared.text_field(t("kv_prompt"), key="kv_prompt", container=p1)
 new_tokens = p2.slider(t("kv_new_tokens"), 4, 64, key="kv_new_tokens")
 gen_key = "kv_generation"
 if st.button(t("kv_run"), key="kv_run", type="primary"):

@@ -7,7 +7,7 @@ import streamlit as st
 
 import models
 from models.lessons import positions
-from views import hosting, shared
+from views import shared
 from viz import numbers as nb
 from viz import positions as vp
 from viz.text import plotly_text
@@ -121,8 +121,8 @@ if not shared.reads_text(loaded):
 w1, w2 = st.columns(2)
 URL.bind("pos_text_a", "Kedi fareyi kovaladı")
 URL.bind("pos_text_b", "Fareyi kedi kovaladı")
-text_a = w1.text_input(t("pos_sentence_a"), key="pos_text_a", max_chars=hosting.current().max_chars)
-text_b = w2.text_input(t("pos_sentence_b"), key="pos_text_b", max_chars=hosting.current().max_chars)
+text_a = shared.text_field(t("pos_sentence_a"), key="pos_text_a", container=w1)
+text_b = shared.text_field(t("pos_sentence_b"), key="pos_text_b", container=w2)
 try:
     with st.spinner(t("analysing")):
         wo = _word_order(sel.model, text_a, text_b)

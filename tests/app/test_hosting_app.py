@@ -148,6 +148,29 @@ def test_classroom_takes_no_path_or_hub_id_from_a_link(classroom):
     assert not at.error, [e.value for e in at.error]
 
 
+def test_classroom_cuts_every_text_field_of_a_page(classroom):
+    """Issue 26's one text field (views/shared/fields.py): the Positions page's two sentences and the sidebar's
+    text, each from a link longer than the teacher's 40 characters, arrive cut and their boxes take no more."""
+    long = "the cat sat on the mat " * 5
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params = {"text": long, "pos_text_a": long, "pos_text_b": long[::-1]}
+    _run(at)
+    at.switch_page("views/positions.py")
+    _run(at)
+    boxes = {w.key: w for w in at.get("text_input") if w.key in ("pos_text_a", "pos_text_b")}
+    boxes["text"] = at.sidebar.text_area(key="text")
+    assert {k: (w.value, w.proto.max_chars) for k, w in boxes.items()} == {
+        "pos_text_a": (long[:40], 40), "pos_text_b": (long[::-1][:40], 40), "text": (long[:40], 40)}
+
+
+def test_personal_mode_text_fields_have_no_limit(personal):
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.query_params = {"text": "x" * 3000}
+    _run(at)
+    box = at.sidebar.text_area(key="text")
+    assert box.value == "x" * 3000 and box.proto.max_chars == 0  # 0: no limit
+
+
 def test_classroom_masks_page_has_no_free_model_field(classroom):
     at = AppTest.from_file(APP, default_timeout=300)
     at.session_state["masks_section"] = "encdec"

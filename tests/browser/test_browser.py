@@ -12,20 +12,36 @@ import shutil
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, urlparse
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "deploy"))
 
 import replicas  # noqa: E402
+from launch import streamlit_command  # noqa: E402  (deploy/launch.py: the flags of `make run`)
 
 RESULTS = ROOT / "test-results"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SENTENCE_PIECES = ["Ked", "i", "fare", "yi", "ko", "val", "ad", "ı"]
+SETTLED = (ROOT / "tests" / "browser_settled.js").read_text(encoding="utf-8")
+# Counts the script runs the page has seen finish (stApp's data-test-script-state turning "notRunning"), from the
+# page's first script on: a run that ends between two polls is still counted.
+RUN_COUNTER = """window.__dikkatRuns = 0;
+new MutationObserver((records) => {
+  for (const r of records) {
+    if (r.target.getAttribute("data-test-script-state") === "notRunning" && r.oldValue !== "notRunning") window.__dikkatRuns++;
+  }
+}).observe(document, {subtree: true, attributes: true, attributeOldValue: true, attributeFilter: ["data-test-script-state"]});
+"""
+# A wait for a script run ends when the run (and the page's drawing) has; the limit only stops a hung one. A first
+# visit loads a model: Whisper's load and analysis took 104 s with both cores of a 2-core machine busy.
+RUN_TIMEOUT = 600_000
 
 
 def free_port() -> int:
@@ -36,17 +52,13 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app_url():
-    """``streamlit run app.py`` on a free port; yields its URL; stops it afterwards."""
+    """``streamlit run app.py`` on a free port, as ``make run`` starts it; yields its URL; stops it afterwards."""
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log = open(RESULTS.parent / ".pytest_cache" / f"streamlit-{port}.log", "w") if (
         RESULTS.parent / ".pytest_cache").is_dir() else subprocess.DEVNULL
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.address",
-         "127.0.0.1", "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
+    proc = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         replicas.wait_healthy(url, proc, timeout=90)  # the same wait `make serve` uses
@@ -57,6 +69,34 @@ def app_url():
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _new_page(browser, width: int, height: int):
+    """A page of ``browser`` at ``width`` x ``height`` that counts the app's finished script runs (RUN_COUNTER)."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.add_init_script(RUN_COUNTER)
+    return page
+
+
+def _settled(page, since: int = 0) -> None:
+    """Wait until the app has finished a script run after the ``since``-th (0: the page's first run) and has drawn
+    it: no element stale or still loading, web fonts loaded, every plotly chart drawn at its container's width,
+    every frame loaded, and nothing moving for a moment (tests/browser_settled.js). Waits on those events, not on
+    a clock: a busy machine only takes longer."""
+    try:
+        page.wait_for_function(SETTLED, arg=since, polling="raf", timeout=RUN_TIMEOUT)
+    except PlaywrightTimeout:
+        waiting = page.evaluate("window.__dikkatWaitingFor")
+        raise AssertionError(f"{page.url}: still waiting for {waiting} after {RUN_TIMEOUT // 1000} s") from None
+
+
+@contextmanager
+def _rerun(page):
+    """``with _rerun(page): click()``: afterwards, wait until the script run the action started has finished and
+    been drawn (:func:`_settled` after the runs counted before it)."""
+    runs = page.evaluate("window.__dikkatRuns || 0")
+    yield
+    _settled(page, runs)
 
 
 def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
@@ -71,14 +111,14 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
     requests: list[tuple[str, str]] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page = _new_page(browser, 1400, 1100)
         page.on("request", lambda r: requests.append((r.url, r.resource_type)))
         # a link that carries the Turkish sentence (English's own first sentence is English)
         page.goto(app_url + "/?text=" + quote("Kedi fareyi kovaladı"), timeout=120_000)
 
         # head view: an iframe whose inline script draws an SVG with the tokens in two columns
         frame = page.frame_locator("iframe").first
-        frame.locator("#hv-svg").wait_for(timeout=180_000)
+        frame.locator("#hv-svg").wait_for(timeout=RUN_TIMEOUT)
         shown = "els => els.map(e => e.firstChild.nodeValue)"  # the drawn text (a <title> tooltip follows)
         left = frame.locator("text.hv-q").evaluate_all(shown)
         right = frame.locator("text.hv-k").evaluate_all(shown)
@@ -100,33 +140,33 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
         assert svg.lstrip().startswith("<?xml") and ">ı</text>" in svg and ">Ked</text>" in svg
 
         # the first action on this fresh server: a new sentence (Ctrl+Enter) redraws the head view
-        page.get_by_text("NPZ: numpy.load").wait_for(timeout=120_000)  # the first run has finished
-        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                               timeout=120_000)
+        _settled(page)  # the first run has finished
         box = page.locator("textarea").first
         box.fill(second)
-        box.press("Control+Enter")
+        with _rerun(page):
+            box.press("Control+Enter")
         page.wait_for_function("n => document.querySelector('iframe') && [...document.querySelectorAll('iframe')]"
                                ".some(f => f.contentDocument && f.contentDocument.querySelectorAll('text.hv-q')"
                                ".length === n && f.contentDocument.querySelector('text.hv-q[data-index=\"1\"]')"
-                               ".firstChild.nodeValue === 'Fare')", arg=len(second_labels), timeout=120_000)
+                               ".firstChild.nodeValue === 'Fare')", arg=len(second_labels), timeout=60_000)
         frame = page.frame_locator("iframe").first
         assert frame.locator("text.hv-q").evaluate_all(shown) == second_labels
         assert box.input_value() == second
 
         # model view: the clickable grid, then one map opened large with the tokens on its axes
-        page.get_by_role("radio", name="Model view").click()
-        page.get_by_text("Model view · encoder self-attention").wait_for(timeout=120_000)
-        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length >= 2", timeout=60_000)
+        with _rerun(page):
+            page.get_by_role("radio", name="Model view").click()
+        page.get_by_text("Model view · encoder self-attention").wait_for()
         grid = page.locator(".js-plotly-plot").first
         x, y = grid.evaluate("""gd => { const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
             const tr = gd._fullData[1]; const i = 2 * 12 + 7;
             return [xa._offset + xa.l2p(tr.x[i]), ya._offset + ya.l2p(tr.y[i])]; }""")
         box = grid.bounding_box()
-        page.mouse.click(box["x"] + x, box["y"] + y)
-        page.get_by_text("Layer 2, head 7", exact=True).wait_for(timeout=60_000)
+        with _rerun(page):
+            page.mouse.click(box["x"] + x, box["y"] + y)
+        page.get_by_text("Layer 2, head 7", exact=True).wait_for()
         large = page.locator(".js-plotly-plot", has_text="layer 2 · head 7")
-        large.wait_for(timeout=60_000)
+        large.wait_for()
         ticks = large.locator(".xtick text").all_text_contents()
         assert ticks == second_labels, ticks
         assert "layer=2" in page.evaluate("location.href") and "head=7" in page.evaluate("location.href")
@@ -149,27 +189,21 @@ def test_head_view_and_model_view_render_offline_C05(app_url, minilm):
     assert not [r for r in outside if r[1] in ("script", "stylesheet", "font", "image", "document", "media")], outside
 
 
-def _idle(page) -> None:
-    """Wait until the script run that the last action started has finished."""
-    page.wait_for_timeout(500)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
-
-
 def test_switching_the_language_keeps_the_chosen_model(app_url, smollm2):
     """A teacher picks smollm2-135m, switches the interface to Turkish, then changes an option: the model
     stays smollm2-135m; the masks page's section stays where it was. (The browser keeps a chosen option's
     label; a label that changed with the language reset the widget on the next run.)"""
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = _new_page(browser, 1400, 1000)
         page.goto(app_url + "/?model_key=smollm2-135m")
-        page.get_by_text("decoder self-attention 30×9").wait_for(timeout=120_000)
-        _idle(page)
-        page.get_by_text("Türkçe", exact=True).click()
-        page.get_by_text("kod çözücü öz-dikkati 30×9").wait_for(timeout=120_000)
-        _idle(page)
-        page.get_by_text("Sözcük düzeyi", exact=True).click()
-        _idle(page)
+        _settled(page)
+        page.get_by_text("decoder self-attention 30×9").wait_for()
+        with _rerun(page):
+            page.get_by_text("Türkçe", exact=True).click()
+        page.get_by_text("kod çözücü öz-dikkati 30×9").wait_for()
+        with _rerun(page):
+            page.get_by_text("Sözcük düzeyi", exact=True).click()
         page.wait_for_function("() => location.href.includes('words=1')", timeout=60_000)
         url = page.evaluate("location.href")
         assert "model_key=smollm2-135m" in url and "lang=tr" in url, url
@@ -177,17 +211,16 @@ def test_switching_the_language_keeps_the_chosen_model(app_url, smollm2):
 
         # the same for a radio with translated labels: the masks page's section survives the switch
         page.goto(app_url + "/masks")
-        page.get_by_text("BERT vs GPT", exact=True).wait_for(timeout=120_000)
-        _idle(page)
-        page.get_by_text("BERT vs GPT", exact=True).click()
-        _idle(page)
-        page.get_by_text("Türkçe", exact=True).click()
-        page.get_by_text("BERT ve GPT", exact=True).wait_for(timeout=120_000)
-        _idle(page)
+        _settled(page)
+        with _rerun(page):
+            page.get_by_text("BERT vs GPT", exact=True).click()
+        with _rerun(page):
+            page.get_by_text("Türkçe", exact=True).click()
+        page.get_by_text("BERT ve GPT", exact=True).wait_for()
         box = page.locator("textarea").first
         box.fill("Kedi fareyi kovaladı ve kaçtı")
-        box.press("Control+Enter")
-        _idle(page)
+        with _rerun(page):
+            box.press("Control+Enter")
         section = page.locator("[data-testid=stRadio]", has_text="Bölüm").locator("label:has(input:checked)")
         assert section.inner_text() == "BERT ve GPT"
         browser.close()
@@ -220,15 +253,13 @@ def _layout_problems(app_url: str, paths: list[str], shot, prepare=None) -> str:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         for width, height in ((1280, 720), (1920, 1080)):
-            page = browser.new_page(viewport={"width": width, "height": height})
+            page = _new_page(browser, width, height)
             for number, path in enumerate(paths):
                 for lang in ("en", "tr"):
                     page.goto(app_url + path + ("&" if "?" in path else "?") + f"lang={lang}")
-                    page.wait_for_selector("[data-testid=stSidebar]", timeout=120_000)
-                    _idle(page)
+                    _settled(page)  # measured once the run is over and its charts are drawn, not after a pause
                     if prepare is not None:
                         prepare(page, lang)
-                    page.wait_for_timeout(1500)  # plotly lays out after the run
                     problems = page.evaluate(check)
                     page.screenshot(path=str(RESULTS / shot(number, path, lang, width)))
                     if problems:
@@ -261,11 +292,39 @@ def test_every_experiments_result_is_drawn_without_cut_or_overlapping_text(app_u
     def run_once(page, lang: str) -> None:
         done = page.get_by_text("This run took" if lang == "en" else "Bu çalıştırma", exact=False)
         if not done.count():
-            page.get_by_role("button", name="Run the experiment" if lang == "en" else "Deneyi çalıştır").click()
-            done.first.wait_for(timeout=300_000)
-            _idle(page)
+            with _rerun(page):
+                page.get_by_role("button", name="Run the experiment" if lang == "en" else "Deneyi çalıştır").click()
+                done.first.wait_for(timeout=RUN_TIMEOUT)
 
     paths = [f"/experiments?exp_which={which}&model_key={model}" for which, model in EXPERIMENT_PAGES]
     report = _layout_problems(app_url, paths, lambda number, path, lang, width: (
         f"experiments-{EXPERIMENT_PAGES[number][0]}-{lang}-{width}.png"), prepare=run_once)
     assert not report, report
+
+
+def test_the_layout_check_finds_text_outside_a_chart_and_text_over_text():
+    """The check itself (tests/browser_layout.js), on plotly charts drawn in a blank page: nothing in a chart that
+    fits its box; "outside" for one drawn wider than its box (as Streamlit's first draw of a 560 px mask in a 263 px
+    column was), "overlap" for two texts drawn over each other. Waiting for a settled page must not hide these."""
+    import plotly
+
+    check = (ROOT / "tests" / "browser_layout.js").read_text(encoding="utf-8")
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    heatmap = "[{type: 'heatmap', z: [[0, 0.05], [0.1, 0.3]], x: ['0,80s', '1,60s']}]"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.set_content('<div data-testid="stMain"><div style="width: 263px"><div id="chart"></div></div></div>')
+        page.add_script_tag(path=str(plotly_js))
+
+        def drawn(layout: str) -> list:
+            page.evaluate(f"() => Plotly.newPlot('chart', {heatmap}, {{separators: ',.', ...{layout}}})")
+            return page.evaluate(check)
+
+        assert drawn("{width: 263, height: 300}") == []
+        wide = drawn("{width: 560, height: 300}")
+        assert {(kind, text) for kind, _, text in wide} >= {("outside", "1,60s"), ("outside", "0,3")}, wide
+        over = drawn("{width: 263, height: 300, annotations: [{x: 0, y: 0, text: 'birinci'}, "
+                     "{x: 0, y: 0, text: 'ikinci'}]}")
+        assert [kind for kind, _, _ in over] == ["overlap"], over
+        browser.close()

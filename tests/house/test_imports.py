@@ -99,3 +99,13 @@ def test_no_function_is_over_125_lines():
                     if node.end_lineno - start + 1 > 125:
                         long.append(f"{path.relative_to(ROOT)}:{node.name}")
     assert not long, long
+
+
+def test_make_test_runs_every_tier():
+    """``make test`` runs the tiers one after the other (each one's time printed): its list is the suite's."""
+    import re
+
+    from conftest import TIERS
+
+    listed = re.search(r"^TIERS := (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    assert listed == list(TIERS)

@@ -108,10 +108,10 @@ def section_encdec(sel: shared.Selection) -> None:
     c1, c2 = st.columns(2)
     with c1:
         bind("masks_src", sel.text or shared.DEFAULT_TEXT)
-        source = st.text_input(t("masks_source_text"), key="masks_src", max_chars=hosting.current().max_chars)
+        source = shared.text_field(t("masks_source_text"), key="masks_src")
     with c2:
         bind("masks_tgt", shared.DEFAULT_TEXTS["en"])
-        target = st.text_input(t("masks_target_text"), key="masks_tgt", max_chars=hosting.current().max_chars)
+        target = shared.text_field(t("masks_target_text"), key="masks_tgt")
     target = target.strip() or None
     a = shared.analysis_ui(name, source, target=target, max_tokens=MAX_TOKENS)
     if a is None:
@@ -217,8 +217,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
         language = st.selectbox(t("masks_audio_language"), LANGUAGES, key="masks_audio_lang")
     with c3:
         bind("masks_audio_tgt", "")
-        target = st.text_input(t("masks_audio_target"), key="masks_audio_tgt",
-                               max_chars=hosting.current().max_chars).strip() or None
+        target = shared.text_field(t("masks_audio_target"), key="masks_audio_tgt").strip() or None
         if clip.endswith("_tr.wav"):
             st.caption(t("masks_audio_tr_hint"))
     if clip == "record":

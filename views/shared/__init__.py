@@ -1,6 +1,8 @@
 """What every page shares (a package beside the pages, one module per concern): UI strings in both languages
 and escaping (:mod:`.strings`), figures, tables and errors on a page (:mod:`.output`), the cached models and
-analyses (:mod:`.cache`), the page's state in the link (:mod:`.urlstate`), the layer and head picker (:mod:`.pickers`), a model page's top (:mod:`.page`), the sidebar (:mod:`.sidebar`).
+analyses (:mod:`.cache`), the page's state in the link (:mod:`.urlstate`), the layer and head picker
+(:mod:`.pickers`), the text field that keeps a classroom's limit (:mod:`.fields`), a model page's top
+(:mod:`.page`), the sidebar (:mod:`.sidebar`).
 Pages use them as ``shared.t``, ``shared.get_analysis``, ....
 
 A loaded model is cached per process by :func:`models.load` and shared by every browser session;
@@ -11,6 +13,7 @@ views and other results of every page share one cache bounded by bytes (:data:`C
 from .cache import (  # noqa: F401
     CACHE, HEADS_OFF_KEY, analysis_ui, cached, get_analysis, get_flow, get_model, heads_off, load_model_ui, reads_text,
 )
+from .fields import text_field  # noqa: F401
 from .output import (  # noqa: F401
     PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,
 )

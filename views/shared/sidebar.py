@@ -11,6 +11,7 @@ import streamlit as st
 import models
 
 from .. import hosting
+from .fields import text_field
 from .strings import ASSETS, _strings, lang, md, t
 from .urlstate import url_drop, url_init, url_sync
 
@@ -158,11 +159,9 @@ def sidebar() -> Selection:
                      placeholder=t("examples_pick"), on_change=_use_example)
         # the default must stay the same on every run: a widget whose default changes is a new widget
         url_init("text")
-        if isinstance(st.session_state.get("text"), str):  # a link's text, cut like a typed one
-            st.session_state["text"] = hosting.clip(st.session_state["text"])
         if "text" not in st.session_state:  # the language's own default sentence (set once, like the model)
             st.session_state["text"] = default_text()
-        st.text_area(t("sentence"), key="text", help=t("sentence_help"), max_chars=hosting.current().max_chars)
+        text_field(t("sentence"), key="text", area=True, help=t("sentence_help"))  # a link's text cut like a typed one
         url_sync("text", default_text())
         st.session_state["_device_slot"] = st.empty()
     return Selection(model=custom or st.session_state["model_key"], text=hosting.clip(st.session_state.get("text", "")),
