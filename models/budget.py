@@ -20,8 +20,12 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerBase
 
 GIB = 1 << 30
+# What a loaded model is made of (its modules and its tokenizer): a result that refers to them (a flow keeps its
+# layers' attention modules) leaves them to the model cache, which counts them once (``nbytes(..., skip=MODEL_PARTS)``).
+MODEL_PARTS: tuple[type, ...] = (torch.nn.Module, PreTrainedTokenizerBase)
 
 
 def budget_from_env(name: str, default_gib: float) -> int:

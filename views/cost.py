@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import streamlit as st
-import torch
 
 import models
 from models.lessons import cost
@@ -112,7 +111,7 @@ if record and record["points"]:
     st.download_button(t("teach_download_csv"), table.to_csv(index=False).encode("utf-8"), file_name="cost.csv",
                        mime="text/csv", key="cost_csv")
     method = points[0].memory_method
-    st.caption(t("cost_measured", device=str(loaded.device), threads=torch.get_num_threads(), repeats=record["repeats"],
+    st.caption(t("cost_measured", device=str(loaded.device), threads=points[0].threads, repeats=record["repeats"],
                  memory=t(f"cost_memory_{method}") if method != "none" else "—"))
 
 # ---- 3. what changes it ---------------------------------------------------------------------------------------

@@ -135,6 +135,7 @@ class CostPoint:
         memory_method: ``cuda-allocator``, ``tensor-tracking``, or ``none`` (``measure_memory=False``;
             ``peak_bytes`` is then 0).
         recorded_bytes: bytes of the attention weights kept (captured only, else 0).
+        threads: CPU threads torch ran the pass with (``torch.get_num_threads()``; 0 when not recorded).
     """
 
     n: int
@@ -143,6 +144,7 @@ class CostPoint:
     peak_bytes: int
     memory_method: str
     recorded_bytes: int = 0
+    threads: int = 0
 
 
 def default_lengths(loaded: LoadedModel, top: int = 1024) -> list[int]:
@@ -272,7 +274,8 @@ def measure_cost(
             raise ModelOutOfMemoryError(f"Out of memory timing '{loaded.name}' at {n} tokens: {exc}",
                                         code="oom_timing", model=loaded.name, tokens=n) from exc
         point = CostPoint(n=n, implementation=impl, seconds=float(min(times)), peak_bytes=int(peak),
-                          memory_method=method, recorded_bytes=int(recorded))
+                          memory_method=method, recorded_bytes=int(recorded),
+                          threads=torch.get_num_threads())
         points.append(point)
         if on_point is not None:
             on_point(point, done, len(plan))

@@ -294,6 +294,7 @@ def test_measure_cost_tiny(tiny):
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
     for p in points:
         assert p.seconds > 0 and p.memory_method == "tensor-tracking"
+        assert p.threads == torch.get_num_threads() >= 1  # shown under the cost page's figures
         if p.implementation == "captured":
             assert p.recorded_bytes == 2 * 4 * p.n * p.n * 4
             assert p.peak_bytes >= p.recorded_bytes

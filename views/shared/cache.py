@@ -8,8 +8,6 @@ import time
 from collections import OrderedDict
 
 import streamlit as st
-import torch
-from transformers import PreTrainedTokenizerBase
 
 import models
 from models import budget
@@ -34,7 +32,7 @@ def _measure(value) -> int:
                 grown += budget.nbytes(dict(lazy))
         return fixed + grown
     # a flow keeps its layers' attention modules and the tokenizer: the model cache counts those
-    return budget.nbytes(value, skip=(models.LoadedModel, torch.nn.Module, PreTrainedTokenizerBase))
+    return budget.nbytes(value, skip=(models.LoadedModel, *budget.MODEL_PARTS))
 
 
 # Analyses, prepared views and page results of every session, least recently used dropped first.
