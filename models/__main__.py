@@ -9,8 +9,17 @@ import sys
 import numpy as np
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors print any argument, a lone surrogate included (an undecodable
+    byte of a file name), as a backslash escape rather than failing with UnicodeEncodeError."""
+
+    def _print_message(self, message, file=None):
+        if message:
+            super()._print_message(message.encode("utf-8", "backslashreplace").decode("utf-8"), file)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models", description="Dikkat attention engine")
+    parser = _Parser(prog="python -m models", description="Dikkat attention engine")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list the model catalog")
     an = sub.add_parser("analyze", help="analyse one text and print a JSON summary")
@@ -42,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load(args.model, device=args.device)
         result = analyze(loaded, args.text, text_pair=args.text_pair, target=args.target, heads_off=heads, mask=args.mask)
     except (DikkatError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}".encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
         return 2
     summary = result.summary()
     summary["device"] = str(loaded.device)
@@ -53,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         except DikkatError as exc:  # a long input: every weight would not fit at once
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        np.savez_compressed(args.out, **arrays, tokens=np.array([t.label for t in result.tokens]))
+        try:
+            np.savez_compressed(args.out, **arrays, tokens=np.array([t.label for t in result.tokens]))
+        except (OSError, ValueError) as exc:  # a folder, a path without its folder, no permission, a NUL byte
+            print(f"error: cannot write {args.out!r}: {exc}", file=sys.stderr)
+            return 2
         summary["out"] = args.out
     print(json.dumps(summary, ensure_ascii=False, indent=2))
     return 0

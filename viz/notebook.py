@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import NotebookRenderer
@@ -30,7 +31,7 @@ from plotly.io._base_renderers import NotebookRenderer
 from .head_view import head_view_fragment
 from .heatmap import head_heatmap
 from .model_view import model_view as _model_view
-from .prepare import Prepared, prepare
+from .prepare import MODES, Prepared, prepare
 
 
 class _OfflineNotebookRenderer(NotebookRenderer):
@@ -72,12 +73,37 @@ class HeadView:
         return self.html
 
 
+class NotebookArgumentError(ValueError):
+    """A notebook helper's argument is wrong: no such stack, layer or head, an unknown ``mode``, an option that
+    is not a bool, ``rows`` outside the queries. (viz/ does not import the engine, so this is not a
+    ``models.DikkatError``; it is a ValueError with a message that names the argument and what it may be.)"""
+
+
 def _stack(analysis, stack: str | None) -> str:
     stacks = list(analysis.attentions)
     if stack is None:
         return stacks[0]
-    if stack not in stacks:
-        raise KeyError(f"no '{stack}' stack in this analysis (it has {', '.join(stacks)})")
+    if not isinstance(stack, str) or stack not in stacks:
+        raise NotebookArgumentError(f"stack must be one of {', '.join(stacks)}; got {stack!r:.60}.")
+    return stack
+
+
+def _check(analysis, stack: str | None, layer: int | None = None, head: int | None = None, **options) -> str:
+    """The checked stack; raises :class:`NotebookArgumentError` for a layer or head outside the stack, a
+    ``mode`` not in :data:`viz.prepare.MODES`, or an option flag that is not a bool."""
+    stack = _stack(analysis, stack)
+    layers, heads = (int(x) for x in analysis.attentions[stack].shape[:2])
+    for name, value, n in (("layer", layer, layers), ("head", head, heads)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                  or not 0 <= value < n):
+            raise NotebookArgumentError(f"{name} must be a whole number in [0, {n - 1}] ('{stack}' has {n}); "
+                                        f"got {value!r:.60}.")
+    for name, value in options.items():
+        if name == "mode":
+            if not isinstance(value, str) or value not in MODES:
+                raise NotebookArgumentError(f"mode must be one of {', '.join(MODES)}; got {value!r:.60}.")
+        elif not isinstance(value, (bool, np.bool_)):
+            raise NotebookArgumentError(f"{name} must be True or False; got {value!r:.60}.")
     return stack
 
 
@@ -113,9 +139,10 @@ def head_view(analysis, layer: int = 0, *, stack: str | None = None, hide_specia
         a :class:`HeadView` (displayed by Jupyter).
 
     Raises:
-        KeyError: no such stack. IndexError: no such layer.
+        NotebookArgumentError: no such stack or layer, an unknown ``mode``, an option that is not a bool.
+        ValueError: ``rows`` not ``(start, stop)`` within the queries.
     """
-    stack = _stack(analysis, stack)
+    stack = _check(analysis, stack, layer, hide_special=hide_special, hide_first=hide_first, words=words, mode=mode)
     p = _one_layer(analysis, stack, layer, rows=rows, hide_special=hide_special, hide_first=hide_first,
                    words=words, mode=mode)
     heads = p.weights.shape[1]
@@ -133,8 +160,8 @@ def head_view(analysis, layer: int = 0, *, stack: str | None = None, hide_specia
 def model_view(analysis, *, stack: str | None = None, hide_special: bool = False, hide_first: bool = False,
                words: bool = False, mode: str = "heads", title: str | None = None) -> go.Figure:
     """Every layer x head of one stack as small maps in one grid (BertViz's model view); options as
-    :func:`head_view`. Returns a plotly figure. Raises KeyError: no such stack."""
-    stack = _stack(analysis, stack)
+    :func:`head_view`. Returns a plotly figure. Raises NotebookArgumentError: no such stack, a wrong option."""
+    stack = _check(analysis, stack, hide_special=hide_special, hide_first=hide_first, words=words, mode=mode)
     p = prepare(analysis, stack, hide_special=hide_special, hide_first=hide_first, words=words, mode=mode)
     labels = (getattr(analysis, "layer_labels", None) or {}).get(stack)
     fig, _ = _model_view(p.weights, layer_names=[str(x) for x in labels] if labels else None,
@@ -146,9 +173,10 @@ def model_view(analysis, *, stack: str | None = None, hide_special: bool = False
 def heatmap(analysis, layer: int = 0, head: int = 0, *, stack: str | None = None, hide_special: bool = False,
             hide_first: bool = False, words: bool = False, mode: str = "heads", title: str | None = None) -> go.Figure:
     """One head's map (query rows, key columns); with ``mode`` ``avg`` or ``rollout`` the one combined map.
-    Options as :func:`head_view`. Returns a plotly figure. Raises KeyError / IndexError: no such stack,
-    layer or head."""
-    stack = _stack(analysis, stack)
+    Options as :func:`head_view`. Returns a plotly figure. Raises NotebookArgumentError: no such stack,
+    layer or head, a wrong option."""
+    stack = _check(analysis, stack, layer, head if mode == "heads" else None, hide_special=hide_special,
+                   hide_first=hide_first, words=words, mode=mode)
     p = _one_layer(analysis, stack, layer, head=head if mode == "heads" else None, hide_special=hide_special,
                    hide_first=hide_first, words=words, mode=mode)
     if title is None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from .. import checks
 from ..capture import softmax as fallback_masks
 from ..errors import InvalidMaskError, UnsupportedOperationError
 
@@ -48,12 +49,15 @@ def start_matrix(kind: str, n: int) -> np.ndarray:
 
     Raises:
         InvalidMaskError: ``kind`` not in :data:`STARTS`, or ``n`` not a whole number ``>= 0``.
+        AttentionTooLargeError: n² above :data:`models.checks.MAX_BYTES` bytes.
     """
-    if kind not in STARTS:
+    if not isinstance(kind, str) or kind not in STARTS:
         raise InvalidMaskError(f"Unknown starting mask {kind!r}; choose one of {', '.join(STARTS)}.",
                                code="unknown_start_mask", kind=_short(kind), choices=", ".join(STARTS))
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise InvalidMaskError(f"n must be a whole number >= 0 (tokens), got {n!r}.", code="bad_mask_size", n=_short(n))
+    if n:
+        checks.square_size("n", n)  # AttentionTooLargeError above models.checks.MAX_BYTES
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     return {"causal": j <= i, "bidirectional": np.ones((n, n), bool), "diagonal": i == j,
             "previous": j == i - 1, "empty": np.zeros((n, n), bool)}[kind]
@@ -95,7 +99,10 @@ class MaskMode:
 
         Raises:
             InvalidMaskError: a custom matrix that is not ``(n, n)``.
+            InvalidArgumentError: ``n`` not a whole number >= 0. AttentionTooLargeError: n² above
+                :data:`models.checks.MAX_BYTES` (a text is cut far below it, at the model's ``max_positions``).
         """
+        n = checks.square_size("n", n)
         i = np.arange(n)[:, None]
         j = np.arange(n)[None, :]
         if self.kind == "native":
@@ -108,9 +115,8 @@ class MaskMode:
         width = min(self.width, max(n, 1)) if self.width is not None else None
         if self.kind == "sliding_window":
             return (j <= i) & (j > i - width)
-        if self.kind == "strided":
-            d = i - j
-            return (d >= 0) & ((d < width) | (d % width == 0))
+        if self.kind == "strided":  # i - j < width, or i - j a multiple of width (i ≡ j mod width); bool n² only
+            return (j <= i) & ((j > i - width) | (i % width == j % width))
         if self.kind == "sink_window":
             return (j <= i) & ((j > i - width) | (j < self.sinks))
         m = np.asarray(self.custom, dtype=bool)

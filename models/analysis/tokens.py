@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 
 
-from ..errors import BatchNotSupportedError, EmptyTextError, InvalidArgumentError
+from .. import checks
+from ..errors import BatchNotSupportedError
 
 
 def _combining_marks() -> str:
@@ -201,17 +202,19 @@ def group_words(tokens: list[Token], texts: list[str]) -> list[Word]:
 
 
 def check_text(text, what: str) -> str:
+    """``text`` checked as one text of :func:`models.analyze` (:func:`models.checks.text`).
+
+    Raises:
+        BatchNotSupportedError: a list or tuple of texts.
+        InvalidArgumentError: not a string, or a lone surrogate in it.
+        EmptyTextError: blank.
+    """
     if isinstance(text, (list, tuple)):
         raise BatchNotSupportedError(
             f"analyze() takes one {what} per call, got {len(text)}: call it once per text, e.g. "
             "[analyze(model, t) for t in texts], so each Analysis has its own tokens without padding."
         )
-    if not isinstance(text, str):
-        raise InvalidArgumentError(f"The {what} must be a string, got {type(text).__name__}.")
-    if not text.strip():
-        raise EmptyTextError(f"The {what} is empty: type a sentence to analyse.",
-                             code="empty_" + what.replace(" ", "_"))
-    return text
+    return checks.text(text, what)
 
 
 def truncate(tok, text: str, text_pair: str | None, enc_full, limit: int):

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from ..errors import InvalidArgumentError
+from .. import checks
 from ..loading.model import LoadedModel
 from .common import Progress, Source, report
 
@@ -132,9 +132,7 @@ def get(key: str) -> Experiment:
     Raises:
         InvalidArgumentError: an unknown key (the message lists the known ones).
     """
-    if key not in EXPERIMENTS:
-        raise InvalidArgumentError(f"Unknown experiment {key!r}; known: {', '.join(EXPERIMENTS)}.")
-    return EXPERIMENTS[key]
+    return EXPERIMENTS[checks.choice("experiment", key, EXPERIMENTS)]
 
 
 def run(key: str, loaded: LoadedModel, *, progress: Progress = None):
@@ -147,9 +145,12 @@ def run(key: str, loaded: LoadedModel, *, progress: Progress = None):
         InvalidArgumentError: an unknown key. UnsupportedOperationError: a model the experiment cannot run on
         (e.g. induction heads on an encoder); and what the experiment's function raises.
     """
-    return get(key).runner(loaded, progress=progress)
+    experiment = get(key)
+    checks.loaded_model(loaded)
+    return experiment.runner(loaded, progress=checks.callback("progress", progress))
 
 
+@checks.needs_model
 def forward_seconds(loaded: LoadedModel, tokens: int) -> float:
     """Wall seconds of one plain forward pass of ``tokens`` token ids (capped at the model's position limit) through
     the model (fused attention, no capture), measured once per model and length and remembered on ``loaded``.
@@ -179,4 +180,5 @@ def estimate_seconds(key: str, loaded: LoadedModel) -> float:
     Raises:
         InvalidArgumentError: an unknown key. UnsupportedOperationError: a model the experiment cannot run on.
     """
-    return float(get(key).estimator(loaded))
+    experiment = get(key)
+    return float(experiment.estimator(checks.loaded_model(loaded)))

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .. import checks
 from ..speech.audio import SAMPLE_RATE, AudioAnalysis, analyze_audio, read_wav
 from ..speech.wav import resample
 from ..errors import InvalidArgumentError, UnsupportedOperationError
@@ -276,6 +277,7 @@ def _one_clip(loaded: LoadedModel, twin, path: Path, language: str, heads, contr
     )
 
 
+@checks.needs_model
 def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str]] | None = None, *,
                       control_heads: Sequence[tuple[int, int]] | None = None, max_new_tokens: int = 32,
                       progress: Progress = None) -> AlignmentResult:
@@ -340,6 +342,7 @@ def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str
     return AlignmentResult(out, heads, control, clock.seconds + earlier)
 
 
+@checks.needs_model
 def estimate_alignment_seconds(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str]] | None = None) -> float:
     """Estimated wall time of :func:`whisper_alignment` on ``clips``, in seconds on this machine.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from .. import checks
 from ..loading.model import LoadedModel
 from .clark import TargetsResult, _analyze, _each, _inputs, _measure, _needs_encoder, _targets, default_pairs
 from .common import Progress, Stopwatch, probe_estimate
@@ -21,6 +22,7 @@ class ClarkResult:
     seconds: float
 
 
+@checks.needs_model
 def what_heads_look_at(loaded: LoadedModel, sentences: Sequence | None = None, *,
                        progress: Progress = None) -> ClarkResult:
     """:func:`.clark.bert_attention_targets` and :func:`.patterns.pattern_counts` from one analysis of each input (default:
@@ -37,6 +39,7 @@ def what_heads_look_at(loaded: LoadedModel, sentences: Sequence | None = None, *
     return ClarkResult(targets, _patterns(loaded, items, analyses, clock), clock.seconds)
 
 
+@checks.needs_model
 def estimate_seconds(loaded: LoadedModel, sentences: Sequence | None = None) -> float:
     """Estimated wall time of :func:`what_heads_look_at`, in seconds: the first input measured (its analysis and
     both reductions) x the number of inputs.

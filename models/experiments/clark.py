@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import checks
 from ..analysis import analyze
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -126,15 +127,24 @@ def default_pairs() -> list[tuple[str, str]]:
 
 
 def _inputs(sentences) -> list[str | tuple[str, str]]:
-    """The sentences to read: the default list, or the caller's (each a text or a ``(text, text_pair)`` pair)."""
-    items = default_sentences() if sentences is None else [sentences] if isinstance(sentences, str) else list(sentences)
-    if not items:
-        raise InvalidArgumentError("Give at least one sentence (or None for the shipped example sentences).")
-    for s in items:
-        ok = isinstance(s, str) or (isinstance(s, tuple) and len(s) == 2 and all(isinstance(x, str) for x in s))
-        if not ok:
+    """The sentences to read: the default list, or the caller's (each a text or a ``(text, text_pair)`` pair),
+    each checked (:func:`models.checks.text`).
+
+    Raises:
+        InvalidArgumentError: not a list of such, or empty. EmptyTextError: a blank text.
+    """
+    if sentences is None:
+        return default_sentences()
+    items = list(checks.sequence("sentences", [sentences] if isinstance(sentences, str) else sentences))
+    for i, s in enumerate(items):
+        if isinstance(s, tuple) and len(s) == 2:
+            items[i] = (checks.text(s[0], "text"), checks.text(s[1], "text pair"))
+        elif not isinstance(s, tuple):
+            items[i] = checks.text(s, "text")
+        else:
             raise InvalidArgumentError(f"Each sentence must be a string or a (text, text_pair) pair of strings, "
-                                       f"got {s!r}.")
+                                       f"got {checks.shown(s)}.", code="arg_text", name="sentence",
+                                       value=type(s).__name__)
     return items
 
 
@@ -233,6 +243,7 @@ class TargetsResult:
         return [(int(layer), int(head)) for layer, head in np.argwhere(self.per_head[target] > share)]
 
 
+@checks.needs_model
 def bert_attention_targets(loaded: LoadedModel, sentences: Sequence | None = None, *,
                            progress: Progress = None) -> TargetsResult:
     """Measure where every head of an encoder looks (Clark et al. 2019, §3.1-3.2, fig. 2).
@@ -301,6 +312,7 @@ def _measure(a) -> tuple[dict, dict, list[Token]]:
     return sums, counts, a.tokens
 
 
+@checks.needs_model
 def estimate_targets_seconds(loaded: LoadedModel, sentences: Sequence | None = None) -> float:
     """Estimated wall time of :func:`bert_attention_targets`, in seconds: the first sentence is measured
     (:func:`models.experiments.common.probe_estimate`) and multiplied by the number of sentences.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import InvalidArgumentError
+from .. import checks
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
@@ -74,15 +74,9 @@ def probe_estimate(first_unit: Callable[[], object], units: int) -> tuple[object
 
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high]``.
+    """``value`` as an int in ``[low, high]`` (:func:`models.checks.whole`).
 
     Raises:
         InvalidArgumentError: not a whole number, or out of range.
     """
-    import numpy as np
-
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
-            high is not None and value > high):
-        rng = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise InvalidArgumentError(f"{name} must be a whole number in {rng}, got {value!r}.")
-    return int(value)
+    return checks.whole(name, value, low, high)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .. import checks
 from ..analysis import analyze
 from ..errors import UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -57,14 +58,36 @@ def _vocabulary(loaded: LoadedModel) -> np.ndarray:
     return cache["ids"]
 
 
+def _words(loaded: LoadedModel, length: int) -> np.ndarray:
+    """:func:`_vocabulary`, when it has at least ``length`` tokens.
+
+    Raises:
+        UnsupportedOperationError: fewer (code ``induction_vocab``).
+    """
+    vocab = _vocabulary(loaded)
+    if len(vocab) < length:
+        raise UnsupportedOperationError(
+            f"'{loaded.name}''s tokenizer has {len(vocab)} whole-word tokens; {length} are needed.",
+            code="induction_vocab", model=loaded.name)
+    return vocab
+
+
+@checks.needs_model
 def repeated_text(loaded: LoadedModel, length: int = LENGTH, seed: int = 0) -> tuple[str, list[int]]:
     """A text of ``length`` random whole-word tokens, written twice (numpy ``default_rng(seed)``; drawn without
     replacement, so no token repeats inside one copy).
 
     Returns:
         ``(text, ids)``: the text and the ``length`` token ids of one copy.
+
+    Raises:
+        InvalidArgumentError: ``length`` not a whole number from 1 to what fits the model twice (half its
+            ``max_positions``); ``seed`` not a whole number >= 0.
+        UnsupportedOperationError: fewer than ``length`` whole-word tokens (code ``induction_vocab``).
     """
-    vocab = _vocabulary(loaded)
+    length = check_int("length", length, 1, max(1, loaded.max_positions // 2))
+    seed = check_int("seed", seed, 0)
+    vocab = _words(loaded, length)
     rng = np.random.default_rng(seed)
     ids = [int(i) for i in rng.choice(vocab, size=length, replace=False)]
     one = loaded.tokenizer.decode(ids)
@@ -132,6 +155,7 @@ def induction_scores(weights: np.ndarray, start: int, length: int) -> np.ndarray
     return w[..., q, q - length + 1].astype(np.float64).mean(axis=-1)
 
 
+@checks.needs_model
 def induction_heads(loaded: LoadedModel, *, length: int = LENGTH, sequences: int = SEQUENCES, top: int = TOP,
                     controls: int = RANDOM_CONTROLS, seed: int = 0, progress: Progress = None) -> InductionResult:
     """Find the induction heads of a causal LM and knock them out (Olsson et al. 2022, §2 and argument 3).
@@ -156,10 +180,7 @@ def induction_heads(loaded: LoadedModel, *, length: int = LENGTH, sequences: int
     seed = check_int("seed", seed, 0)
     # the random controls draw as many heads from the others: at most half the heads can be the top ones
     top = check_int("top", top, 1, (layers * heads) // 2 if controls else layers * heads - 1)
-    if len(_vocabulary(loaded)) < length:
-        raise UnsupportedOperationError(
-            f"'{loaded.name}''s tokenizer has {len(_vocabulary(loaded))} whole-word tokens; {length} are needed.",
-            code="induction_vocab", model=loaded.name)
+    _words(loaded, length)
     clock = Stopwatch()
     steps = sequences * (2 + controls)
     done = 0

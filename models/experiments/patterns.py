@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import checks
 from ..errors import InvalidArgumentError
 from ..loading.model import LoadedModel
 from ..analysis.tokens import Token
@@ -59,8 +60,8 @@ def pattern_features(weights: np.ndarray, special, punctuation=None, segments=No
     Raises:
         InvalidArgumentError: ``weights`` not square, or a flag array of another length.
     """
-    w = np.asarray(weights, dtype=np.float64)
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
+    w = checks.array("weights", weights, ndim=2, shape="(n, n)")
+    if w.shape[0] != w.shape[1]:
         raise InvalidArgumentError(f"An attention map must be a square (n, n) array, got shape {w.shape}.")
     n = w.shape[0]
 
@@ -181,6 +182,7 @@ def _segments(tokens: list[Token]) -> np.ndarray:
     return np.array([t.segment for t in tokens], dtype=np.int64)
 
 
+@checks.needs_model
 def pattern_counts(loaded: LoadedModel, sentences: Sequence | None = None, *,
                    progress: Progress = None) -> PatternCounts:
     """Sort every head's map on every sentence into Kovaleva et al.'s five types (§4.1, fig. 2) with
@@ -231,6 +233,7 @@ def _types(a) -> np.ndarray:
     return out
 
 
+@checks.needs_model
 def estimate_patterns_seconds(loaded: LoadedModel, sentences: Sequence | None = None) -> float:
     """Estimated wall time of :func:`pattern_counts`, in seconds (the first sentence measured x their number).
 

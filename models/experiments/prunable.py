@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import checks
 from .. import pruning
 from ..errors import InvalidArgumentError
 from ..loading.model import LoadedModel
@@ -84,6 +85,7 @@ def flat_share(shares: np.ndarray, values: np.ndarray, rise: float) -> float:
     return float(shares[max(last, 0)])
 
 
+@checks.needs_model
 def heads_that_can_go(loaded: LoadedModel, texts: Sequence[str] | None = None, *, random_orders: int = RANDOM_ORDERS,
                       progress: Progress = None) -> Prunable:
     """Gradient importance (Michel et al. 2019, eq. 2) and the pruning curve on ``texts`` (default
@@ -101,7 +103,7 @@ def heads_that_can_go(loaded: LoadedModel, texts: Sequence[str] | None = None, *
         EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError: as :func:`models.pruning.prepare`
             (e.g. a model whose heads cannot be switched off one by one).
     """
-    texts = sentence_set() if texts is None else [texts] if isinstance(texts, str) else list(texts)
+    texts = sentence_set() if texts is None else checks.texts(texts)
     random_orders = check_int("random_orders", random_orders, 1, 64)
     report(progress, 0.0)
     importance = pruning.gradient_importance(loaded, texts, progress=lambda f: report(progress, 0.2 * f))
@@ -113,6 +115,7 @@ def heads_that_can_go(loaded: LoadedModel, texts: Sequence[str] | None = None, *
                     flat_share(curve.shares, curve.random_mean, rise))
 
 
+@checks.needs_model
 def estimate_seconds(loaded: LoadedModel, texts: Sequence[str] | None = None,
                      random_orders: int = RANDOM_ORDERS) -> float:
     """:func:`models.pruning.estimate_curve_seconds` on the same sentences (measured on the shortest, scaled by
@@ -121,5 +124,5 @@ def estimate_seconds(loaded: LoadedModel, texts: Sequence[str] | None = None,
     Raises:
         as :func:`heads_that_can_go`.
     """
-    texts = sentence_set() if texts is None else [texts] if isinstance(texts, str) else list(texts)
+    texts = sentence_set() if texts is None else checks.texts(texts)
     return pruning.estimate_curve_seconds(loaded, texts, random_orders=random_orders).seconds

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import checks
 from ..analysis import analyze
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -74,6 +75,7 @@ class FirstTokenShare:
         return float(self.per_layer[:bottom].mean()), float(above.mean()) if above.size else float("nan")
 
 
+@checks.needs_model
 def first_token_share(loaded: LoadedModel, text: str | None = None, *, max_tokens: int = MAX_TOKENS,
                       progress: Progress = None) -> FirstTokenShare:
     """Measure each layer's attention on the first token (Xiao et al. 2023, fig. 2; "attention sink").
@@ -129,6 +131,7 @@ class StreamingLosses:
         return self.with_sinks - self.full
 
 
+@checks.needs_model
 def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: Sequence[int] = WINDOWS,
                      sinks: int = SINKS, max_tokens: int = MAX_TOKENS, full: FirstTokenShare | None = None,
                      progress: Progress = None) -> StreamingLosses:

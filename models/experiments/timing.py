@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import checks
 from ..errors import InvalidArgumentError
 
 TOKENS_PER_SECOND = 50      # whisper/audio.py: SAMPLE_RATE / (HOP_LENGTH * 2), 20 ms per encoder frame
@@ -31,11 +32,11 @@ def median_filter(x: np.ndarray, width: int = MEDIAN_WIDTH) -> np.ndarray:
         a copy of ``x``'s shape and dtype.
 
     Raises:
-        InvalidArgumentError: ``width`` not a positive odd whole number.
+        InvalidArgumentError: ``width`` not a positive odd whole number; ``x`` not an array of finite numbers.
     """
     if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width <= 0 or width % 2 != 1:
         raise InvalidArgumentError(f"The median filter's width must be a positive odd number, got {width!r}.")
-    x = np.asarray(x)
+    x = checks.array("x", x, dtype=None, finite=True)
     pad = int(width) // 2
     if x.ndim == 0 or x.shape[-1] <= pad:
         return x.copy()
@@ -64,7 +65,7 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         InvalidArgumentError: ``cost`` not 2-D, empty, or not finite.
     """
-    x = np.asarray(cost, dtype=np.float64)
+    x = checks.array("cost", cost, shape="(n, m)")
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
         raise InvalidArgumentError(f"dtw needs a non-empty 2-D cost matrix, got shape {x.shape}.")
     if not np.isfinite(x).all():

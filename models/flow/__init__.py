@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import checks
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..analysis.outputs import topk
 from ..anatomy.residual import WHY, FlowLayout, flow_layout
@@ -76,8 +77,14 @@ class DirectEffect:
 
     def top(self, layer: int, head: int, k: int = 5) -> tuple[list[int], list[int]]:
         """``(promoted, suppressed)``: the ids of the ``k`` logits head ``(layer, head)`` raises most and lowers
-        most."""
-        row = self.logits[layer, head]
+        most.
+
+        Raises:
+            InvalidArgumentError: a layer or head out of range, or ``k`` not a whole number >= 1.
+        """
+        layers, heads, vocab = self.logits.shape
+        row = self.logits[checks.whole("layer", layer, 0, layers - 1), checks.whole("head", head, 0, heads - 1)]
+        k = checks.whole("k", k, 1, vocab)
         order = np.argsort(row)
         return [int(i) for i in order[::-1][:k]], [int(i) for i in order[:k]]
 
@@ -103,18 +110,25 @@ class Flow:
     _rows: dict = field(default_factory=dict, repr=False)
     _tokenizer: object = field(default=None, repr=False)
 
+    def _layer(self, layer) -> int:
+        """``layer`` checked against this flow's layers (:func:`models.checks.whole`)."""
+        return checks.whole("layer", layer, 0, len(self.layers) - 1)
+
     def token_shares(self, layer: int, rows=None) -> np.ndarray:
         """float32 ``(len(rows), n_k + 2)``: at layer ``layer``, each source token's share of the stream after the
         attention at each of ``rows`` (default: every position), then the residual's and the biases'; each row sums
         to 1 (:meth:`LayerFlow.token_shares`). Rows already computed are kept.
 
+        Args:
+            layer: 0 .. layers - 1.
+            rows: a position or a list of positions (negative ones count from the end), or None for all.
+
         Raises:
             InvalidArgumentError: a layer or row out of range.
         """
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(self.layers):
-            raise InvalidArgumentError(f"layer must be a whole number from 0 to {len(self.layers) - 1}, got {layer!r}.")
+        layer = self._layer(layer)
         n = self.x_in.shape[0]
-        rows = list(range(n)) if rows is None else sorted({check_position(r, n) for r in rows})
+        rows = list(range(n)) if rows is None else sorted(set(checks.positions("rows", rows, n)))
         cache = self._rows.setdefault(int(layer), {})
         todo = [r for r in rows if r not in cache]
         if todo:
@@ -133,8 +147,7 @@ class Flow:
         """float32 ``(heads, n, n_k)``: layer ``layer``'s attention weights (before heads are gated), computed from
         the layer's kept query and key by the family's eager function: the analysis's weights with no forward pass
         (an analysis of a long text computes a layer by running the model up to it)."""
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(self.layers):
-            raise InvalidArgumentError(f"layer must be a whole number from 0 to {len(self.layers) - 1}, got {layer!r}.")
+        layer = self._layer(layer)
         return self.layers[layer].weights(range(self.x_in.shape[0])).cpu().numpy()
 
     @property
@@ -144,9 +157,25 @@ class Flow:
 
     def value_weighted(self, weights: np.ndarray, layer: int, head: int | None = None) -> np.ndarray:
         """``α_ij · ‖f^h(x_j)‖`` (Kobayashi et al. 2020, eq. 6), in the units of the residual stream, for one layer's
-        weights float ``(heads, n, n_k)``, or with ``head`` for that head's ``(n, n_k)``."""
-        norms = self.layers[layer].value_norms
-        weights = np.asarray(weights, dtype=np.float32)
+        weights float ``(heads, n, n_k)``, or with ``head`` for that head's ``(n, n_k)``.
+
+        Raises:
+            InvalidArgumentError: a layer or head out of range, or weights of another shape.
+        """
+        norms = self.layers[self._layer(layer)].value_norms  # (heads, n_k)
+        if head is not None:
+            head = checks.whole("head", head, 0, norms.shape[0] - 1)
+        try:
+            weights = np.asarray(weights, dtype=np.float32)
+        except (TypeError, ValueError):
+            weights = None
+        n = self.x_in.shape[0]
+        want = (norms.shape[0], n, norms.shape[1]) if head is None else (n, norms.shape[1])
+        if weights is None or weights.shape != want:
+            raise InvalidArgumentError(f"weights must be a float array of shape {want}, got "
+                                       f"{None if weights is None else weights.shape}.", code="arg_shape",
+                                       name="weights", shape=str(want),
+                                       got=str(None if weights is None else weights.shape))
         return weights * (norms[:, None, :] if head is None else norms[head][None, :])
 
     def route(self, position: int = -1, threshold: float = 0.04) -> Route:
@@ -156,8 +185,7 @@ class Flow:
         Raises:
             InvalidArgumentError: ``threshold`` outside 0..1 or ``position`` out of range.
         """
-        if not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
-            raise InvalidArgumentError(f"threshold must be a number from 0 to 1, got {threshold!r}.")
+        threshold = checks.number("threshold", threshold, 0, 1)
         return guard_memory(route_graph)(self.token_shares, [lf.mlp for lf in self.layers],
                                          [lf.mlp_residual for lf in self.layers], len(self.layers),
                                          check_position(position, self.x_in.shape[0]), float(threshold))
@@ -177,8 +205,7 @@ class Flow:
         """
         head = self._need_head()
         p = check_position(position, self.x_in.shape[0])
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise InvalidArgumentError(f"k must be a whole number of at least 1, got {k!r}.")
+        k = checks.whole("k", k, 1, 1000)
         streams = np.stack([self.x_in[p]] + [lf.x_out[p] for lf in self.layers])
         logits = head(torch.from_numpy(streams))
         top = topk(logits, int(k), self._tokenizer)
@@ -230,9 +257,7 @@ def check_position(position, n: int) -> int:
     Raises:
         InvalidArgumentError: not a whole number from ``-n`` to ``n - 1``.
     """
-    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
-        raise InvalidArgumentError(f"position must be a whole number from {-n} to {n - 1}, got {position!r}.")
-    return int(position) % n
+    return checks.whole("position", position, -n, n - 1) % n
 
 
 def _head_fn(loaded, layout: FlowLayout):
@@ -265,6 +290,7 @@ def _head_fn(loaded, layout: FlowLayout):
     return head
 
 
+@checks.needs_model
 def information_flow(loaded, analysis, *, stack: str | None = None) -> Flow:
     """Measure the information flow of ``analysis`` (the same inputs, heads off and mask) on ``stack``.
 
@@ -301,8 +327,8 @@ def information_flow(loaded, analysis, *, stack: str | None = None) -> Flow:
             model=loaded.name)
     if stack is None:
         stack = layout.head_stack or loaded.input_stack
-    if stack == "cross" or stack not in loaded.stacks:
-        raise InvalidArgumentError(f"stack must be one of {[s for s in loaded.stacks if s != 'cross']}, got {stack!r}"
+    if not isinstance(stack, str) or stack == "cross" or stack not in loaded.stacks:
+        raise InvalidArgumentError(f"stack must be one of {[s for s in loaded.stacks if s != 'cross']}, got {checks.shown(stack)}"
                                    " (cross-attention's flow is part of the decoder's: its MLP stage).")
     if stack in layout.refused:
         detail = layout.placed.get(stack, WHY[layout.refused[stack]])

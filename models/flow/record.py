@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import checks
 from .. import capture
 from ..capture.blocks import block_of
 from ..errors import ModelOutOfMemoryError, UnsupportedOperationError
@@ -333,6 +334,7 @@ class FlowRecorder:
         return lf
 
 
+@checks.needs_model
 def run_flow(loaded, layout: FlowLayout, stack: str, replay) -> FlowRecorder:
     """Run ``replay`` (an analysis's forward call, :class:`models.analysis.store.Replay`) once with a :class:`FlowRecorder`
     on ``stack``; returns the recorder with every layer measured. Attention runs the fused kernel where the model

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from .. import checks
 from .. import capture
 from ..analysis import weight_budget_tokens
 from ..errors import ModelOutOfMemoryError, UnsupportedOperationError
@@ -28,15 +29,21 @@ def attention_matrix_size(n: int, *, bytes_per_value: int = 4, layers: int = 1, 
 
     Returns:
         ``(entries, bytes)`` as Python ints (no overflow).
+
+    Raises:
+        InvalidArgumentError: ``n``, ``layers`` or ``heads`` not a whole number >= 0, ``bytes_per_value`` not >= 1
+            (code ``arg_whole``).
     """
-    entries = int(n) * int(n) * int(layers) * int(heads)
-    return entries, entries * int(bytes_per_value)
+    n, layers, heads = (checks.whole(k, v, 0) for k, v in (("n", n), ("layers", layers), ("heads", heads)))
+    entries = n * n * layers * heads
+    return entries, entries * checks.whole("bytes_per_value", bytes_per_value, 1)
 
 
 _TWINS: dict[tuple, torch.nn.Module] = {}
 _TWIN_LOCK = threading.Lock()
 
 
+@checks.needs_model
 def default_twin(loaded: LoadedModel, implementation: str = "sdpa") -> torch.nn.Module:
     """The same model (same parameter tensors, no copy) built with another attention implementation.
 
@@ -147,6 +154,7 @@ class CostPoint:
     threads: int = 0
 
 
+@checks.needs_model
 def default_lengths(loaded: LoadedModel, top: int = 1024) -> list[int]:
     """Powers of two from 16 to ``min(top, the model's limit)`` tokens; ``[max(1, limit)]`` when that
     limit is below 16."""
@@ -197,6 +205,7 @@ def _one_pass(loaded: LoadedModel, implementation: str, inputs: dict) -> int:
         return sum(w.numel() * w.element_size() for w in state.weights.values())
 
 
+@checks.needs_model
 def measure_cost(
     loaded: LoadedModel,
     lengths: Iterable[int] | None = None,
@@ -230,8 +239,14 @@ def measure_cost(
     Raises:
         UnsupportedOperationError: no sdpa twin for this architecture, or a speech model.
         ModelOutOfMemoryError: out of memory at some length.
+        InvalidArgumentError: ``lengths`` not a list of whole numbers, an implementation not one of
+            :data:`IMPLEMENTATIONS`, ``repeats`` not in [1, 100].
     """
-    lengths = sorted({int(n) for n in (lengths or default_lengths(loaded)) if int(n) >= 1})
+    lengths = default_lengths(loaded) if lengths is None else checks.sequence("lengths", lengths, least=0)
+    lengths = sorted({n for n in (checks.whole("length", n) for n in lengths) if n >= 1})
+    implementations = [checks.choice("implementation", i, IMPLEMENTATIONS)
+                       for i in checks.sequence("implementations", implementations)]
+    repeats = checks.whole("repeats", repeats, 1, 100)
     limit = loaded.max_positions
     cap_limit = weight_budget_tokens(loaded)
     plan = [(impl, n) for n in lengths for impl in implementations

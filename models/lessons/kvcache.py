@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import EmptyTextError, UnsupportedOperationError
+from .. import checks
+from ..errors import UnsupportedOperationError
 from ..loading.model import LoadedModel
 from .cost import default_twin, sync_device
 
@@ -32,6 +33,7 @@ class GenerationRun:
         return len(self.tokens) / self.seconds if self.seconds > 0 else float("inf")
 
 
+@checks.needs_model
 def compare_generation(loaded: LoadedModel, prompt: str, max_new_tokens: int = 32,
                        implementation: str = "sdpa") -> tuple[GenerationRun, GenerationRun]:
     """Greedy generation of ``max_new_tokens`` tokens with the KV cache and without it
@@ -49,13 +51,15 @@ def compare_generation(loaded: LoadedModel, prompt: str, max_new_tokens: int = 3
     Raises:
         UnsupportedOperationError: not a decoder, or (``sdpa``) no such implementation for the
             architecture (see :func:`default_twin`). EmptyTextError: empty prompt.
+        InvalidArgumentError: ``max_new_tokens`` not in ``[1, max_positions - 1]``, an unknown implementation.
     """
 
     if loaded.family != "decoder":
         raise UnsupportedOperationError(f"Model '{loaded.name}' is an {loaded.family}: the KV cache is for text generation by decoders.",
                                         code="kv_needs_decoder", model=loaded.name, family=loaded.family)
-    if not prompt or not prompt.strip():
-        raise EmptyTextError("The prompt is empty: type a sentence to continue.", code="empty_prompt")
+    prompt = checks.text(prompt, "prompt")
+    max_new_tokens = checks.whole("max_new_tokens", max_new_tokens, 1, max(1, loaded.max_positions - 1))
+    checks.choice("implementation", implementation, ("sdpa", "captured"))
     model = default_twin(loaded) if implementation == "sdpa" else loaded.model
     tok = loaded.tokenizer
     enc = tok(prompt, return_tensors="pt")

@@ -10,8 +10,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
 import torch
 
+from .. import checks
 from ..analysis import Analysis, analyze
 from ..errors import InvalidHeadError, UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -85,17 +87,24 @@ class LayerCapture:
     sin: torch.Tensor | None
 
 
+@checks.needs_model
 def check_head(loaded: LoadedModel, stack: str, layer: int, head: int | None = None) -> None:
     stacks = loaded.stacks
-    if stack not in stacks:
-        raise InvalidHeadError(f"Model '{loaded.name}' has no '{stack}' stack (it has {', '.join(stacks)}).")
+    if not isinstance(stack, str) or stack not in stacks:
+        raise InvalidHeadError(f"Model '{loaded.name}' has no {checks.shown(stack)} stack (it has {', '.join(stacks)}).")
     n_layers, n_heads = stacks[stack]
-    if not 0 <= layer < n_layers:
-        raise InvalidHeadError(f"Layer {layer} is out of range: '{stack}' has {n_layers} layers.")
-    if head is not None and not 0 <= head < n_heads:
-        raise InvalidHeadError(f"Head {head} is out of range: '{stack}' has {n_heads} heads.")
+    if not _index(layer, n_layers):
+        raise InvalidHeadError(f"Layer {checks.shown(layer)} is out of range: '{stack}' has {n_layers} layers.")
+    if head is not None and not _index(head, n_heads):
+        raise InvalidHeadError(f"Head {checks.shown(head)} is out of range: '{stack}' has {n_heads} heads.")
 
 
+def _index(value, n: int) -> bool:
+    """Whether ``value`` is a whole number (not a bool) in [0, n)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < n
+
+
+@checks.needs_model
 def layer_capture(loaded: LoadedModel, text: str, *, stack: str | None = None, layer: int = 0,
                   max_tokens: int | None = None) -> LayerCapture:
     """Run :func:`models.analyze` on ``text`` and keep the input of one self-attention layer.
@@ -118,6 +127,7 @@ def layer_capture(loaded: LoadedModel, text: str, *, stack: str | None = None, l
     return layer_captures(loaded, text, stack=stack, layers=[layer], max_tokens=max_tokens)[layer]
 
 
+@checks.needs_model
 def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, layers: Iterable[int] | None = None,
                    max_tokens: int | None = None) -> dict[int, LayerCapture]:
     """Like :func:`layer_capture` for several layers (default: all) in the same single forward pass.
@@ -130,14 +140,15 @@ def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, 
             called / has no ``hidden_states`` argument.
         InvalidHeadError: no such stack or layer. EmptyTextError etc. as :func:`models.analyze`.
     """
-    stack = stack or loaded.input_stack
-    if stack == "cross":
+    stack = loaded.input_stack if stack is None else stack
+    if isinstance(stack, str) and stack == "cross":
         raise UnsupportedOperationError("The Q/K/V walk-through covers self-attention (encoder or decoder), not cross-attention.",
                                         code="qkv_no_cross")
     check_head(loaded, stack, 0)
-    layers = list(range(loaded.stacks[stack][0])) if layers is None else [int(x) for x in layers]
+    layers = list(range(loaded.stacks[stack][0])) if layers is None else list(checks.sequence("layers", layers))
     for layer in layers:
         check_head(loaded, stack, layer)
+    layers = [int(layer) for layer in layers]
     if loaded.capture_path != "interface":
         raise UnsupportedOperationError(
             f"Model '{loaded.name}' ({loaded.config.model_type}) uses the fallback capture path: its attention "

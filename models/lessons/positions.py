@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 
+from .. import checks
 from ..analysis import Analysis, analyze
 from ..analysis.tokens import Word
 from ..errors import InvalidArgumentError, UnsupportedOperationError, WordMismatchError
@@ -30,10 +31,12 @@ def sinusoidal_encoding(n: int, d: int, base: float = 10000.0) -> np.ndarray:
         float32 ``(n, d)`` in [-1, 1].
 
     Raises:
-        InvalidArgumentError: n < 1 or d < 2.
+        InvalidArgumentError: n < 1 or d < 2 (or not whole numbers), base not > 0.
+        AttentionTooLargeError: the table above :data:`models.checks.MAX_BYTES`.
     """
-    if n < 1 or d < 2:
-        raise InvalidArgumentError("need n >= 1 positions and d >= 2 dimensions")
+    n, d = checks.whole("n", n, 1), checks.whole("d", d, 2)
+    base = checks.number("base", base, 0.0, above=True)
+    checks.cells("positional encoding", n, d)
     pos = np.arange(n, dtype=np.float64)[:, None]
     i = np.arange(0, d, 2, dtype=np.float64)[None, :]
     angle = pos / base ** (i / d)
@@ -43,6 +46,7 @@ def sinusoidal_encoding(n: int, d: int, base: float = 10000.0) -> np.ndarray:
     return pe.astype(np.float32)
 
 
+@checks.needs_model
 def position_kind(loaded: LoadedModel) -> str:
     """How the model encodes positions: ``rope`` (Su et al. 2021), ``alibi`` (Press et al. 2021),
     ``relative`` (T5 bias, Raffel et al. 2020), ``sinusoidal`` (Vaswani et al. 2017, §3.5) or ``learned``
@@ -59,6 +63,7 @@ def position_kind(loaded: LoadedModel) -> str:
     return "learned"
 
 
+@checks.needs_model
 def rotary_module(loaded: LoadedModel):
     """The model's rotary embedding module (the one holding ``inv_freq``), or None."""
     for _, module in loaded.model.named_modules():
@@ -67,6 +72,7 @@ def rotary_module(loaded: LoadedModel):
     return None
 
 
+@checks.needs_model
 def rope_tables(loaded: LoadedModel, positions: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin float32 CPU tensors ``(len(positions), rotary_dim)`` at the given positions, from the
     loaded model's own rotary embedding (its ``inv_freq`` = ``1/θ^(2i/d)``, θ = ``rope_theta``; Su et al.
@@ -119,12 +125,14 @@ def _fixed_vectors(head_dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor
     return torch.randn(head_dim, generator=g), torch.randn(head_dim, generator=g)
 
 
+@checks.needs_model
 def head_dim_of(loaded: LoadedModel) -> int:
     """Width of one head's query/key vectors (``head_dim`` of the text config, else hidden size ÷ heads)."""
     cfg = loaded.text_config
     return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
 
 
+@checks.needs_model
 def rope_theta(loaded: LoadedModel) -> float | None:
     """The model's RoPE base θ (``rope_parameters["rope_theta"]`` or ``rope_theta``), or None."""
     cfg = loaded.text_config
@@ -137,6 +145,29 @@ def rope_theta(loaded: LoadedModel) -> float | None:
                 return float(value["rope_theta"])
     value = getattr(cfg, "rope_theta", None)
     return float(value) if value else None
+
+
+MAX_ROPE_DIM = 1 << 16
+
+
+def _rope_args(loaded: LoadedModel | None, head_dim: int, theta: float, positions: int) -> tuple[int, float]:
+    """``(head_dim, theta)`` checked for a RoPE table of ``positions`` rows: ``loaded`` None or a loaded model,
+    ``head_dim`` an even whole number in [2, 65536], ``theta`` in [1, 1e12] (below 1 a frequency passes 1 rad per
+    position; Su et al. 2021 and every model use 10,000 or more), the table within
+    :data:`models.checks.MAX_BYTES`.
+
+    Raises:
+        InvalidArgumentError (``arg_model``, ``arg_whole``, ``arg_number``), AttentionTooLargeError.
+    """
+    if loaded is not None:
+        checks.loaded_model(loaded)
+    head_dim = checks.whole("head_dim", head_dim, 2, MAX_ROPE_DIM)
+    if head_dim % 2:
+        raise InvalidArgumentError(f"head_dim must be even (RoPE rotates pairs of dimensions), got {head_dim}.",
+                                   code="arg_whole", name="head_dim", range="even, [2, 65536]", value=head_dim)
+    theta = checks.number("theta", theta, 1.0, 1e12)
+    checks.cells("RoPE table", positions, head_dim)
+    return head_dim, theta
 
 
 def _rope_tables_for(loaded: LoadedModel | None, positions: Sequence[int], head_dim: int, theta: float):
@@ -162,10 +193,12 @@ def rope_shift_check(loaded: LoadedModel | None, m: int = 2, n: int = 5, t: int 
         :class:`RopeShiftCheck`.
 
     Raises:
-        InvalidArgumentError: negative positions.
+        InvalidArgumentError: negative positions, or an argument :func:`_rope_args` refuses.
     """
+    m, n, t, seed = (checks.whole(k, v) for k, v in (("m", m), ("n", n), ("t", t), ("seed", seed)))
     if min(m, n, m + t, n + t) < 0:
         raise InvalidArgumentError("positions must be >= 0")
+    head_dim, theta = _rope_args(loaded, head_dim, theta, max(m, n, m + t, n + t) + 1)
     cos, sin = _rope_tables_for(loaded, [m, n, m + t, n + t], head_dim, theta)
     q, k = _fixed_vectors(cos.shape[-1], seed)
     rq = apply_rope(q[None], cos, sin)
@@ -188,7 +221,13 @@ def rope_dot_grid(loaded: LoadedModel | None, positions: int, seed: int = 0, *, 
 
     Returns:
         float32 ``(positions, positions)``; rows are query positions m, columns key positions n.
+
+    Raises:
+        InvalidArgumentError: ``positions`` not a whole number >= 1, or an argument :func:`_rope_args` refuses.
+        AttentionTooLargeError: positions² above :data:`models.checks.MAX_BYTES` bytes.
     """
+    positions, seed = checks.square_size("positions", positions, least=1, bytes_per_cell=4), checks.whole("seed", seed)
+    head_dim, theta = _rope_args(loaded, head_dim, theta, positions)
     cos, sin = _rope_tables_for(loaded, range(positions), head_dim, theta)
     q, k = _fixed_vectors(cos.shape[-1], seed)
     rq = apply_rope(q[None].expand(positions, -1), cos, sin)
@@ -213,7 +252,13 @@ def rope_angles(loaded: LoadedModel | None, positions: int, *, head_dim: int = 6
 
     Returns:
         float64 ``(positions, rotary_dim/2)`` radians (not wrapped to 2π); pair ``i`` turns fastest for i = 0.
+
+    Raises:
+        InvalidArgumentError: ``positions`` not a whole number >= 1, or an argument :func:`_rope_args` refuses.
+        AttentionTooLargeError: the table above :data:`models.checks.MAX_BYTES`.
     """
+    positions = checks.whole("positions", positions, 1)
+    head_dim, theta = _rope_args(loaded, head_dim, theta, positions)
     rot = rotary_module(loaded) if loaded is not None else None
     if rot is not None:
         inv = rot.inv_freq.detach().double().cpu().numpy()
@@ -231,10 +276,9 @@ def alibi_slopes(heads: int) -> np.ndarray:
         float64 ``(heads,)``, each in (0, 1).
 
     Raises:
-        InvalidArgumentError: heads < 1.
+        InvalidArgumentError: heads not a whole number in [1, 65536].
     """
-    if heads < 1:
-        raise InvalidArgumentError("heads must be >= 1")
+    heads = checks.whole("heads", heads, 1, MAX_ROPE_DIM)
 
     def power_of_2(n: int) -> list[float]:
         return [2.0 ** (-8.0 * i / n) for i in range(1, n + 1)]
@@ -255,7 +299,13 @@ def alibi_bias(n: int, slope: float, *, causal: bool = True) -> np.ndarray:
 
     Returns:
         float64 ``(n, n)``, rows = queries i, columns = keys j; values ≤ 0 (or NaN).
+
+    Raises:
+        InvalidArgumentError: ``n`` not a whole number >= 0, ``slope`` not finite.
+        AttentionTooLargeError: n² above :data:`models.checks.MAX_BYTES` bytes.
     """
+    n = checks.square_size("n", n, bytes_per_cell=8)
+    slope = checks.number("slope", slope)
     i = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
     bias = -slope * np.abs(i - j).astype(np.float64)
@@ -318,6 +368,7 @@ class WordOrder:
     stack: str
 
 
+@checks.needs_model
 def word_order_experiment(loaded: LoadedModel, text_a: str = "Kedi fareyi kovaladı",
                           text_b: str = "Fareyi kedi kovaladı", *, stack: str | None = None) -> WordOrder:
     """Run both sentences and compare the attention between the same words (word level, see

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .. import checks
 from ..analysis import Analysis
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -155,6 +156,7 @@ class QKVSteps:
     softcap: float | None = None
 
 
+@checks.needs_model
 def head_steps(loaded: LoadedModel, lc: LayerCapture, head: int) -> QKVSteps:
     """Recompute one head of a captured layer step by step (Vaswani et al. 2017, eq. 1).
 
@@ -211,6 +213,7 @@ def head_steps(loaded: LoadedModel, lc: LayerCapture, head: int) -> QKVSteps:
     )
 
 
+@checks.needs_model
 def qkv_steps(loaded: LoadedModel, text: str, *, stack: str | None = None, layer: int = 0, head: int = 0,
               max_tokens: int | None = None) -> QKVSteps:
     """:func:`layer_capture` then :func:`head_steps` in one call (see both for shapes and errors)."""
@@ -226,19 +229,31 @@ def softmax_row(scores: np.ndarray, allowed: np.ndarray | None = None, *, temper
         temperature: T > 0; T < 1 sharpens, T > 1 flattens (Hinton et al. 2015, eq. 1).
 
     Returns:
-        float64 ``(k,)`` summing to 1 (all zeros when no key is allowed).
+        float64 ``(k,)`` summing to 1 (all zeros when no key is allowed or every allowed score is -inf; the
+        argmax, ties shared, when s/T overflows).
 
     Raises:
-        InvalidArgumentError: temperature ≤ 0.
+        InvalidArgumentError: temperature not a finite number > 0; scores not 1-D, NaN or +inf; allowed not
+            of the scores' shape.
     """
-    if temperature <= 0:
-        raise InvalidArgumentError("temperature must be > 0")
-    s = np.asarray(scores, dtype=np.float64) / temperature
-    ok = np.ones(s.shape, dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
-    if not ok.any():
+    temperature = checks.number("temperature", temperature, 0.0, above=True)
+    s = checks.array("scores", scores, ndim=1, shape="(k,)")
+    if np.isnan(s).any() or np.isposinf(s).any():
+        raise InvalidArgumentError(f"scores must be finite numbers or -inf (a blocked key), got {checks.shown(s)}.",
+                                   code="arg_shape", name="scores", shape="(k,) of finite numbers or -inf",
+                                   got=checks.shown(s))
+    ok = np.ones(s.shape, dtype=bool) if allowed is None else checks.array("allowed", allowed, dtype=bool)
+    if ok.shape != s.shape:
+        raise InvalidArgumentError(f"allowed must have the scores' shape {s.shape}, got {ok.shape}.",
+                                   code="arg_shape", name="allowed", shape=str(s.shape), got=str(ok.shape))
+    with np.errstate(over="ignore"):
+        s = np.where(ok, s / temperature, -np.inf)
+    if not ok.any() or np.isneginf(s).all():
         return np.zeros_like(s)
-    s = np.where(ok, s, -np.inf)
-    e = np.exp(s - s[ok].max())
+    top = s.max()
+    if np.isposinf(top):  # T so small that s/T overflows: the limit T -> 0 is argmax, ties shared
+        return (s == top) / np.count_nonzero(s == top)
+    e = np.exp(s - top)
     return e / e.sum()
 
 

@@ -12,9 +12,10 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from .. import checks
 from .. import capture
 from ..analysis import default_max_tokens
-from ..errors import EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError
+from ..errors import InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from ..analysis.heads import validate_heads
 from ..loading.model import LoadedModel
 from ..analysis.outputs import generate_target
@@ -25,8 +26,15 @@ MAX_TOKENS = 1024
 
 
 def _limit(loaded: LoadedModel, max_tokens: int | None) -> int:
-    """``max_tokens``, else the smaller of :data:`MAX_TOKENS` and the model's own default."""
-    return int(max_tokens or min(MAX_TOKENS, default_max_tokens(loaded)))
+    """``max_tokens`` (a whole number from 2, the least a next-token loss needs, to the model's own limit), else
+    the smaller of :data:`MAX_TOKENS` and the model's own default.
+
+    Raises:
+        InvalidArgumentError: ``max_tokens`` out of that range.
+    """
+    if max_tokens is not None:
+        return checks.whole("max_tokens", max_tokens, 2, max(2, loaded.max_positions))
+    return int(min(MAX_TOKENS, default_max_tokens(loaded)))
 
 
 HeadId = tuple[str, int, int]
@@ -43,6 +51,7 @@ _STACK_ORDER = ("encoder", "decoder", "cross")
 # --------------------------------------------------------------------------------------------------
 
 
+@checks.needs_model
 def head_list(loaded: LoadedModel) -> list[HeadId]:
     """Every head of the model as ``(stack, layer, head)``, ordered by stack (encoder, decoder, cross),
     layer, head. Position ``i`` in this list is column ``i`` of the keep matrices used below."""
@@ -56,12 +65,14 @@ def _sites(loaded: LoadedModel) -> list[capture.Site]:
     return sorted(loaded.sites, key=lambda s: (_STACK_ORDER.index(s.stack), s.layer))
 
 
+@checks.needs_model
 def metric_kind(loaded: LoadedModel) -> str:
     """Which metric measures this model (see the module docstring): ``loss`` | ``mask_loss`` |
     ``seq2seq_loss`` | ``embedding_distance``."""
     return {"lm": "loss", "mlm": "mask_loss", "seq2seq": "seq2seq_loss"}.get(loaded.head, "embedding_distance")
 
 
+@checks.needs_model
 def check_heads(loaded: LoadedModel, heads: Iterable) -> frozenset[HeadId]:
     """Validate ``(stack, layer, head)`` triples (see :func:`models.analysis.heads.validate_heads`).
 
@@ -72,6 +83,7 @@ def check_heads(loaded: LoadedModel, heads: Iterable) -> frozenset[HeadId]:
     return validate_heads(loaded, heads)
 
 
+@checks.needs_model
 def keep_matrix(loaded: LoadedModel, rows: Sequence[Iterable[HeadId]]) -> np.ndarray:
     """One row of gates per set of heads switched off.
 
@@ -92,6 +104,7 @@ def keep_matrix(loaded: LoadedModel, rows: Sequence[Iterable[HeadId]]) -> np.nda
     return keep
 
 
+@checks.needs_model
 def gates_from_keep(loaded: LoadedModel, keep: torch.Tensor, *, all_layers: bool = False) -> dict:
     """Split a ``(batch, total_heads)`` keep tensor into capture gates ``(stack, layer) -> (batch, heads)``.
 
@@ -134,6 +147,7 @@ class Prepared:
     n_tokens: int = 0
 
 
+@checks.needs_model
 def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) -> Prepared:
     """Tokenise ``text`` as :func:`models.analyze` does and work out the metric's labels/reference with
     the full model (one forward pass without gates).
@@ -150,8 +164,7 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
         off (heads mixed before the output projection, a fallback layer with no gate point): their importance
         would read 0 (:func:`models.analysis.heads.validate_heads`).
     """
-    if not isinstance(text, str) or not text.strip():
-        raise EmptyTextError("The text is empty: type a sentence to analyse.")
+    text = checks.text(text)
     model, tok = loaded.model, loaded.tokenizer
     if not loaded.reads_text:
         raise UnsupportedOperationError(f"Head pruning needs a text model; '{loaded.name}' reads {loaded.input_name}.",
@@ -306,14 +319,15 @@ def _forward(loaded: LoadedModel, prep: Prepared, batch: int, gates: dict, *, re
     return outputs
 
 
+@checks.needs_model
 def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_size: int = 64,
              reuse_prefix: bool = True) -> np.ndarray:
     """The metric for each row of gates, computed in batches of ``batch_size`` rows.
 
     Args:
         prep: from :func:`prepare`.
-        keep: ``(rows, total_heads)`` gates in :func:`head_list` order (1 on, 0 off; values in between
-            scale a head's output).
+        keep: ``(rows, total_heads)`` gates in :func:`head_list` order (1 on, 0 off; other values scale a head's
+            output, e.g. 1 ± ε for a finite difference), each with |gate| <= :data:`MAX_GATE`.
         reuse_prefix: run the layers before a batch's first gated layer once and repeat their output to
             the batch (same result up to float rounding; single-stack interface-path models only). Rows
             sorted by their first gated layer profit most (as in :func:`ablation_scores`).
@@ -323,11 +337,17 @@ def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_siz
         ``embedding_distance``).
 
     Raises:
+        InvalidArgumentError: ``prep`` not from :func:`prepare`, ``keep`` not a finite ``(rows >= 1, total_heads)``
+            array, or ``batch_size`` not a whole number in ``[1, MAX_BATCH]``.
         ModelOutOfMemoryError: a batch ran out of memory (lower ``batch_size``).
         RuntimeError: the model returned another number of rows than it was given.
     """
-    keep = np.asarray(keep, dtype=np.float64)
-    out = np.empty(len(keep))
+    if not isinstance(prep, Prepared):
+        raise InvalidArgumentError(f"prep must come from pruning.prepare(), got {checks.shown(prep)}.",
+                                   code="arg_prepared", value=type(prep).__name__)
+    keep = check_keep(loaded, keep)
+    batch_size = check_batch(batch_size)
+    out = np.full(len(keep), np.nan)
     with torch.inference_mode():
         for start in range(0, len(keep), batch_size):
             chunk = torch.as_tensor(keep[start : start + batch_size], dtype=loaded.dtype, device=loaded.device)
@@ -339,8 +359,43 @@ def evaluate(loaded: LoadedModel, prep: Prepared, keep: np.ndarray, *, batch_siz
     return out
 
 
+#: the most rows one batched forward pass takes (``batch_size``): a batch of the text repeated per row
+MAX_BATCH = 4096
+
+
+def check_batch(batch_size) -> int:
+    """``batch_size`` as a whole number in ``[1, MAX_BATCH]``.
+
+    Raises:
+        InvalidArgumentError: otherwise.
+    """
+    return checks.whole("batch_size", batch_size, 1, MAX_BATCH)
+
+
+# the largest |gate| evaluate takes: a gate scales a head's output, and 1e150 of it is infinity in float32
+MAX_GATE = 10.0
+
+
+def check_keep(loaded: LoadedModel, keep) -> np.ndarray:
+    """``keep`` as float64 ``(rows >= 1, total_heads)`` gates, each finite with |gate| <= :data:`MAX_GATE`.
+
+    Raises:
+        InvalidArgumentError: another shape, or a gate that is NaN, infinite or beyond ±MAX_GATE.
+    """
+    n = len(head_list(loaded))
+    try:
+        arr = np.asarray(keep, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != n or not (
+            np.abs(arr) <= MAX_GATE).all():
+        got = "not numbers" if arr is None else str(arr.shape) if arr.ndim != 2 or arr.shape[1] != n or len(
+            arr) < 1 else f"a gate that is not finite or beyond ±{MAX_GATE:g}"
+        raise InvalidArgumentError(f"keep must be finite gates (|gate| <= {MAX_GATE:g}) of shape (rows >= 1, {n}), "
+                                   f"got {got}.", code="arg_shape", name="keep", shape=f"(rows, {n})", got=got)
+    return arr
+
+
 def _texts(texts: str | Sequence[str]) -> list[str]:
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    if not texts:
-        raise EmptyTextError("No texts given.")
-    return texts
+    """One text or a list of texts, checked (:func:`models.checks.texts`)."""
+    return checks.texts(texts, "texts")

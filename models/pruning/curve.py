@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import checks
 from ..errors import InvalidArgumentError
 from ..loading.model import LoadedModel
 from .core import DEFAULT_SHARES, HeadId, _limit, _texts, evaluate, head_list, metric_kind, prepare
@@ -50,6 +51,7 @@ class PruningCurve:
         return self.random.mean(axis=0)
 
 
+@checks.needs_model
 def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadScores | np.ndarray, *,
                   shares: Sequence[float] = DEFAULT_SHARES, random_orders: int = 3, seed: int = 0,
                   batch_size: int = 64, max_tokens: int | None = None,
@@ -84,10 +86,11 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
     start = time.perf_counter()
     heads = head_list(loaded)
     n = len(heads)
-    flat = importance.flat() if isinstance(importance, HeadScores) else np.asarray(importance, dtype=np.float64).reshape(-1)
+    flat = importance.flat() if isinstance(importance, HeadScores) else checks.array(
+        "importance", importance, finite=True, shape=f"({n},)").reshape(-1)
     if flat.size != n:
         raise InvalidArgumentError(f"importance has {flat.size} values; model '{loaded.name}' has {n} heads.")
-    shares_arr = np.asarray(shares, dtype=np.float64)
+    shares_arr = checks.array("shares", shares, ndim=1, finite=True, shape="(k,)")
     if ((shares_arr < 0) | (shares_arr > 1)).any():
         raise InvalidArgumentError("shares must lie in [0, 1].")
     n_pruned = np.rint(shares_arr * n).astype(int)
@@ -127,6 +130,7 @@ class CurveEstimate:
     tokens: list[int]
 
 
+@checks.needs_model
 def estimate_curve_seconds(loaded: LoadedModel, texts: Sequence[str], *, random_orders: int = 3,
                            shares: Sequence[float] = DEFAULT_SHARES, batch_size: int = 64,
                            max_tokens: int | None = None) -> CurveEstimate:

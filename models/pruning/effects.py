@@ -9,6 +9,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from .. import checks
 from .. import capture
 from ..errors import EmptyTextError, UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -44,6 +45,7 @@ class Continuation:
     tokens: list[str] = field(default_factory=list)
 
 
+@checks.needs_model
 def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = (), *, max_new_tokens: int = 10,
                         max_tokens: int | None = None) -> Continuation:
     """Greedy (argmax) continuation of ``text`` by a decoder with ``heads_off`` switched off at every
@@ -59,14 +61,15 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
     Raises:
         UnsupportedOperationError: not a decoder with an LM head, or heads that cannot be switched off
             on the fallback path. InvalidHeadError, EmptyTextError.
+        InvalidArgumentError: ``max_new_tokens`` not in ``[1, max_positions - 1]``, a bad ``max_tokens``.
     """
     if loaded.head != "lm":
         raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot continue text.")
-    if not isinstance(text, str) or not text.strip():
-        raise EmptyTextError("The text is empty: type a sentence to continue.", code="empty_prompt")
+    text = checks.text(text, "prompt")
     gates = _gates_for(loaded, heads_off)
     tok = loaded.tokenizer
     limit = _limit(loaded, max_tokens)
+    max_new_tokens = checks.whole("max_new_tokens", max_new_tokens, 1, max(1, loaded.max_positions - 1))
     ids = torch.tensor([tok(text, truncation=True, max_length=max(1, limit - max_new_tokens))["input_ids"]],
                        device=loaded.device)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -89,6 +92,7 @@ def _decode_continuation(tok, prompt_ids: torch.Tensor, new_ids: torch.Tensor) -
     return text.rstrip("\ufffd")
 
 
+@checks.needs_model
 def embed(loaded: LoadedModel, texts: str | Sequence[str], heads_off: Iterable = (), *,
           max_tokens: int | None = None) -> np.ndarray:
     """Mean-pooled sentence embeddings (as ``Analysis.embedding``) with ``heads_off`` switched off.
@@ -169,6 +173,7 @@ class Ranking:
         return None
 
 
+@checks.needs_model
 def rank_sentences(loaded: LoadedModel, query: str, texts: Sequence[str], heads_off: Iterable = (), *,
                    max_tokens: int | None = None) -> Ranking:
     """Rank ``texts`` by cosine similarity of their embeddings to ``query``'s, all embedded by the model
@@ -179,8 +184,9 @@ def rank_sentences(loaded: LoadedModel, query: str, texts: Sequence[str], heads_
 
     Raises:
         EmptyTextError, InvalidHeadError, UnsupportedOperationError: as :func:`embed`.
+        InvalidArgumentError: ``texts`` not a list of at least one text.
     """
-    texts = list(texts)
+    texts = checks.texts(texts)
     embs = embed(loaded, [query] + texts, heads_off, max_tokens=max_tokens)
     sims = cosine(embs[1:], embs[0][None, :])
     return Ranking(order=np.argsort(-sims, kind="stable"), similarity=sims, texts=texts)

@@ -10,11 +10,12 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .. import checks
 from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..loading.model import LoadedModel
 from .core import (
-    _STACK_ORDER, HeadId, Prepared, _float, _forward, _row_metric, _texts, _unit_embedding, evaluate, gates_from_keep,
-    head_list, metric_kind, prepare,
+    _STACK_ORDER, HeadId, Prepared, _float, _forward, _row_metric, _texts, _unit_embedding, check_batch, evaluate,
+    gates_from_keep, head_list, metric_kind, prepare,
 )
 
 
@@ -67,6 +68,7 @@ def _to_stacks(loaded: LoadedModel, flat: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+@checks.needs_model
 def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_size: int = 64,
                     max_tokens: int | None = None, reuse_prefix: bool = True,
                     progress: Callable[[float], None] | None = None) -> HeadScores:
@@ -94,6 +96,7 @@ def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_si
     import time
 
     texts = _texts(texts)
+    batch_size = check_batch(batch_size)
     start = time.perf_counter()
     n = len(head_list(loaded))
     keep = np.ones((n + 1, n))
@@ -114,6 +117,7 @@ def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_si
                       time.perf_counter() - start, passes)
 
 
+@checks.needs_model
 def ablation_scores_one_at_a_time(loaded: LoadedModel, texts: str | Sequence[str], *,
                                   max_tokens: int | None = None) -> HeadScores:
     """Reference for :func:`ablation_scores`: one forward pass (batch 1) per head. Same result, slower.
@@ -143,6 +147,7 @@ def ablation_scores_one_at_a_time(loaded: LoadedModel, texts: str | Sequence[str
                       texts, time.perf_counter() - start, (n + 1) * len(texts))
 
 
+@checks.needs_model
 def gradient_importance(loaded: LoadedModel, texts: str | Sequence[str], *, normalize_layers: bool = False,
                         max_tokens: int | None = None, batch_size: int = 64,
                         progress: Callable[[float], None] | None = None) -> HeadScores:
@@ -173,6 +178,7 @@ def gradient_importance(loaded: LoadedModel, texts: str | Sequence[str], *, norm
     import time
 
     texts = _texts(texts)
+    batch_size = check_batch(batch_size)
     start = time.perf_counter()
     n = len(head_list(loaded))
     total = np.zeros(n)

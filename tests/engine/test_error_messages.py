@@ -15,7 +15,7 @@ import models
 
 ROOT = Path(__file__).resolve().parents[2]
 # codes built from an expression at the raise site, and every value it can take
-DYNAMIC = {'"empty_" + what.replace(" ", "_")': ["empty_text", "empty_text_pair", "empty_target_text"],
+DYNAMIC = {'EMPTY_CODES.get(name, "empty_text")': ["empty_text", "empty_text_pair", "empty_target_text", "empty_prompt"],
            '"unreadable_" + what': ["unreadable_text", "unreadable_text_pair"],
            "code": ["text_pair_needs_encoder", "target_needs_encdec"]}  # analysis._only_for's callers
 
