@@ -114,7 +114,7 @@ def test_openai_frames():
     assert X.openai_frames(16000 * 40) == 1500 and X.openai_frames(10) == 1
 
 
-def test_estimate_runs_the_first_clip_and_multiplies(monkeypatch):
+def test_estimate_runs_the_first_clip_and_multiplies(monkeypatch, tiny):
     calls = []
 
     def fake(loaded, clips, **kw):
@@ -124,19 +124,21 @@ def test_estimate_runs_the_first_clip_and_multiplies(monkeypatch):
 
     monkeypatch.setattr(X, "whisper_alignment", fake)
     clips = [("a.wav", "en"), ("b.wav", "tr"), ("c.wav", "de")]
-    loaded = SimpleNamespace()
+    loaded = tiny("gpt2")  # a real LoadedModel (the argument check); the run itself is the fake above
     est = X.estimate_alignment_seconds(loaded, clips)
     assert calls == [[(Path("a.wav"), "en")]] and 0.15 <= est < 1.0
     # the probe's clip waits on the model for the run with the same settings, which takes it instead of rerunning it
     assert loaded._alignment_probe == (("a.wav", "en", ((3, 1),), ((0, 0),), 32), "first clip")
 
 
-def test_bad_arguments():
-    bert = SimpleNamespace(name="bert-like", model=SimpleNamespace(config=SimpleNamespace(model_type="bert")),
-                           processor=None, stacks={"encoder": (6, 12)})
+def test_bad_arguments(tiny):
+    bert = tiny("bert")
     with pytest.raises(UnsupportedOperationError) as info:
         X.whisper_alignment(bert)
-    assert info.value.code == "not_whisper" and info.value.params == {"model": "bert-like"}
+    assert info.value.code == "not_whisper" and info.value.params == {"model": bert.name}
+    with pytest.raises(InvalidArgumentError) as info:  # not a loaded model: refused before anything runs
+        X.whisper_alignment(SimpleNamespace(name="bert-like"))
+    assert info.value.code == "arg_model"
     for bad in ("x.wav", [], [("x.wav",)], [("x.wav", 3)]):
         with pytest.raises(InvalidArgumentError):
             X._check_clips(bad)
