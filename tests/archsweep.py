@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import models  # noqa: E402
+from models.lessons.positions import position_kind  # noqa: E402
 from tiny import VOCAB, _tokenizer  # noqa: E402
 
 TEXT = "kedi fareyi kovaladı the cat chased the mouse"
@@ -264,6 +265,20 @@ def _full_from_local(local, window: int):
     return full
 
 
+def declares_rope(config) -> bool:
+    """Whether a config says its model rotates queries and keys (the reference for Dikkat's behavioural
+    probe, :func:`models.anatomy.rotary.find_rotary`): RoPE parameters (``rope_parameters``, ``rope_theta``) or
+    GPT-J's ``rotary_dim``, unless the config turns them off (ESM's ``position_embedding_type="absolute"``,
+    GraniteMoeHybrid's ``None``, Zamba2's ``use_mem_rope=False``)."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if hasattr(cfg, "position_embedding_type") and cfg.position_embedding_type not in ("rope", "rotary"):
+        return False
+    if getattr(cfg, "use_mem_rope", None) is False:
+        return False
+    return bool(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_theta", None)
+                or getattr(cfg, "rotary_dim", None))
+
+
 def check(model_type: str, workdir: Path) -> Result:
     """Build, load and check one model type (see the module docstring); messages name the type, not the
     temporary folder."""
@@ -281,6 +296,9 @@ def check(model_type: str, workdir: Path) -> Result:
         loaded = models.load(str(folder), device="cpu")
         res.family, res.path = loaded.family, loaded.capture_path
         a = models.analyze(loaded, TEXT, keep_logits=loaded.head != "none")
+        kind = position_kind(loaded)  # found by behaviour; the config is the reference
+        res.checks["positions"] = True if (kind == "rope") == declares_rope(loaded.model.config) \
+            else f"position kind {kind}, config declares RoPE: {declares_rope(loaded.model.config)}"
         for stack, w in a.attentions.items():
             w = np.asarray(w)
             sums = w.sum(-1)

@@ -62,6 +62,11 @@ head_dim = positions.head_dim_of(loaded) if rope_model else 64
 theta = (positions.rope_theta(loaded) or 10000.0) if rope_model else 10000.0
 if rope_model:
     st.markdown(t("pos_s2_text_model", model=sel.model, theta=nb.integer(round(theta), L), d=head_dim))
+    per_type = positions.rope_layer_types(loaded)
+    if per_type:  # Gemma 3: one table per layer type
+        kinds = {"full_attention": shared.t_plain("pos_layer_full"), "sliding_attention": shared.t_plain("pos_layer_sliding")}
+        st.caption(t("pos_rope_layer_types", model=sel.model, types="; ".join(
+            f"{kinds.get(k, k)}: θ = {nb.integer(round(v), L) if v else '?'}" for k, v in per_type.items())))
 else:
     st.markdown(t("pos_s2_text_textbook", model=sel.model))
 st.latex(r"(R_m q)\cdot(R_n k) = q \cdot R_{n-m}\,k")

@@ -171,6 +171,10 @@ st.caption(t("prune_intro"))
 if not sel.text.strip():
     st.info(t("prune_need_text"))
     st.stop()
+spec = models.CATALOG.get(sel.model)
+if spec is not None and spec.reads != "text":  # said before loading a model the page cannot use
+    st.info(t("prune_text_model_only", model=sel.model))
+    st.stop()
 loaded = shared.load_model_ui(sel.model)
 if loaded is None:
     st.stop()

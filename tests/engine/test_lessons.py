@@ -10,6 +10,7 @@ import torch
 
 import models
 from models.analysis import kv_layout
+from models.anatomy.rotary import find_rotary
 from models.lessons import cost, kvcache, layer_input, positions, qkv
 
 SENTENCE = "kedi fareyi kovaladı dün"
@@ -200,6 +201,30 @@ def test_rope_tables_match_forward_pass(tiny):
     cos, sin = positions.rope_tables(loaded, range(n))
     np.testing.assert_allclose(cos.numpy(), lc.cos.numpy(), atol=1e-6)
     np.testing.assert_allclose(sin.numpy(), lc.sin.numpy(), atol=1e-6)
+
+
+def test_rope_is_found_by_what_it_computes(tiny):
+    """Gemma 3's rotary module has no ``inv_freq`` (one table per layer type, ``full_attention_inv_freq``
+    ...) and takes the layer type as an argument: it is found all the same, and each layer receives the
+    table of its own type in the forward pass (the sliding layer θ = 10,000, the full layer its own θ)."""
+    loaded = tiny("gemma3")
+    assert positions.position_kind(loaded) == "rope"
+    thetas = positions.rope_layer_types(loaded)
+    assert set(thetas) == {"full_attention", "sliding_attention"}
+    assert thetas["sliding_attention"] == 10000.0 and thetas["full_attention"] == positions.rope_theta(loaded)
+    kinds = loaded.text_config.layer_types
+    for layer, kind in enumerate(kinds):
+        lc = layer_input.layer_capture(loaded, SENTENCE, layer=layer)
+        n = lc.cos.shape[0]
+        cos, sin = find_rotary(loaded).tables(range(n), loaded.device, kind)
+        np.testing.assert_allclose(cos.numpy(), lc.cos.numpy(), atol=1e-6)
+        np.testing.assert_allclose(sin.numpy(), lc.sin.numpy(), atol=1e-6)
+    # the page's angles are the full-attention table's own frequencies: θ^(-2i/d)
+    d = positions.head_dim_of(loaded)
+    angles = positions.rope_angles(loaded, 3, head_dim=d)
+    np.testing.assert_allclose(angles[1], 1.0 / thetas["full_attention"] ** (np.arange(0, d, 2) / d), rtol=1e-5)
+    np.testing.assert_allclose(angles[2], 2 * angles[1], rtol=1e-5)
+    assert positions.position_kind(tiny("gpt2")) == "learned" and positions.rope_layer_types(tiny("llama")) == {}
 
 
 def test_rope_grid_is_toeplitz(smollm2):

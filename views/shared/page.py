@@ -29,6 +29,10 @@ def page_start(title: str, intro: str, *, caption: bool = False,
     sel = selection()
     st.title(t(title))
     (st.caption if caption else st.markdown)(t(intro))
+    spec = models.CATALOG.get(sel.model)
+    if text and spec is not None and spec.reads != "text":  # said before a load the page would not use
+        st.info(t("speech_model_no_text", model=sel.model))
+        st.stop()
     loaded = load_model_ui(sel.model)
     if loaded is None or (text and not reads_text(loaded)):
         st.stop()

@@ -29,6 +29,8 @@ def url_init(key: str, options=None, kind: type = str, bounds: tuple[int, int] |
         bounds: ``int`` only: the value must lie in ``lo..hi`` (a number input refuses anything else).
     """
     raw = st.query_params.get(key)
+    if raw is None:  # not in the link: the value this session last showed (another page was opened meanwhile)
+        raw = _kept().get(key)
     if raw is None or key in st.session_state:
         return
     if kind is list:
@@ -63,8 +65,20 @@ def url_init(key: str, options=None, kind: type = str, bounds: tuple[int, int] |
         st.session_state[key] = raw
 
 
+_KEPT = "_url_kept"
+
+
+def _kept() -> dict[str, str]:
+    """The URL's widget values as :func:`url_sync` last wrote them, kept in Session State under a key no widget
+    has: Streamlit forgets a widget's value when a run does not draw it (another page was opened), and opening a
+    page from the menu starts with an empty query string. :func:`url_init` reads it after the URL, so an
+    Explore → Head pruning → Explore demo comes back to the same layer, head and options (issue 33)."""
+    return st.session_state.setdefault(_KEPT, {})
+
+
 def url_drop(key: str) -> None:
     """Remove ``key`` from the URL (its widget is not shown in this run, so its value is gone)."""
+    _kept().pop(key, None)
     if key in st.query_params:
         del st.query_params[key]
 
@@ -74,13 +88,13 @@ def url_sync(key: str, default=None) -> None:
     a list as comma-separated values)."""
     value = st.session_state.get(key)
     if value is None or value == default or (isinstance(value, str) and not value.strip() and not default):
-        if key in st.query_params:
-            del st.query_params[key]
+        url_drop(key)
         return
     if isinstance(value, (list, tuple)):
         text = ",".join(map(str, value))
     else:
         text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    _kept()[key] = text
     if st.query_params.get(key) != text:
         st.query_params[key] = text
 
