@@ -17,6 +17,7 @@ from views import hosting, shared  # noqa: E402  (after set_page_config)
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")
 
+st.html(f"<style>{(shared.ASSETS / 'css' / 'app.css').read_text(encoding='utf-8')}</style>")  # shipped, no CDN
 st.session_state["_selection"] = shared.sidebar()
 
 PAGES = [

@@ -74,7 +74,8 @@
   var top = L.top;
   var width = Math.round(L.colq + L.gap + L.colk), height = Math.round(top + L.row * Math.max(nq, nk) + 10);
   var x1 = L.colq, x2 = L.colq + L.gap;
-  var svg = el("svg", { "class": "hv-svg", xmlns: NS, width: width, height: height, viewBox: "0 0 " + width + " " + height,
+  var zoom = L.zoom || 1;  // drawn larger than its natural size (Explore, for a projector); downloads keep it
+  var svg = el("svg", { "class": "hv-svg", xmlns: NS, width: width * zoom, height: height * zoom, viewBox: "0 0 " + width + " " + height,
     "font-family": "DejaVu Sans, Noto Sans, Arial, sans-serif", "font-size": "13" });
   svg.appendChild(el("rect", { width: width, height: height, fill: "#ffffff" }));
   D.title_lines.forEach(function (line, i) {
@@ -117,7 +118,7 @@
   var x0 = Math.min(0, Math.floor(box.x) - 2), xr = Math.max(width, Math.ceil(box.x + box.width) + 4);
   if (x0 < 0 || xr > width) {
     width = xr - x0;
-    svg.setAttribute("width", width);
+    svg.setAttribute("width", width * zoom);
     svg.setAttribute("viewBox", x0 + " 0 " + width + " " + height);
     svg.firstChild.setAttribute("x", x0); svg.firstChild.setAttribute("width", width);
   }
@@ -157,6 +158,7 @@
   function svgText() {
     var copy = svg.cloneNode(true);
     copy.querySelectorAll("title").forEach(function (t) { t.remove(); });
+    copy.setAttribute("width", width); copy.setAttribute("height", height);  // the natural size, not the zoom
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + new XMLSerializer().serializeToString(copy);
   }
   function download(data, mime, name) {

@@ -27,6 +27,8 @@ VIEWS = ["head", "model", "heatmap", "summary"]
 OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout", "value"]
 # The head view draws at most this many tokens (or words) per column; longer inputs are paged.
 HEAD_VIEW_MAX = 48
+# The head view drawn 1.4 times its natural size (13 px labels -> 18 px, readable on a projector; issue 33).
+HEAD_VIEW_ZOOM = 1.4
 # Long inputs (weights computed on demand): the heatmap is pooled to at most HEATMAP_MAX cells a side, with
 # a ZOOM x ZOOM window at full resolution; words are merged up to WORDS_MAX_LONG tokens; the token list
 # shows the first TOKENS_LISTED tokens.
@@ -108,22 +110,34 @@ def _title(base: str, prep: Prepared, options: dict) -> str:
 # ---------------------------------------------------------------- page
 sel, loaded = shared.page_start("explore_title", "explore_intro", caption=True, text=True)
 
-pair = None
-if loaded.family != "encoder":
-    shared.url_drop("pair")
-else:
+
+
+def _pair_field() -> None:
+    """The optional second sentence of an encoder (drawn below the figure: the figure comes first on the screen;
+    also before the page stops on an error, so a pair that caused it can be changed)."""
+    if loaded.family != "encoder":
+        shared.url_drop("pair")
+        return
     with st.expander(t("pair_expander"), expanded=bool(st.session_state.get("pair"))):
-        shared.url_init("pair")
         shared.text_field(t("pair_label"), key="pair", help=t("pair_help"))
         shared.url_sync("pair", "")
-    pair = (st.session_state.get("pair") or "").strip() or None
+
+
+def _stop() -> None:
+    _pair_field()
+    st.stop()
+
+
+if loaded.family == "encoder":
+    shared.url_init("pair")
+pair = (st.session_state.get("pair") or "").strip() or None if loaded.family == "encoder" else None
 
 if not sel.text.strip():
     st.info(t("type_sentence"))
-    st.stop()
+    _stop()
 analysis = shared.analysis_ui(sel.model, sel.text, text_pair=pair)
 if analysis is None:
-    st.stop()
+    _stop()
 
 stacks = list(analysis.attentions)
 typed = [x.label for x in analysis.tokens + (analysis.target_tokens or []) if x.typed]
@@ -131,29 +145,41 @@ if typed:  # the tokenizer made them the model's own control tokens: say so (iss
     st.info(t("typed_special", tokens=" · ".join(dict.fromkeys(typed))))
 for missing, why in analysis.missing_stacks.items():  # never a silent gap: which stack is not shown, and why
     st.warning(t("missing_stack", stack=t(f"stack_{missing}")) + " " + shared.message(why))
-top = st.columns([3, 1])
-with top[0]:
+# one row above the figure (issue 33: the figure in the first screen at 1280 x 720): the view, the stack, the options
+top = st.container(horizontal=True, gap="small", vertical_alignment="bottom")
+with top:
     shared.url_init("view", VIEWS)
     st.segmented_control(t("view"), VIEWS, key="view", required=True, default="head",
                          format_func=lambda v: t(f"view_{v}"))
     shared.url_sync("view", "head")
 view = st.session_state.get("view") or "head"
-with top[1]:
-    if len(stacks) > 1:
+if len(stacks) > 1:
+    with top:
         shared.url_init("stack", stacks)
-        st.selectbox(t("stack"), stacks, key="stack", format_func=lambda s: t(f"stack_{s}"))
+        st.selectbox(t("stack"), stacks, key="stack", format_func=lambda s: t(f"stack_{s}"), width=230)
         shared.url_sync("stack", stacks[0])
 stack = st.session_state.get("stack") if st.session_state.get("stack") in stacks else stacks[0]
 
 labels = {"hide_special": t("opt_hide_special"), "hide_first": t("opt_hide_first"), "words": t("opt_words"),
           "avg": t("opt_avg"), "rollout": t("opt_rollout"), "value": t("opt_value")}
-# one row that wraps: five equal columns cut the longer labels at 1280 px ("Özel parçaları g…")
-with st.container(horizontal=True, gap="small"):
+for key in OPTIONS:
+    shared.url_init(key, kind=bool)
+chosen = [labels[k] for k in OPTIONS if st.session_state.get(k)]
+# the options in a popover that names the ones ticked (a ticked option is never hidden: its note is under the figure)
+with top, st.popover(t("options") + (f" ({len(chosen)})" if chosen else ""), help=t("options_help")):
     for key in OPTIONS:
-        shared.url_init(key, kind=bool)
-        st.checkbox(labels[key], key=key, help=t(f"help_{key}"), width="content")
+        st.checkbox(labels[key], key=key, help=t(f"help_{key}"))
         shared.url_sync(key, False)
+    shared.url_init("side", kind=bool)
+    st.checkbox(t("opt_side"), key="side", help=t("help_side"), disabled=view not in ("head", "model"))
+    shared.url_sync("side", False)
+    shared.url_init("img_fmt", ["PNG", "SVG"])
+    st.segmented_control(t("image_format"), ["PNG", "SVG"], key="img_fmt", required=True, default="PNG",
+                         help=t("image_format_help"), disabled=view == "summary")
+    shared.url_sync("img_fmt", "PNG")
+fmt = (st.session_state.get("img_fmt") or "PNG").lower()
 options = {k: bool(st.session_state.get(k)) for k in OPTIONS}
+side_by_side = bool(st.session_state.get("side")) and view in ("head", "model") and analysis.kept
 if options["rollout"] and stack == "cross":
     st.warning(t("rollout_cross"))
     options["rollout"] = False
@@ -188,12 +214,10 @@ if mode == "rollout":
     notes.append(t("note_rollout"))
 if options["value"]:
     notes.append(t("note_value"))
-for note in notes:
-    st.caption("ℹ️ " + note)
 if long_mode:
     st.info(t("long_mode", n=max(len(q_tokens), len(k_tokens))))
 
-sel_cols = st.columns([3, 1, 1])
+sel_cols = st.columns([4, 1])
 # drawn in every view (a widget that is not drawn forgets its value): the layer inactive in the summary table,
 # the head used by the heatmaps only
 layer, head = shared.layer_head("layer", "head", n_layers, n_heads_raw, columns=sel_cols[:2], slider=True,
@@ -204,12 +228,6 @@ if n_heads == 1:
     head = 0
 if analysis.layer_labels.get(stack):
     sel_cols[0].caption(t("hybrid_layers", blocks=", ".join(map(str, analysis.layer_labels[stack]))))
-with sel_cols[2]:
-    shared.url_init("img_fmt", ["PNG", "SVG"])
-    st.segmented_control(t("image_format"), ["PNG", "SVG"], key="img_fmt", required=True, default="PNG",
-                         help=t("image_format_help"), disabled=view == "summary")
-    shared.url_sync("img_fmt", "PNG")
-fmt = (st.session_state.get("img_fmt") or "PNG").lower()
 
 
 
@@ -255,19 +273,14 @@ try:
             prep = prepare(*option_args, layer=layer, head=None if n_heads == 1 else head)
 except models.DikkatError as exc:
     shared.show_error(exc)
-    st.stop()
+    _stop()
 if prep is not None and (not len(prep.q_labels) or not len(prep.k_labels)):
     st.info(t("nothing_left"))
-    st.stop()
+    _stop()
 # index of the shown layer / head inside prep.weights
 p_layer = 0 if long_mode else layer
 p_head = 0 if (long_mode and view != "head") else head
 
-with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
-    st.markdown(shared.md(" · ".join(x.label for x in q_tokens[:TOKENS_LISTED])
-                          + (" …" if len(q_tokens) > TOKENS_LISTED else "")))
-    if options["words"] and not long_mode and prep is not None:
-        st.markdown(t("words_line") + " " + shared.md(" · ".join(prep.q_labels)))
 
 stem = f"dikkat_{sel.model.replace('/', '_')}_{stack}_L{layer}" + (f"_H{head}" if n_heads > 1 else f"_{mode}")
 matrix = prep.weights[p_layer, p_head] if prep is not None and view != "summary" else None
@@ -320,7 +333,10 @@ def draw_heatmap(title: str) -> None:
     shared.plotly_chart(zoom, key="zoom_chart", config=image_config(stem + "_zoom", fmt))
 
 
-if view == "head":
+def _head_view(zoom: float = HEAD_VIEW_ZOOM, width_px: int = 840) -> None:
+    """The head view of the chosen layer (every head; long inputs paged by the window slider), drawn ``zoom`` times
+    its natural size in a column ``width_px`` wide (for the height of its wrapped controls)."""
+    global matrix, matrix_q, matrix_k
     if long_mode:
         # prep holds rows hv_start .. of every key: draw the same window of keys
         window_k = [i for i, idx in enumerate(prep.k_index) if hv_start <= idx[0] < hv_start + HEAD_VIEW_MAX]
@@ -346,16 +362,20 @@ if view == "head":
     title = _title(t("hv_title", layer=layer, stack=t(f"stack_{stack}")), prep, options)
     strings = {k: t(f"hv_{k}") for k in ("heads", "all", "none", "pair", "pair_all", "svg", "png")}
     doc = head_view_html(weights, hv_q, hv_k, head_names=head_names, query_segments=hv_qseg, key_segments=hv_kseg,
-                         title=title, notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start)
-    st.caption(t("hv_hint"))
+                         title=title, notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start,
+                         zoom=zoom)
     lines = head_view_layout(hv_q, hv_k, title, hv_notes).text_lines  # title and notes, wrapped
-    st.iframe(doc, height=html_height(shown, max(lines - 1, 0), n_heads))
+    st.iframe(doc, height=html_height(shown, max(lines - 1, 0), n_heads, width_px=width_px, zoom=zoom))
+    st.caption(t("hv_hint"))
     svg_args = (weights, hv_q, hv_k)
     st.download_button(t("dl_svg_server"), data=lambda: head_view_svg(*svg_args, head_names=head_names, title=title,
                                                                         notes=hv_notes).encode("utf-8"),
                        file_name=stem + "_headview.svg", mime="image/svg+xml", on_click="ignore", key="dl_hv_svg")
     matrix, matrix_q, matrix_k = weights[min(head, weights.shape[0] - 1)], hv_q, hv_k
-elif view == "model":
+
+
+def _model_view(large: bool = True) -> None:
+    """Every layer x head map; with ``large`` the chosen head drawn large below it."""
     n_shown = max(len(q_tokens), len(k_tokens))
     title = _title(t("mv_title", stack=t(f"stack_{stack}"), layers=n_layers, heads=n_heads, n=n_shown), prep, options)
     blocks = analysis.layer_labels.get(stack)
@@ -368,15 +388,29 @@ elif view == "model":
     fig, info = model_view(grid, layer_names=layer_names, head_names=head_names, title=title,
                            hover=t("mv_hover"), layer_title=t("layer"), head_title=t("head"),
                            selected=(layer, head))
-    st.caption(t("mv_hint"))
     if long_mode:
         st.warning(t("mv_overview", n=n_shown, c=max(info.cell_q, info.cell_k)))
     elif info.pooled:
         st.warning(t("mv_pooled", n=max(nq, nk), c=max(info.cell_q, info.cell_k)))
     shared.plotly_chart(fig, key="mv_select", on_select=functools.partial(_on_model_click, n_heads), selection_mode="points",
                     config=image_config(stem.rsplit("_L", 1)[0] + "_modelview", fmt))
-    st.subheader(t("mv_large", layer=layer, head=head_names[head]))
-    draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
+    st.caption(t("mv_hint"))
+    if large:
+        st.subheader(t("mv_large", layer=layer, head=head_names[head]))
+        draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
+
+
+# side by side on a wide screen (issue 33): the head view beside the model view
+if view in ("head", "model") and side_by_side:
+    side = st.columns(2, gap="medium")
+    with side[0]:
+        _head_view(zoom=1.0, width_px=420)
+    with side[1]:
+        _model_view(large=False)
+elif view == "head":
+    _head_view()
+elif view == "model":
+    _model_view()
 elif view == "heatmap":
     draw_heatmap(_title(t("hm_title", layer=layer, head=head_names[head], stack=t(f"stack_{stack}")), prep, options))
 else:
@@ -392,6 +426,15 @@ else:
     st.download_button(t("dl_summary_csv"), data=table.to_csv(index=False).encode("utf-8"),
                        file_name=f"dikkat_{sel.model.replace('/', '_')}_{stack}_heads.csv", mime="text/csv",
                        on_click="ignore", key="dl_summary")
+
+for note in notes:  # what the options did, in words (C03, C04), under the figure they changed
+    st.caption("ℹ️ " + note)
+with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
+    st.markdown(shared.md(" · ".join(x.label for x in q_tokens[:TOKENS_LISTED])
+                          + (" …" if len(q_tokens) > TOKENS_LISTED else "")))
+    if options["words"] and not long_mode and prep is not None:
+        st.markdown(t("words_line") + " " + shared.md(" · ".join(prep.q_labels)))
+_pair_field()
 
 # exports of the numbers (C08)
 exp = st.columns(2)

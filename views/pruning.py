@@ -207,6 +207,24 @@ left, right = st.columns([1, 1], gap="large")
 with left:
     st.subheader(t("prune_heads"))
     st.caption(t("prune_heads_help"))
+    off = _get_off(name)
+    if off:
+        st.query_params["off"] = pruning.heads_to_text(off)
+    elif "off" in st.query_params:
+        del st.query_params["off"]
+    st.markdown(t("prune_count", off=len(off), total=total, share=100 * len(off) / max(total, 1)))
+    st.html(f"<style>{(shared.ASSETS / 'css' / 'pruning.css').read_text(encoding='utf-8')}</style>")
+    # the grid first (issue 33: in the first screen at 1280 x 720), the presets below it
+    with st.container(height=min(560, 24 + 31 * n_layers), border=True, key="prune_grid"):
+        for layer in range(n_layers):
+            key = _pill_key(name, grid_stack, layer)
+            if key not in st.session_state:
+                st.session_state[key] = [h for h in range(n_heads) if (grid_stack, layer, h) not in off]
+            label_col, pills_col = st.columns([1.5, 10.5], vertical_alignment="center", gap="small")
+            label_col.markdown(f"**{t('prune_layer_label', layer=layer)}**")
+            pills_col.pills(t("prune_layer_label", layer=layer), list(range(n_heads)), selection_mode="multi",
+                            key=key, format_func=lambda h: f"{h}", label_visibility="collapsed",
+                            on_change=_on_pills, args=(name, grid_stack, layer, n_heads))
     source_labels = {k: t(f"prune_source_{k}") for k in ("ablation", "gradient")}  # bound now, not at format time
     st.radio(t("prune_source"), list(source_labels), key="prune_source", horizontal=True, format_func=source_labels.get)
     c1, c2 = st.columns([2, 3])  # the second label is the longer ("Her katmanda bir kafa bırak")
@@ -224,24 +242,6 @@ with left:
               args=(name, stacks, text, "k_least"), key="prune_btn_k_least", width="stretch")
     if st.session_state.get("prune_preset_error"):
         st.error(st.session_state.pop("prune_preset_error"))
-
-    off = _get_off(name)
-    if off:
-        st.query_params["off"] = pruning.heads_to_text(off)
-    elif "off" in st.query_params:
-        del st.query_params["off"]
-    st.markdown(t("prune_count", off=len(off), total=total, share=100 * len(off) / max(total, 1)))
-    st.html(f"<style>{(shared.ASSETS / 'css' / 'pruning.css').read_text(encoding='utf-8')}</style>")
-    with st.container(height=min(600, 40 + 40 * n_layers), border=True, key="prune_grid"):
-        for layer in range(n_layers):
-            key = _pill_key(name, grid_stack, layer)
-            if key not in st.session_state:
-                st.session_state[key] = [h for h in range(n_heads) if (grid_stack, layer, h) not in off]
-            label_col, pills_col = st.columns([1.5, 10.5], vertical_alignment="center", gap="small")
-            label_col.markdown(f"**{t('prune_layer_label', layer=layer)}**")
-            pills_col.pills(t("prune_layer_label", layer=layer), list(range(n_heads)), selection_mode="multi",
-                            key=key, format_func=lambda h: f"{h}", label_visibility="collapsed",
-                            on_change=_on_pills, args=(name, grid_stack, layer, n_heads))
 
 off = _get_off(name)
 off_tuple = tuple(sorted(off))
@@ -422,3 +422,4 @@ else:
     st.caption(t("prune_curve_time", seconds=curve.seconds, n40=int(curve.n_pruned[i40]),
                  v40=float(curve.by_importance[i40]), r40=float(curve.random_mean[i40]),
                  v0=float(curve.by_importance[0])))
+st.caption(t("prune_background"))  # the literature, below the lab (the grid comes first on the screen)

@@ -131,7 +131,8 @@ def _check(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequenc
 def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                    head_names: Sequence[str], query_segments: Sequence[int] | None = None,
                    key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
-                   strings: dict | None = None, filename: str = "head_view", first_position: int = 0) -> dict:
+                   strings: dict | None = None, filename: str = "head_view", first_position: int = 0,
+                   zoom: float = 1.0) -> dict:
     """The JSON-ready data the browser drawing reads.
 
     Weights are sent as integers in thousandths (``round(1000 w)``), ``heads x query x key``.
@@ -157,14 +158,15 @@ def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels:
         "title": title, "notes": list(notes), "strings": strings or {}, "filename": filename,
         "first": int(first_position), "title_lines": lay.title_lines, "note_lines": lay.note_lines,
         "layout": {"row": ROW_H, "colq": lay.col_q, "colk": lay.col_k, "gap": GAP_W, "top": lay.top,
-                   "line": LINE_H, "font": FONT, "min": MIN_WEIGHT},
+                   "line": LINE_H, "font": FONT, "min": MIN_WEIGHT, "zoom": float(zoom)},
     }
 
 
 def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                    head_names: Sequence[str], query_segments: Sequence[int] | None = None,
                    key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
-                   strings: dict | None = None, filename: str = "head_view", first_position: int = 0) -> str:
+                   strings: dict | None = None, filename: str = "head_view", first_position: int = 0,
+                   zoom: float = 1.0) -> str:
     """Self-contained HTML of the interactive head view (script inlined from ``assets/headview.js``).
 
     Args:
@@ -178,6 +180,8 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
         strings: translated interface words: ``heads``, ``all``, ``none``, ``pair``, ``svg``, ``png``, ``hint``.
         filename: download file name without extension.
         first_position: position of the first drawn token in the whole input (long inputs are paged).
+        zoom: the drawing's scale on screen (1: 13 px labels; the Explore page draws it larger, readable on a
+            projector; it still shrinks to the frame's width). Downloads keep the natural size.
 
     Returns:
         an HTML document (str) with no external reference.
@@ -187,7 +191,7 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
     """
     body = _head_view_body(weights, query_labels, key_labels, head_names=head_names, query_segments=query_segments,
                            key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
-                           first_position=first_position)
+                           first_position=first_position, zoom=zoom)
     return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>"
         f"body{{margin:0;{_FONT}}}{_css('')}</style></head><body>{body}</body></html>"
@@ -252,12 +256,12 @@ def _head_view_body(weights, query_labels, key_labels, *, scope: str | None = No
             f"<script>{script}</script>")
 
 
-def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12, width_px: int = 840) -> int:
+def html_height(n_rows: int, n_notes: int = 0, n_heads: int = 12, width_px: int = 840, zoom: float = 1.0) -> int:
     """Pixel height the iframe needs for ``n_rows`` tokens: the control rows (a checkbox per head and the
     buttons, wrapped at ``width_px``), the title and notes (``n_notes``: lines below the title's first,
-    e.g. ``Layout.text_lines - 1``), the token columns, and a margin."""
+    e.g. ``Layout.text_lines - 1``), the token columns (both scaled by ``zoom``), and a margin."""
     control_rows = -(-(n_heads * 52 + 330) // width_px)
-    return int(12 + 32 * control_rows + TOP + LINE_H * n_notes + ROW_H * n_rows + 40)
+    return int(12 + 32 * control_rows + zoom * (TOP + LINE_H * n_notes + ROW_H * n_rows + 10) + 30)
 
 
 # characters XML 1.0 cannot hold, even as references (C0 controls but tab/newline/CR, surrogates, U+FFFE/F)

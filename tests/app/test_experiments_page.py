@@ -103,3 +103,19 @@ def test_a_class_shares_one_run_and_cannot_start_it_again(minilm, monkeypatch, t
         assert any("Every session on this server sees this run." in c.value for c in at.caption)
     finally:
         hosting.current.cache_clear()
+
+
+def test_the_sidebar_names_the_model_the_page_uses(smollm2):
+    """Issue 33: with minilm-l6 in the sidebar, the sinks experiment runs on smollm2-135m; the sidebar showed
+    minilm's description beside smollm2's device line and shape. The line under the picker now names the model
+    the page uses when it is another one; on a page that uses the sidebar's model it does not."""
+    for lang, words in (("en", "This page uses"), ("tr", "Bu sayfa")):
+        at = open_linked("views/experiments.py", "minilm-l6", {"exp_which": "sinks"}, "The cat")
+        at.session_state["lang"] = lang
+        at.run()
+        _clean(at)
+        captions = [c.value for c in at.sidebar.caption]
+        line = next(c for c in captions if "smollm2" in c and "30×9" in c)
+        assert line.startswith(words) and "minilm" not in line, captions
+    at = open_linked("views/explore.py", "minilm-l6", {}, "The cat")
+    assert not any("This page uses" in c.value for c in at.sidebar.caption)

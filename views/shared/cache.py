@@ -100,8 +100,16 @@ def _show_device(loaded: models.LoadedModel) -> None:
         return
     kv = f" · {t('device_kv_heads', n=loaded.num_key_value_heads)}" if loaded.num_key_value_heads else ""
     shape = ", ".join(f"{t(f'stack_{stack}')} {layers}×{heads}" for stack, (layers, heads) in loaded.stacks.items())
-    slot.caption(t("device_line", device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
-                   path=Md(t(f"capture_{loaded.capture_path}")), shape=Md(md(shape) + kv)))
+    line = t("device_line", device=str(loaded.device), dtype=str(loaded.dtype).replace("torch.", ""),
+             path=Md(t(f"capture_{loaded.capture_path}")), shape=Md(md(shape) + kv))
+    chosen = st.session_state.get("_selection")
+    if chosen is not None and loaded.name != chosen.model:
+        # the page uses another model than the sidebar's (an experiment's own): say which, never mix the two
+        # (issue 33: one model's description beside another's device line and shape)
+        spec = models.CATALOG.get(loaded.name)
+        about = f" ({md(spec.title)})" if spec is not None else ""
+        line = t("page_model_other", model=model_name(loaded)) + about + " · " + line
+    slot.caption(line)
 
 
 def load_model_ui(name: str) -> models.LoadedModel | None:
