@@ -15,6 +15,7 @@ import streamlit as st
 
 import models
 from models import experiments as E
+from models.experiments.verdicts import verdicts
 from views import hosting, shared
 from viz import experiments as vx
 from viz import numbers as nb
@@ -35,10 +36,14 @@ def _nats(value: float, sign: bool = False) -> str:
     return nb.num(float(value), 2, L, sign=sign) + " " + tp("exp_nats")
 
 
-def _compare(rows: list[tuple[str, str, str]]) -> None:
-    """The published numbers next to ours: ``(measure, published, ours)`` rows (all escaped by ``shared.table``)."""
-    shared.table(pd.DataFrame(rows, columns=[tp("exp_col_measure"), tp("exp_col_published"), tp("exp_col_ours")]),
-                 hide_index=True)
+def _compare(which: str, result, rows: list[tuple[str, str, str]]) -> None:
+    """The published numbers next to ours: ``(measure, published, ours)`` rows (all escaped by ``shared.table``), and
+    whether each finding held here by the rule written beside it (:func:`models.experiments.verdicts.verdicts`)."""
+    marks = {True: "exp_held", False: "exp_not_held", None: "exp_not_compared"}
+    held = [tp(marks[v.held]) + " — " + tp(f"exp_rule_{v.rule}") for v in verdicts(which, result)]
+    shared.table(pd.DataFrame([row + (h,) for row, h in zip(rows, held)],
+                              columns=[tp("exp_col_measure"), tp("exp_col_published"), tp("exp_col_ours"),
+                                       tp("exp_col_held")]), hide_index=True)
 
 
 @shared.cached
@@ -63,7 +68,7 @@ def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
     low, high = share.bottom_top()
     w0 = int(np.argmin(stream.windows))
     above = share.per_layer[2:]
-    _compare([
+    _compare("sinks", r, [
         (tp("exp_sinks_m_share"), tp("exp_sinks_p_share"), f"{_pct(low)} / {_pct(high)}"),
         (tp("exp_sinks_m_layers"), tp("exp_sinks_p_layers"),
          tp("exp_sinks_o_layers", n=int((above > 0.2).sum()), m=len(above))),
@@ -94,7 +99,7 @@ def _show_induction(r, loaded: models.LoadedModel) -> None:
                                      loss_title=tp("exp_loss"), spread=spread),
                         container=c2, width="stretch", key="exp_fig_ind_loss")
     best = r.top[0]
-    _compare([
+    _compare("induction", r, [
         (tp("exp_ind_m_heads"), tp("exp_ind_p_heads"),
          tp("exp_ind_o_heads", n=int((r.scores > 0.3).sum()), score=_pct(r.scores[best[1], best[2]], 0),
             layer=best[1], head=best[2])),
@@ -118,7 +123,7 @@ def _show_prunable(r, loaded: models.LoadedModel) -> None:
                              (pub["voita_encoder_off"], tp("exp_prune_mark_voita"))],
                        band=(pub["michel_bert_flat"], tp("exp_prune_mark_bert")))
     shared.plotly_chart(fig, width="stretch", key="exp_fig_prune")
-    _compare([
+    _compare("prunable", r, [
         (tp("exp_prune_m_flat"), tp("exp_prune_p_flat"), f"{_pct(r.flat_share, 0)} / {_pct(r.flat_share_random, 0)}"),
         (tp("exp_prune_m_voita"), tp("exp_prune_p_voita"),
          nb.num(float(np.interp(pub["voita_encoder_off"], c.shares, c.by_importance)), 3, L)),
@@ -144,7 +149,7 @@ def _show_clark(r, loaded: models.LoadedModel) -> None:
     lo, hi = E.clark.middle_layers(layers)
     prev, nxt = tg.heads_above("previous"), tg.heads_above("next")
     shares = pc.shares
-    _compare([
+    _compare("clark", r, [
         (tp("exp_clark_m_sep", lo=lo, hi=hi - 1), tp("exp_clark_p_sep"),
          _pct(float(tg.per_layer["separator"][lo:hi].mean()))),
         (tp("exp_clark_m_prev"), tp("exp_clark_p_prev"), tp("exp_clark_o_heads", n=len(prev), heads=_heads(prev))),
@@ -170,7 +175,7 @@ def _show_alignment(r, loaded: models.LoadedModel) -> None:
                               tp("exp_align_start_hf"): clip.hf_word_starts, tp("exp_align_end_ours"): clip.word_ends,
                               tp("exp_align_end_hf"): clip.hf_word_ends})
         shared.table(table, decimals=2, hide_index=True, container=col)
-    _compare([
+    _compare("alignment", r, [
         (tp("exp_align_m_ours"), tp("exp_align_p_ours"),
          f"{nb.num(r.max_difference, 2, L)} {tp('exp_s')} / {nb.num(r.mean_difference, 3, L)} {tp('exp_s')}"),
         (tp("exp_align_m_control"), tp("exp_align_p_control"),
