@@ -1,9 +1,10 @@
 // Text that a page cuts or draws over other text, as a list of [kind, what, detail] (empty: none).
-// Run in the page by tests/browser/test_browser.py (Playwright's page.evaluate). Three kinds:
+// Run in the page by tests/browser/test_browser.py (Playwright's page.evaluate). Four kinds:
 //  - "cut": an element whose text is wider than its box and hidden (overflow hidden/clip or an ellipsis);
 //    KaTeX's visually hidden MathML copy is not shown text and is left out;
 //  - "outside"/"overlap": in a plotly chart, a title, axis title, tick label, annotation, colour-bar title or
 //    legend entry outside the chart's box, or two of them intersecting;
+//  - "cut input": a number box narrower than the number in it;
 //  - "head view": in the head view's frame, a text of the drawing outside its viewBox, or the two download
 //    buttons on different lines.
 () => {
@@ -20,6 +21,10 @@
       seen.add(text(e));
       problems.push(["cut", text(e), e.scrollWidth + " > " + e.clientWidth]);
     }
+  });
+  // a number box too narrow for its value ("13107" shown for 131072: issue 33); a text box may scroll its text
+  document.querySelectorAll("[data-testid=stMain] input[type=number], [data-testid=stSidebar] input[type=number]").forEach((e) => {
+    if (shown(e) && e.scrollWidth > e.clientWidth + 1) problems.push(["cut input", e.getAttribute("aria-label") || "", e.value]);
   });
   const meet = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
   document.querySelectorAll(".js-plotly-plot").forEach((plot, n) => {

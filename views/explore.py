@@ -123,7 +123,19 @@ def _pair_field() -> None:
         shared.url_sync("pair", "")
 
 
+# what a long text's reader must know, said once above the figure (issue 33: three notices stacked for one
+# 512-token text): what was cut, that weights are computed on demand, which window the head view draws
+long_notes: list[str] = []
+notice_slot = None
+
+
+def _notices() -> None:
+    if notice_slot is not None and long_notes:
+        (notice_slot.warning if analysis.truncated else notice_slot.info)("\n\n".join(long_notes))
+
+
 def _stop() -> None:
+    _notices()
     _pair_field()
     st.stop()
 
@@ -135,7 +147,7 @@ pair = (st.session_state.get("pair") or "").strip() or None if loaded.family == 
 if not sel.text.strip():
     st.info(t("type_sentence"))
     _stop()
-analysis = shared.analysis_ui(sel.model, sel.text, text_pair=pair)
+analysis = shared.analysis_ui(sel.model, sel.text, notice=False, text_pair=pair)
 if analysis is None:
     _stop()
 
@@ -214,8 +226,9 @@ if mode == "rollout":
     notes.append(t("note_rollout"))
 if options["value"]:
     notes.append(t("note_value"))
-if long_mode:
-    st.info(t("long_mode", n=max(len(q_tokens), len(k_tokens))))
+notice_slot = st.empty()
+long_notes += [note for note in (shared.truncation_text(analysis, sel.model),
+                                 t("long_mode", n=max(len(q_tokens), len(k_tokens))) if long_mode else None) if note]
 
 sel_cols = st.columns([4, 1])
 # drawn in every view (a widget that is not drawn forgets its value): the layer inactive in the summary table,
@@ -357,7 +370,7 @@ def _head_view(zoom: float = HEAD_VIEW_ZOOM, width_px: int = 840) -> None:
         shown = end - start
     hv_notes = list(notes)
     if n_rows > HEAD_VIEW_MAX:
-        st.warning(t("hv_long", n=n_rows, a=start, b=end - 1, m=HEAD_VIEW_MAX))
+        long_notes.append(t("hv_long", n=n_rows, a=start, b=end - 1, m=HEAD_VIEW_MAX))
         hv_notes.append(t("hv_long_short", a=start, b=end - 1, n=n_rows))
     title = _title(t("hv_title", layer=layer, stack=t(f"stack_{stack}")), prep, options)
     strings = {k: t(f"hv_{k}") for k in ("heads", "all", "none", "pair", "pair_all", "svg", "png")}
@@ -427,6 +440,7 @@ else:
                        file_name=f"dikkat_{sel.model.replace('/', '_')}_{stack}_heads.csv", mime="text/csv",
                        on_click="ignore", key="dl_summary")
 
+_notices()
 for note in notes:  # what the options did, in words (C03, C04), under the figure they changed
     st.caption("ℹ️ " + note)
 with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):

@@ -69,7 +69,7 @@ st.selectbox(t("kv_preset"), names, key="kv_preset", on_change=_on_preset,
              format_func=lambda k: own_label if k == own_key else k)
 if loaded.family != "decoder" and st.session_state["kv_preset"] == names[0]:
     st.caption(t("kv_encoder_note", model=sel.model, family=t(f"teach_family_{loaded.family}")))
-c = st.columns(6)
+c = st.columns([1, 1, 1, 1, 1.1, 1.6])  # the context box holds up to 8 digits (10,000,000)
 layers = c[0].number_input(t("kv_layers"), 1, 1000, key="kv_layers")
 heads = c[1].number_input(t("kv_heads_q"), 1, 1024, key="kv_heads_q")
 kv_heads = c[2].number_input(t("kv_heads_kv"), 1, 1024, key="kv_heads_kv")
@@ -77,7 +77,7 @@ head_dim = c[3].number_input(t("kv_head_dim"), 1, 4096, key="kv_head_dim")
 bytes_per = c[4].selectbox(t("kv_bytes"), [1, 2, 4], key="kv_bytes",
                            format_func=lambda b: {1: "1 (int8/fp8)", 2: "2 (bf16/fp16)", 4: "4 (fp32)"}[b])
 tokens = c[5].number_input(t("kv_tokens"), 1, 10_000_000, step=1024, key="kv_tokens")
-w = st.columns(6)
+w = st.columns([1.6, 1, 1, 1, 1.1, 1])  # the window box holds up to 8 digits
 window = w[0].number_input(t("kv_window"), 0, 10_000_000, step=512, key="kv_window", help=t("kv_window_help"))
 window_layers = w[1].number_input(t("kv_window_layers"), 0, 1000, key="kv_window_layers")
 if kv_heads > heads or heads % kv_heads:

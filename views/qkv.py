@@ -50,7 +50,7 @@ except models.DikkatError as exc:
 
 analysis = steps.analysis
 if analysis.truncated:
-    st.warning(t("truncated", n=analysis.truncated, limit=analysis.max_tokens))
+    st.warning(shared.truncation_text(analysis, sel.model))
 q_tokens, k_tokens = analysis.axis_tokens(stack)
 q_labels = [tok.label for tok in q_tokens]
 k_labels = [tok.label for tok in k_tokens]

@@ -121,7 +121,8 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
 def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                      title: str = "", mask: np.ndarray | None = None, empty_label: str = "no key allowed",
                      colorscale: str = "Blues", renormalised: bool = False, query_title: str = "query",
-                     key_title: str = "key", renormalised_label: str = "renormalised") -> go.Figure:
+                     key_title: str = "key", renormalised_label: str = "renormalised",
+                     zmax: float | None = None) -> go.Figure:
     """Heatmap of one head's attention weights (rows: queries, columns: keys; each row sums to 1).
 
     Args:
@@ -129,6 +130,8 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
         mask: optional bool ``(q, k)``; masked cells get a thin grey ``×`` marker, rows with no allowed key
             are hatched and labelled. Without a mask, all-zero rows are treated as empty rows.
         renormalised: say in the title that rows were renormalised after hiding tokens.
+        zmax: the colour scale's top (default this map's largest weight); panels drawn side by side pass one
+            value so that one colour means one weight in all of them.
 
     Returns:
         plotly Figure.
@@ -147,7 +150,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
     else:
         empty = ~(w > 0).any(axis=1)
     fig = go.Figure(go.Heatmap(
-        z=w, colorscale=colorscale, zmin=0, zmax=max(float(w.max()), 1e-9),
+        z=w, colorscale=colorscale, zmin=0, zmax=max(float(w.max()) if zmax is None else float(zmax), 1e-9),
         xgap=_gap(w.shape), ygap=_gap(w.shape),
         colorbar=dict(thickness=10, len=0.8),
         hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:.3f}}<extra></extra>",

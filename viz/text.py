@@ -8,14 +8,33 @@ and ``>`` as entities makes plotly draw the characters as they are.
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from typing import Iterable, Sequence
 
 
+def _visible(ch: str) -> str:
+    """One character that draws as nothing, drawn as a sign: a no-break or other Unicode space (category Zs, not
+    the plain space) as ⍽, a line or paragraph separator as ⏎, a zero-width or other format or control character
+    (Cf, Cc: U+200B, U+FEFF, U+00AD ...) and an unassigned or private one as its code point ‹U+200B›."""
+    kind = unicodedata.category(ch)
+    if kind == "Zs" and ch != " ":
+        return "⍽"
+    if kind in ("Zl", "Zp"):
+        return "⏎"
+    if kind.startswith("C"):  # format, control, unassigned, private use, surrogate
+        return f"‹U+{ord(ch):04X}›"
+    return ch
+
+
 def shown(token: str) -> str:
     """A decoded token as plain visible text: spaces at its edges as ␣, newlines as ⏎, tabs as ⇥ (a prediction
-    " chased" shows as "␣chased"; an empty string as ∅)."""
+    " chased" shows as "␣chased"; an empty string as ∅), and every other character that draws as nothing as a
+    sign (:func:`_visible`: a no-break space as ⍽, U+200B as ‹U+200B›), so no cell of a table or figure is blank
+    (issue 33)."""
     text = token.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
+    text = "".join(ch if ch == " " or ch.isprintable() and unicodedata.category(ch) != "Zs" else _visible(ch)
+                   for ch in text)
     stripped = text.strip(" ")
     lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
     return "␣" * lead + stripped + "␣" * trail if stripped else ("␣" * len(text) or "∅")
@@ -73,3 +92,25 @@ def tick_angle(labels: Sequence[str], slot_px: float) -> int:
     height each; at -60 degrees neighbours' boxes overlap)."""
     longest = max((text_width(label, TICK_FONT_PX) for label in labels), default=0.0)
     return 0 if longest + 4 <= slot_px else -90
+
+
+_TAG = re.compile(r"<[^>]+>")
+
+
+def wrap_title(title: str, width_px: float, size: float = 15.0) -> tuple[str, int]:
+    """A figure title broken with ``<br>`` at spaces into lines of at most ``width_px`` (estimated at ``size`` px,
+    tags such as ``<b>`` not counted; a title's own ``<br>`` kept), so that a figure in a narrow column does not cut
+    its title (plotly never wraps one). Returns ``(title, lines added)``."""
+    out, added = [], 0
+    for line in str(title).split("<br>"):
+        words, current = line.split(" "), ""
+        for word in words:
+            candidate = f"{current} {word}" if current else word
+            if current and text_width(_TAG.sub("", candidate), size) > width_px:
+                out.append(current)
+                added += 1
+                current = word
+            else:
+                current = candidate
+        out.append(current)
+    return "<br>".join(out), added

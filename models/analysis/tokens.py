@@ -68,12 +68,13 @@ class Token:
     @property
     def label(self) -> str:
         """Display label: the text without surrounding whitespace; the piece for special tokens;
-        ``␣``/``⏎`` for whitespace-only tokens; ``·`` for a continuation byte of a split character."""
+        ``␣``/``⏎`` for whitespace-only tokens; ``·`` for a continuation byte of a split character; a character
+        that draws as nothing (zero-width space, byte-order mark, soft hyphen) as its code point, ``‹U+200B›``."""
         if self.special:
             return self.piece
         stripped = self.text.strip()
-        if stripped:
-            return stripped
+        if stripped:  # a character that draws as nothing (U+200B, U+FEFF, U+00AD ...) as its code point
+            return "".join(c if c.isprintable() else f"‹U+{ord(c):04X}›" for c in stripped)
         if self.text:
             return "⏎" if "\n" in self.text else "␣"
         return "·"

@@ -467,3 +467,27 @@ def test_sidebar_does_not_describe_the_list_model_while_a_folder_model_is_used(t
     assert "all-MiniLM-L6-v2" not in captions and "minilm-l6 is not in use" in captions
     at = run_app(state={"model_key": "minilm-l6"})
     assert "all-MiniLM-L6-v2" in " ".join(c.value for c in at.sidebar.caption)
+
+
+def test_a_long_text_gets_one_notice_that_says_all():
+    """Issue 33: a text longer than minilm-l6 reads drew three notices one above the other (what was cut, the
+    head view's window, ...). Now one notice says what was cut, by whose limit, and which window is drawn."""
+    text = " ".join(["The cat chased the mouse across the old wooden floor of the kitchen."] * 45)  # > 512 tokens
+    at = run_app({"model_key": "minilm-l6", "text": text})
+    notices = [e.value for e in list(at.warning) + list(at.info)]
+    long_ones = [n for n in notices if "tokens were cut" in n or "draws tokens" in n or "not kept in memory" in n]
+    assert len(long_ones) == 1, notices
+    assert "longer than this model reads" in long_ones[0] and "limit 512 tokens" in long_ones[0]
+    assert "the head view draws tokens 0–47 only" in long_ones[0]
+
+
+def test_the_masks_page_does_not_blame_the_model_for_its_own_limit():
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.session_state["model_key"] = "minilm-l6"
+    at.session_state["text"] = " ".join(["The cat chased the mouse."] * 8)  # 50 tokens: above the page's 24
+    at.run()
+    at.switch_page("views/masks.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("This page draws at most 24 tokens") for w in warnings), warnings
+    assert not any("longer than this model reads" in w for w in warnings), warnings

@@ -74,3 +74,23 @@ def test_token_labels_are_escaped_in_every_figure(name):
 def test_highlighted_strip_label_is_bold_markup_around_the_escaped_label():
     fig = vector_strips(np.ones((2, 3)), ["q <s>", "k x"], highlight=[0])
     assert list(fig.layout.yaxis.ticktext) == ["<b>q &lt;s&gt;</b>", "k x"]
+
+
+def test_no_token_is_drawn_blank():
+    """Issue 33: a no-break-space token drew as an empty cell in the logit lens and direct-effect tables. Every
+    character that draws as nothing is shown as a sign; visible text is left as it is."""
+    from viz.text import shown
+
+    assert shown("\u00a0") == "⍽" and shown("a\u00a0b") == "a⍽b" and shown("\u2009") == "⍽"  # thin space too
+    assert shown("\u200b") == "‹U+200B›" and shown("\ufeffx") == "‹U+FEFF›x" and shown("\u00ad") == "‹U+00AD›"
+    assert shown(" chased") == "␣chased" and shown("a\nb") == "a⏎b" and shown("\u2028") == "⏎"
+    assert shown("kovaladı") == "kovaladı" and shown("e\u0301") == "e\u0301" and shown("日本") == "日本"
+    for ch in map(chr, range(0x2FFF)):  # nothing shown is empty or only invisible
+        out = shown(ch)
+        assert out and any(c.isprintable() and not c.isspace() for c in out), hex(ord(ch))
+
+
+def test_a_zero_width_token_label_is_its_code_point():
+    from models.analysis.tokens import Token
+
+    assert Token(id=1, piece="x", text="\u200b", start=0, end=1, special=False).label == "‹U+200B›"

@@ -37,8 +37,8 @@ def section_bert_gpt(sel: shared.Selection) -> None:
             labels = token_labels(a.tokens)
             matrix = compare.applied_mask(loaded, a, layer, stack)
             chart(mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"),
-                                  empty_label=t("masks_no_key")), key=f"{prefix}_mask")
+                                  empty_label=t("masks_no_key")), key=f"{prefix}_mask", columns=2)
             chart(attention_figure(pick_map(a.attentions[stack], layer, head), labels, labels, mask=matrix,
                                        title=t("masks_attention_of", layer=layer, head=head_name(head)),
-                                       empty_label=t("masks_no_key")), key=f"{prefix}_att")
+                                       empty_label=t("masks_no_key"), zmax=1.0), key=f"{prefix}_att", columns=2)
             st.caption(t("masks_explain_bidirectional" if stack == "encoder" else "masks_explain_causal"))

@@ -93,8 +93,9 @@ def text_model_ok(loaded: models.LoadedModel) -> bool:
     return True
 
 
-def chart(fig, key: str) -> None:
-    shared.plotly_chart(fig, key=key, config={"displaylogo": False})
+def chart(fig, key: str, columns: int = 1) -> None:
+    """A figure of this page, in one of ``columns`` side-by-side columns (its title wrapped to fit one)."""
+    shared.plotly_chart(fig, key=key, columns=columns, config={"displaylogo": False})
 
 
 def mask_figure(*args, **kwargs):

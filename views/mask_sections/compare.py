@@ -13,6 +13,7 @@ from models.analysis import compare
 from models.capture import softmax as fallback_masks
 from views import shared
 from viz import masks as vm
+from viz.text import text_width
 from .common import (
     KINDS, MAX_TOKENS, PRESETS, attention_figure, bind, chart, head_name, token_labels, layer_head, mask_figure, mask_title, native_run, pick_map, mask_run, text_model_ok, t,
 )
@@ -33,7 +34,8 @@ def _custom_editor(labels: list[str], name: str, text: str) -> np.ndarray:
     st.caption(t("masks_custom_editor"))
     edited = st.data_editor(
         frame, key=editor_key, num_rows="fixed", width="content",
-        column_config={c: st.column_config.CheckboxColumn(c, width="small") for c in names},
+        # each column as wide as its header ("2 chased" was cut to "2 chase" at "small")
+        column_config={c: st.column_config.CheckboxColumn(c, width=int(text_width(c, 14)) + 30) for c in names},
     )
     matrix = np.asarray(edited.to_numpy(), dtype=bool).reshape(n, n)
     empty = int((~matrix.any(axis=1)).sum())
@@ -60,7 +62,7 @@ def section_compare(sel: shared.Selection) -> None:
         shared.show_error(exc)
         return
     if native.truncated:
-        st.warning(t("truncated", n=native.truncated, limit=native.max_tokens))
+        st.warning(shared.truncation_text(native, sel.model))
     stack = loaded.mask_stack
     q_tokens, k_tokens = native.axis_tokens(stack)
     labels = token_labels(q_tokens)
@@ -125,15 +127,18 @@ def section_compare(sel: shared.Selection) -> None:
     panels = [("native", native_matrix, native.attentions[stack])] + [
         (kind, run.matrix, run.analysis.attentions[stack]) for kind, run in zip(kinds, runs)
     ]
+    # one colour scale for every panel: one colour means one weight side by side (issue 33)
+    top = max(float(np.nan_to_num(pick_map(att, layer, head)).max()) for _, _, att in panels)
     for i, (col, (kind, matrix, att)) in enumerate(zip(columns, panels)):
         with col:
             title = mask_title(kind) + (f" ({t('masks_reference')})" if kind == "native" else "")
             st.markdown(f"**{title}**")
             chart(mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"), empty_label=t("masks_no_key")),
-                   key=f"masks_cmp_mask_{i}")
+                   key=f"masks_cmp_mask_{i}", columns=3)
             chart(attention_figure(pick_map(att, layer, head), labels, labels, mask=matrix,
                                        title=t("masks_attention_of", layer=layer, head=head_name(head)),
-                                       empty_label=t("masks_no_key")), key=f"masks_cmp_att_{i}")
+                                       empty_label=t("masks_no_key"), zmax=top), key=f"masks_cmp_att_{i}",
+                  columns=3)
             st.caption(t(f"masks_explain_{kind}"))
 
     st.subheader(t("masks_effect_title"))
@@ -146,7 +151,7 @@ def section_compare(sel: shared.Selection) -> None:
         with e1:
             chart(vm.kl_figure(labels, {nm: r.kl for nm, r in zip(names, runs)}, title=t("masks_kl_title"),
                                 yaxis_title=t("masks_kl_axis"), unit=t("masks_nats")),
-                   key="masks_kl")
+                   key="masks_kl", columns=2)
             st.caption(t("masks_kl_explain"))
         summary[t("masks_summary_mean_kl")] = [round(float(r.kl.mean()), 4) for r in runs]
         summary[t("masks_summary_max_kl")] = [round(float(r.kl.max()), 4) for r in runs]
@@ -155,7 +160,7 @@ def section_compare(sel: shared.Selection) -> None:
         ]
     with e2:
         chart(vm.drift_figure({nm: r.layer_drift for nm, r in zip(names, runs)}, title=t("masks_drift_title"),
-                               xaxis_title=t("masks_layer_axis")), key="masks_drift")
+                               xaxis_title=t("masks_layer_axis")), key="masks_drift", columns=2 if show_kl else 1)
         st.caption(t("masks_drift_explain"))
     summary[t("masks_summary_last_drift")] = [round(float(r.layer_drift[-1]), 4) for r in runs]
     shared.dataframe(pd.DataFrame(summary), decimals=4, hide_index=True)

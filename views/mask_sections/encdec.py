@@ -47,10 +47,11 @@ def _three_panels(a: models.Analysis, panels, layer: int, head: int | None, hide
                 q_labels = [q_labels[i] for i in q_keep]
                 k_labels = [k_labels[i] for i in k_keep]
             chart(mask_figure(matrix, q_labels, k_labels, title=t("masks_mask_matrix"),
-                                  empty_label=t("masks_no_key")), key=f"masks_ed_mask_{stack}")
+                                  empty_label=t("masks_no_key")), key=f"masks_ed_mask_{stack}", columns=len(panels))
             chart(attention_figure(weights, q_labels, k_labels, mask=matrix, renormalised=hide,
                                        title=t("masks_attention_of", layer=layer, head=head_name(head)),
-                                       empty_label=t("masks_no_key")), key=f"masks_ed_att_{stack}")
+                                       empty_label=t("masks_no_key")), key=f"masks_ed_att_{stack}",
+                  columns=len(panels))
     if hide:
         st.caption(t("masks_renormalised_note"))
 
@@ -149,10 +150,10 @@ def section_encdec(sel: shared.Selection) -> None:
     c1, c2 = st.columns([3, 2])
     with c1:
         chart(va.alignment_figure(words, t_labels, s_labels, threshold=threshold, source_title=t("masks_source"),
-                                   target_title=t("masks_target")), key="masks_align_lines")
+                                   target_title=t("masks_target")), key="masks_align_lines", columns=2)
     with c2:
         chart(attention_figure(words, t_labels, s_labels, colorscale="Purples", empty_label=t("masks_no_key")),
-               key="masks_align_heat")
+               key="masks_align_heat", columns=2)
     st.caption(t("masks_alignment_explain"))
 
 

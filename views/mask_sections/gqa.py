@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -75,10 +76,11 @@ def section_gqa(sel: shared.Selection) -> None:
     layer = st.slider(t("masks_layer"), 0, att.shape[0] - 1, key="masks_gqa_layer")
     st.markdown(t("masks_gqa_maps", layer=layer))
     labels = token_labels(a.tokens)
+    top = float(np.nan_to_num(att[layer]).max())  # one colour scale for every map of the layer
     for g, members in enumerate(layout.groups):
         cols = st.columns(len(members))
         for col, h in zip(cols, members):
             with col:
                 fig = attention_figure(att[layer, h], labels, labels, title=f"KV{g} · Q{h}",
-                                          empty_label=t("masks_no_key"))
-                chart(fig, key=f"masks_gqa_map_{h}")
+                                          empty_label=t("masks_no_key"), zmax=top)
+                chart(fig, key=f"masks_gqa_map_{h}", columns=len(members))

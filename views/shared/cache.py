@@ -151,14 +151,27 @@ def reads_text(loaded: models.LoadedModel) -> bool:
     return True
 
 
-def analysis_ui(name: str, text: str, **kwargs) -> models.Analysis | None:
-    """Analyse with a spinner; show errors as messages (never a traceback) and the truncation notice."""
+def truncation_text(result: models.Analysis, name: str) -> str | None:
+    """What was cut from a too long text and whose limit cut it (None when nothing was): the page's own limit
+    (the Masks page draws at most 24 tokens) is not blamed on the model (issue 33)."""
+    if not result.truncated:
+        return None
+    limit = result.max_tokens
+    model_limit = get_model(name).max_positions
+    key = "truncated_page" if limit is not None and model_limit is not None and limit < model_limit else "truncated"
+    return t(key, n=result.truncated, limit=limit)
+
+
+def analysis_ui(name: str, text: str, notice: bool = True, **kwargs) -> models.Analysis | None:
+    """Analyse with a spinner; show errors as messages (never a traceback) and, with ``notice``, the truncation
+    notice (:func:`truncation_text`; a page that has more to say about a long text says it in one notice)."""
     try:
         with st.spinner(t("analysing")):
             result = get_analysis(name, text, **kwargs)
     except models.DikkatError as exc:
         show_error(exc)
         return None
-    if result.truncated:
-        st.warning(t("truncated", n=result.truncated, limit=result.max_tokens))
+    cut = truncation_text(result, name)
+    if notice and cut:
+        st.warning(cut)
     return result

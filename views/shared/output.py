@@ -9,6 +9,7 @@ import streamlit as st
 
 import models
 from viz import numbers as nb
+from viz.text import wrap_title
 
 from .. import hosting
 from .strings import Md, _strings, lang, md, t, t_plain
@@ -17,15 +18,35 @@ from .strings import Md, _strings, lang, md, t, t_plain
 PLOTLY_SEPARATORS = {"en": ".,", "tr": ",."}  # decimal mark, then thousands separator
 
 
-def plotly_chart(fig, *, container=None, **kwargs):
+# The main column's width at 1280 x 720 (a projector) less the figure's side margins: a figure in one of n columns
+# wraps its title to MAIN_PX / n (issue 33: titles cut in the Masks page's two- and three-column rows).
+MAIN_PX = 800
+LINE_PX = 18  # one more line of a wrapped title
+
+
+def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
     """``st.plotly_chart`` (in ``container`` when given, e.g. a column) with the figure's numbers (ticks,
     hover, cell text) written the interface language's way: plotly's ``layout.separators`` (Turkish 0,25
-    and 131.072). Returns what ``st.plotly_chart`` returns (the selection event with ``on_select``)."""
+    and 131.072), and its title wrapped to the width of one of ``columns`` columns (default 2 in a
+    ``container``, 1 otherwise; the figure grows by the lines added). Returns what ``st.plotly_chart`` returns
+    (the selection event with ``on_select``)."""
     fig.update_layout(separators=PLOTLY_SEPARATORS.get(lang(), ".,"))
-    if fig.layout.title.text and fig.layout.title.y is None:
+    columns = columns or (2 if container is not None else 1)
+    added = 0
+    if fig.layout.title.text and columns > 1:  # a fixed-width figure wraps to its own width
+        width = min(MAIN_PX / columns, fig.layout.width or MAIN_PX) - 20
+        title, added = wrap_title(fig.layout.title.text, width, fig.layout.title.font.size or 15)
+        if added:
+            margin = fig.layout.margin.t if fig.layout.margin.t is not None else 80
+            fig.update_layout(title_text=title, margin_t=margin + LINE_PX * added)
+            if fig.layout.height is not None:
+                fig.update_layout(height=fig.layout.height + LINE_PX * added)
+    if fig.layout.title.text and (fig.layout.title.y is None or added):
         # at the container's top, where the figure's top margin leaves it room (viz.text.top_axis_margin); at
-        # plotly's "auto" place, the middle of the top margin, it ran into a top axis's title (issue 13)
-        fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=8)))
+        # plotly's "auto" place, the middle of the top margin, it ran into a top axis's title (issue 13). Plotly
+        # anchors a title of several lines by its last line: the pad moves the first one down into the figure
+        pad = (fig.layout.title.pad.t or 8) + LINE_PX * added
+        fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=pad)))
     return (container or st).plotly_chart(fig, **kwargs)
 
 
