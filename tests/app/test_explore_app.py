@@ -491,3 +491,17 @@ def test_the_masks_page_does_not_blame_the_model_for_its_own_limit():
     warnings = [w.value for w in at.warning]
     assert any(w.startswith("This page draws at most 24 tokens") for w in warnings), warnings
     assert not any("longer than this model reads" in w for w in warnings), warnings
+
+
+def test_plotlys_own_words_are_turkish_in_turkish():
+    """Issue 33: plotly's mode bar ("Download plot as a PNG", "Zoom", "Reset axes") was English inside the Turkish
+    interface. Each chart's config carries the Turkish dictionary inline (no locale script is fetched)."""
+    configs = {}
+    for lang in ("en", "tr"):
+        at = run_app({"lang": lang, "view": "heatmap"})
+        configs[lang] = [json.loads(el.proto.config) for el in at.get("plotly_chart")]
+    assert configs["tr"] and all(c["locale"] == "tr" for c in configs["tr"])
+    words = configs["tr"][0]["locales"]["tr"]["dictionary"]
+    assert words["Download plot as a PNG"] == "Grafiği PNG olarak indir" and words["Reset axes"] == "Eksenleri sıfırla"
+    assert configs["en"] and not any("locale" in c for c in configs["en"])
+    assert configs["tr"][0]["toImageButtonOptions"]["filename"].startswith("dikkat_")  # the page's own config kept

@@ -4,6 +4,9 @@ interface language (paths scrubbed in classroom mode)."""
 from __future__ import annotations
 
 
+import functools
+import json
+
 import pandas as pd
 import streamlit as st
 
@@ -12,7 +15,7 @@ from viz import numbers as nb
 from viz.text import wrap_title
 
 from .. import hosting
-from .strings import Md, _strings, lang, md, t, t_plain
+from .strings import ASSETS, Md, _strings, lang, md, t, t_plain
 
 
 PLOTLY_SEPARATORS = {"en": ".,", "tr": ",."}  # decimal mark, then thousands separator
@@ -47,7 +50,16 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
         # anchors a title of several lines by its last line: the pad moves the first one down into the figure
         pad = (fig.layout.title.pad.t or 8) + LINE_PX * added
         fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=pad)))
+    if lang() == "tr":  # plotly's own words (the mode bar's buttons, "double-click to zoom back out") in Turkish
+        kwargs["config"] = {"locale": "tr", "locales": {"tr": {"dictionary": _plotly_tr()}}, **(kwargs.get("config") or {})}
     return (container or st).plotly_chart(fig, **kwargs)
+
+
+@functools.cache
+def _plotly_tr() -> dict[str, str]:
+    """plotly.js's interface words in Turkish (``assets/plotly_locale_tr.json``: plotly's own ``tr`` locale has
+    only seven), passed inline in the chart's config (no locale script is fetched)."""
+    return json.loads((ASSETS / "plotly_locale_tr.json").read_text(encoding="utf-8"))
 
 
 def table(data, *, decimals: int | dict | None = None, container=None, **kwargs):
