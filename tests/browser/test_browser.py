@@ -30,15 +30,7 @@ RESULTS = ROOT / "test-results"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SENTENCE_PIECES = ["Ked", "i", "fare", "yi", "ko", "val", "ad", "ı"]
 SETTLED = (ROOT / "tests" / "browser_settled.js").read_text(encoding="utf-8")
-# Counts the script runs the page has seen finish (stApp's data-test-script-state turning "notRunning"), from the
-# page's first script on: a run that ends between two polls is still counted.
-RUN_COUNTER = """window.__dikkatRuns = 0;
-new MutationObserver((records) => {
-  for (const r of records) {
-    if (r.target.getAttribute("data-test-script-state") === "notRunning" && r.oldValue !== "notRunning") window.__dikkatRuns++;
-  }
-}).observe(document, {subtree: true, attributes: true, attributeOldValue: true, attributeFilter: ["data-test-script-state"]});
-"""
+RUN_COUNTER = (ROOT / "tests" / "browser_runs.js").read_text(encoding="utf-8")  # counts finished runs
 # A wait for a script run ends when the run (and the page's drawing) has; the limit only stops a hung one. A first
 # visit loads a model: Whisper's load and analysis took 104 s with both cores of a 2-core machine busy.
 RUN_TIMEOUT = 600_000
