@@ -51,7 +51,9 @@ def next_token_kl(reference_logits: np.ndarray, logits: np.ndarray) -> np.ndarra
     ref = np.asarray(reference_logits)
     other = np.asarray(logits)
     if ref.shape != other.shape or ref.ndim != 2:
-        raise InvalidArgumentError(f"Logits must both be (positions, vocab) of the same shape, got {ref.shape} and {other.shape}.")
+        raise InvalidArgumentError(f"Logits must both be (positions, vocab) of the same shape, got {ref.shape} and {other.shape}.",
+                                   code="arg_same_shape", name="reference_logits, logits", shape="(positions, vocab)",
+                                   first=str(ref.shape), second=str(other.shape))
     log_p = _log_softmax(ref)
     log_q = _log_softmax(other)
     kl = (np.exp(log_p) * (log_p - log_q)).sum(axis=-1)
@@ -77,7 +79,10 @@ def cosine_drift(reference_hidden: np.ndarray, hidden: np.ndarray) -> np.ndarray
     a = np.asarray(reference_hidden, dtype=np.float64)
     b = np.asarray(hidden, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 3:
-        raise InvalidArgumentError(f"Hidden states must both be (layers+1, tokens, hidden) of the same shape, got {a.shape} and {b.shape}.")
+        raise InvalidArgumentError(f"Hidden states must both be (layers+1, tokens, hidden) of the same shape, got {a.shape} and {b.shape}.",
+                                   code="arg_same_shape", name="reference_hidden, hidden",
+                                   shape="(layers+1, tokens, hidden)",
+                                   first=str(a.shape), second=str(b.shape))
     na = np.linalg.norm(a, axis=-1)
     nb = np.linalg.norm(b, axis=-1)
     dot = (a * b).sum(axis=-1)

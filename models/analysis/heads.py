@@ -7,6 +7,7 @@ from typing import Iterable
 
 import torch
 
+from .. import checks
 from ..anatomy.site import GATE_NONE
 from ..errors import InvalidHeadError, UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -36,13 +37,14 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
     ):
         raise InvalidHeadError(
             f"Heads are a collection of (stack, layer, head) triples, got {heads!r}: wrap a single head in a set, "
-            f"e.g. {example}."
+            f"e.g. {example}.", code="bad_heads", value=checks.shown(heads), example=example
         )
     try:
         items = list(heads)
     except TypeError:
         raise InvalidHeadError(
-            f"Heads are a collection of (stack, layer, head) triples, got {heads!r}, e.g. {example}."
+            f"Heads are a collection of (stack, layer, head) triples, got {heads!r}, e.g. {example}.",
+            code="bad_heads", value=checks.shown(heads), example=example
         ) from None
     out = set()
     for item in items:
@@ -54,14 +56,17 @@ def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
         except (TypeError, ValueError):
             raise InvalidHeadError(
                 f"Heads are (stack, layer, head) triples with a stack name and two whole numbers, got {item!r}, "
-                f"e.g. {example}."
+                f"e.g. {example}.", code="bad_heads", value=checks.shown(item), example=example
             ) from None
         if stack not in stacks:
-            raise InvalidHeadError(f"Model '{loaded.name}' has no '{stack}' stack (it has {', '.join(stacks)}).")
+            raise InvalidHeadError(f"Model '{loaded.name}' has no '{stack}' stack (it has {', '.join(stacks)}).",
+                                   code="no_such_stack", model=loaded.name, stack=checks.shown(stack),
+                                   stacks=", ".join(stacks))
         n_layers, n_heads = stacks[stack]
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise InvalidHeadError(
-                f"({stack}, {layer}, {head}) is out of range: '{stack}' has {n_layers} layers x {n_heads} heads."
+                f"({stack}, {layer}, {head}) is out of range: '{stack}' has {n_layers} layers x {n_heads} heads.",
+                code="head_out_of_range", stack=stack, layer=layer, head=head, layers=n_layers, heads=n_heads
             )
         out.add((stack, layer, head))
     mixed = [s for s in loaded.sites if s.mixed_heads and any(h[:2] == (s.stack, s.layer) for h in out)]

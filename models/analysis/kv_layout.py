@@ -26,7 +26,8 @@ def kv_groups(heads: int, kv_heads: int) -> list[tuple[int, ...]]:
         InvalidArgumentError: ``kv_heads`` does not divide ``heads`` or either is < 1.
     """
     if heads < 1 or kv_heads < 1 or heads % kv_heads:
-        raise InvalidArgumentError(f"{heads} query heads cannot be split evenly over {kv_heads} key/value heads.")
+        raise InvalidArgumentError(f"{heads} query heads cannot be split evenly over {kv_heads} key/value heads.",
+                                   code="kv_heads_uneven", heads=heads, kv=kv_heads)
     per = heads // kv_heads
     return [tuple(range(g * per, (g + 1) * per)) for g in range(kv_heads)]
 
@@ -129,7 +130,7 @@ def kv_layout(loaded: LoadedModel, bytes_per_value: int | None = None) -> KVLayo
     kv = int(first("num_key_value_heads") or heads)
     if heads % kv:
         raise InvalidArgumentError(f"Model '{loaded.name}': {heads} query heads cannot be split evenly over {kv} "
-                                   "key/value heads.")
+                                   "key/value heads.", code="kv_heads_uneven", heads=heads, kv=kv)
     hidden = int(first("hidden_size", "n_embd", "d_model") or 0)
     head_dim = int(first("head_dim") or (hidden // heads))
     if bytes_per_value is None:

@@ -121,7 +121,8 @@ class MaskMode:
             return (j <= i) & ((j > i - width) | (j < self.sinks))
         m = np.asarray(self.custom, dtype=bool)
         if m.shape != (n, n):
-            raise InvalidMaskError(f"Custom mask has shape {m.shape}, but the text has {n} tokens: need ({n}, {n}).")
+            raise InvalidMaskError(f"Custom mask has shape {m.shape}, but the text has {n} tokens: need ({n}, {n}).",
+                                   code="mask_custom_shape", shape=str(m.shape), n=n)
         return m
 
 
@@ -156,7 +157,7 @@ def parse_mask(mask) -> MaskMode:
         except (ValueError, TypeError):  # ragged rows, or values that are not true/false
             raise InvalidMaskError(
                 f"A custom mask must be a square boolean matrix (n rows of n true/false values), got "
-                f"{_short(mask)}.") from None
+                f"{_short(mask)}.", code="mask_not_square", value=_short(mask)) from None
         return MaskMode("custom", custom=custom)
     sinks = None
     if isinstance(mask, tuple) and len(mask) in (2, 3) and isinstance(mask[0], str):
@@ -165,10 +166,12 @@ def parse_mask(mask) -> MaskMode:
     elif isinstance(mask, str):
         match = re.fullmatch(r"\s*([a-z_]+)\s*(?:[:=(]\s*(.*?)\s*\)?)?\s*", mask.lower())
         if not match:
-            raise InvalidMaskError(f"Unknown mask {_short(mask)}. Use one of: {', '.join(KINDS)}.")
+            raise InvalidMaskError(f"Unknown mask {_short(mask)}. Use one of: {', '.join(KINDS)}.",
+                                   code="unknown_mask", value=_short(mask), kinds=", ".join(KINDS[:-1]))
         kind, width = match.group(1), match.group(2)
     else:
-        raise InvalidMaskError(f"Unknown mask {_short(mask)}. Use one of: {', '.join(KINDS)}.")
+        raise InvalidMaskError(f"Unknown mask {_short(mask)}. Use one of: {', '.join(KINDS)}.",
+                               code="unknown_mask", value=_short(mask), kinds=", ".join(KINDS[:-1]))
     kind = {"sliding": "sliding_window", "window": "sliding_window", "sparse": "strided", "streaming": "sink_window",
             "sinks": "sink_window"}.get(kind, kind)
     if kind == "sink_window":
@@ -176,13 +179,16 @@ def parse_mask(mask) -> MaskMode:
             width, sinks = (part.strip() for part in width.split(",", 1))
         return MaskMode(kind, width=_width(kind, width), sinks=_sinks(sinks))
     if sinks is not None:
-        raise InvalidMaskError(f"Mask '{kind}' takes no sink count, got {_short(sinks)}.")
+        raise InvalidMaskError(f"Mask '{kind}' takes no sink count, got {_short(sinks)}.",
+                               code="mask_no_sinks", kind=kind, value=_short(sinks))
     if kind not in KINDS or kind == "custom":
-        raise InvalidMaskError(f"Unknown mask {_short(kind)}. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.")
+        raise InvalidMaskError(f"Unknown mask {_short(kind)}. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.",
+                               code="unknown_mask", value=_short(kind), kinds=", ".join(KINDS[:-1]))
     if kind in ("sliding_window", "strided"):
         return MaskMode(kind, width=_width(kind, width))
     if not (width is None or (isinstance(width, str) and width == "")):
-        raise InvalidMaskError(f"Mask '{kind}' takes no width, got {_short(width)}. Use '{kind}'.")
+        raise InvalidMaskError(f"Mask '{kind}' takes no width, got {_short(width)}. Use '{kind}'.",
+                               code="mask_no_width", kind=kind, value=_short(width))
     return MaskMode(kind)
 
 
@@ -206,7 +212,7 @@ def _sinks(raw) -> int:
             value = None
     if value is None or value < 0:
         raise InvalidMaskError(f"Mask 'sink_window' needs a number of sink tokens of at least 0 (a whole number), got "
-                               f"{_short(raw)}, e.g. 'sink_window:8,4'.")
+                               f"{_short(raw)}, e.g. 'sink_window:8,4'.", code="mask_bad_sinks", value=_short(raw))
     return min(value, MAX_WIDTH)
 
 
@@ -225,7 +231,8 @@ def _width(kind: str, raw) -> int:
             value = None
     if value is None or value < 1:
         got = "" if raw is None or (isinstance(raw, str) and raw == "") else f", got {_short(raw)}"
-        raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1 (a whole number){got}, e.g. '{kind}:4'.")
+        raise InvalidMaskError(f"Mask '{kind}' needs a width of at least 1 (a whole number){got}, e.g. '{kind}:4'.",
+                               code="mask_bad_width", kind=kind, value=_short(raw))
     return min(value, MAX_WIDTH)  # any width >= the text's length is the same mask
 
 
@@ -251,7 +258,9 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
         for stack in mask:
             if stack not in loaded.stacks:
                 raise InvalidMaskError(
-                    f"Model '{loaded.name}' has no '{stack}' stack to mask (it has {', '.join(loaded.stacks)})."
+                    f"Model '{loaded.name}' has no '{stack}' stack to mask (it has {', '.join(loaded.stacks)}).",
+                    code="no_such_stack", model=loaded.name, stack=checks.shown(stack),
+                    stacks=", ".join(loaded.stacks)
                 )
         items = {stack: parse_mask(m) for stack, m in mask.items()}
     else:
@@ -260,7 +269,8 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
     out: dict[str, torch.Tensor] = {}
     for stack, mode in items.items():
         if stack == "cross":
-            raise InvalidMaskError("Cross-attention masks cannot be replaced (only self-attention stacks).")
+            raise InvalidMaskError("Cross-attention masks cannot be replaced (only self-attention stacks).",
+                                   code="mask_cross")
         n = n_target if (stack == "decoder" and loaded.family == "encoder-decoder") else n_main
         matrix = mode.matrix(n or 0)
         if matrix is not None:

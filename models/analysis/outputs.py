@@ -88,7 +88,8 @@ def _head_blocks(model: LoadedModel, hidden: torch.Tensor, last_logits: torch.Te
     if not torch.allclose(mine, last_logits.float(), rtol=1e-4, atol=1e-4):
         raise UnsupportedOperationError(
             f"Model '{model.name}': its prediction head is not output embedding + soft-capping, so a long input's "
-            "logits cannot be computed in blocks; analyse a shorter text or pass keep_logits=True."
+            "logits cannot be computed in blocks; analyse a shorter text or pass keep_logits=True.",
+            code="logits_in_blocks", model=model.name
         )
     for b0 in range(0, hidden.shape[0], rows):
         yield block(hidden[b0:b0 + rows])

@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from .. import capture
+from .. import capture, checks
 from ..capture import softmax as fallback_masks
 from ..errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from ..loading.model import LoadedModel
@@ -212,10 +212,12 @@ def _check_arguments(model: LoadedModel, text, text_pair, target, max_tokens, to
                                    or max_tokens <= specials):
         raise InvalidArgumentError(
             f"max_tokens must be a whole number above {specials} (the model's {specials} special tokens), "
-            f"got {max_tokens!r}; None uses the default ({default_max_tokens(model)})."
+            f"got {max_tokens!r}; None uses the default ({default_max_tokens(model)}).",
+            code="arg_max_tokens", specials=specials, value=checks.shown(max_tokens), default=default_max_tokens(model)
         )
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-        raise InvalidArgumentError(f"top_k must be a whole number of at least 1, got {top_k!r}.")
+        raise InvalidArgumentError(f"top_k must be a whole number of at least 1, got {top_k!r}.",
+                                   code="arg_whole", name="top_k", range=">= 1", value=checks.shown(top_k))
     limit = int(min(max_tokens, model.max_positions) if max_tokens is not None else default_max_tokens(model))
     return text, text_pair, target, limit
 
@@ -298,12 +300,16 @@ def _keep_all(model: LoadedModel, result: Analysis, keep, eager_stacks: set) -> 
     total = sum(layers * heads * len(result.axis_tokens(stack)[0]) * len(result.axis_tokens(stack)[1]) * 4
                 for stack, (layers, heads) in model.stacks.items())
     if keep is not None and not isinstance(keep, (bool, np.bool_)):
-        raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.")
+        raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.",
+                                   code="arg_choice", name="keep", options="True, False, None",
+                                   value=checks.shown(keep))
     keep_all = bool(eager_stacks) or (total <= KEEP_BYTES if keep is None else bool(keep))
     if keep_all and not eager_stacks and total > MATERIALIZE_BYTES:
         raise InvalidArgumentError(
             f"keep=True would hold {total / 2 ** 30:.1f} GiB of weights ({len(result.tokens)} tokens); the limit is "
-            f"{MATERIALIZE_BYTES / 2 ** 30:.1f} GiB. Leave keep=None: weights are then computed when indexed."
+            f"{MATERIALIZE_BYTES / 2 ** 30:.1f} GiB. Leave keep=None: weights are then computed when indexed.",
+            code="keep_too_large", size=round(total / 2 ** 30, 1), tokens=len(result.tokens),
+            limit=round(MATERIALIZE_BYTES / 2 ** 30, 1)
         )
     return keep_all
 

@@ -213,7 +213,8 @@ def check_text(text, what: str) -> str:
     if isinstance(text, (list, tuple)):
         raise BatchNotSupportedError(
             f"analyze() takes one {what} per call, got {len(text)}: call it once per text, e.g. "
-            "[analyze(model, t) for t in texts], so each Analysis has its own tokens without padding."
+            "[analyze(model, t) for t in texts], so each Analysis has its own tokens without padding.",
+            code="batch_not_supported", count=len(text)
         )
     return checks.text(text, what)
 

@@ -21,7 +21,8 @@ def apply_mask(allowed: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
         from ..errors import InvalidMaskError
 
         raise InvalidMaskError(
-            f"Mask of shape {tuple(allowed.shape)} is smaller than the sequence ({k_len} tokens)."
+            f"Mask of shape {tuple(allowed.shape)} is smaller than the sequence ({k_len} tokens).",
+            code="mask_too_small", shape=str(tuple(allowed.shape)), tokens=k_len
         )
     block = allowed[k_len - q_len : k_len, :k_len].to(query.device)
     additive = torch.zeros(block.shape, dtype=query.dtype, device=query.device)

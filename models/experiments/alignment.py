@@ -213,7 +213,8 @@ def _check_clips(clips) -> list[tuple[Path, str]]:
     if (isinstance(clips, (str, Path)) or not isinstance(clips, Sequence) or not clips or not all(
             isinstance(c, (tuple, list)) and len(c) == 2 and isinstance(c[0], (str, Path)) and isinstance(c[1], str)
             for c in clips)):
-        raise InvalidArgumentError(f"clips must be a non-empty list of (path, language) pairs, got {clips!r}.")
+        raise InvalidArgumentError(f"clips must be a non-empty list of (path, language) pairs, got {clips!r}.",
+                                   code="arg_clips", value=checks.shown(clips))
     return [(Path(p), lang) for p, lang in clips]
 
 
@@ -224,7 +225,8 @@ def _check_heads(loaded: LoadedModel, heads, what: str) -> list[tuple[int, int]]
     except (TypeError, ValueError):
         pairs = []
     if not pairs or not all(0 <= layer < layers and 0 <= head < n_heads for layer, head in pairs):
-        raise InvalidArgumentError(f"{what} must be (layer, head) pairs within {layers} x {n_heads}, got {heads!r}.")
+        raise InvalidArgumentError(f"{what} must be (layer, head) pairs within {layers} x {n_heads}, got {heads!r}.",
+                                   code="arg_head_pairs", layers=layers, heads=n_heads, value=checks.shown(heads))
     return pairs
 
 
@@ -317,7 +319,9 @@ def whisper_alignment(loaded: LoadedModel, clips: Sequence[tuple[str | Path, str
     _check_model(loaded)
     clips = _check_clips(clips)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-        raise InvalidArgumentError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}.")
+        raise InvalidArgumentError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}.",
+                                   code="arg_whole", name="max_new_tokens", range=">= 1",
+                                   value=checks.shown(max_new_tokens))
     heads = _check_heads(loaded, alignment_heads(loaded), "The alignment heads")
     layers, n_heads = loaded.stacks["cross"]
     default_control = [(layer, h) for layer in CONTROL_LAYERS if layer < layers for h in range(n_heads)]

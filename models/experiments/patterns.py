@@ -62,13 +62,15 @@ def pattern_features(weights: np.ndarray, special, punctuation=None, segments=No
     """
     w = checks.array("weights", weights, ndim=2, shape="(n, n)")
     if w.shape[0] != w.shape[1]:
-        raise InvalidArgumentError(f"An attention map must be a square (n, n) array, got shape {w.shape}.")
+        raise InvalidArgumentError(f"An attention map must be a square (n, n) array, got shape {w.shape}.",
+                                   code="arg_shape", name="weights", shape="(n, n)", got=str(w.shape))
     n = w.shape[0]
 
     def flags(x, name, dtype):
         arr = np.zeros(n, dtype=dtype) if x is None else np.asarray(x, dtype=dtype).reshape(-1)
         if arr.shape != (n,):
-            raise InvalidArgumentError(f"{name} must have one value per token ({n}), got {arr.shape[0]}.")
+            raise InvalidArgumentError(f"{name} must have one value per token ({n}), got {arr.shape[0]}.",
+                                       code="arg_shape", name=name, shape=f"({n},)", got=str(arr.shape))
         return arr
 
     delim = flags(special, "special", bool) | flags(punctuation, "punctuation", bool)

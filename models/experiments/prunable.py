@@ -79,7 +79,8 @@ def flat_share(shares: np.ndarray, values: np.ndarray, rise: float) -> float:
     shares, values = np.asarray(shares, dtype=np.float64), np.asarray(values, dtype=np.float64)
     if shares.shape != values.shape or shares.ndim != 1 or not shares.size or rise < 0:
         raise InvalidArgumentError(f"flat_share needs equal, non-empty 1-D arrays and rise >= 0; got shapes "
-                                   f"{shares.shape} and {values.shape}, rise {rise}.")
+                                   f"{shares.shape} and {values.shape}, rise {rise}.", code="arg_flat_share",
+                                   first=str(shares.shape), second=str(values.shape), rise=rise)
     bad = np.flatnonzero(values - values[0] > rise)
     last = (bad[0] - 1) if bad.size else len(values) - 1
     return float(shares[max(last, 0)])

@@ -154,7 +154,8 @@ def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: S
     """
     _causal_lm(loaded, "The StreamingLLM experiment")
     if isinstance(windows, (str, bytes)) or not isinstance(windows, (list, tuple, range, np.ndarray)) or not len(windows):
-        raise InvalidArgumentError(f"windows must be a non-empty list of window sizes, got {windows!r}.")
+        raise InvalidArgumentError(f"windows must be a non-empty list of window sizes, got {windows!r}.",
+                                   code="arg_sequence", name="windows", least=1, value=checks.shown(windows))
     windows = [check_int("window", w, 1) for w in windows]
     sinks = check_int("sinks", sinks, 0)
     text = long_text() if text is None else text
@@ -164,7 +165,8 @@ def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: S
     def loss(mask: str, step: int) -> tuple[float, int]:
         a = analyze(loaded, text, max_tokens=max_tokens, mask=mask, keep=False, top_k=1)
         if a.loss is None:
-            raise InvalidArgumentError(f"The text is {len(a.tokens)} token long: a next-token loss needs at least 2.")
+            raise InvalidArgumentError(f"The text is {len(a.tokens)} token long: a next-token loss needs at least 2.",
+                                       code="loss_needs_two_tokens", tokens=len(a.tokens))
         report(progress, (step + 1) / steps)
         return float(a.loss), len(a.tokens)
 

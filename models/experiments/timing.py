@@ -35,7 +35,8 @@ def median_filter(x: np.ndarray, width: int = MEDIAN_WIDTH) -> np.ndarray:
         InvalidArgumentError: ``width`` not a positive odd whole number; ``x`` not an array of finite numbers.
     """
     if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width <= 0 or width % 2 != 1:
-        raise InvalidArgumentError(f"The median filter's width must be a positive odd number, got {width!r}.")
+        raise InvalidArgumentError(f"The median filter's width must be a positive odd number, got {width!r}.",
+                                   code="arg_odd_width", value=checks.shown(width))
     x = checks.array("x", x, dtype=None, finite=True)
     pad = int(width) // 2
     if x.ndim == 0 or x.shape[-1] <= pad:
@@ -67,9 +68,11 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     x = checks.array("cost", cost, shape="(n, m)")
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise InvalidArgumentError(f"dtw needs a non-empty 2-D cost matrix, got shape {x.shape}.")
+        raise InvalidArgumentError(f"dtw needs a non-empty 2-D cost matrix, got shape {x.shape}.",
+                                   code="arg_shape", name="cost", shape="(n, m), n, m >= 1", got=str(x.shape))
     if not np.isfinite(x).all():
-        raise InvalidArgumentError("dtw needs a finite cost matrix (NaN or inf found).")
+        raise InvalidArgumentError("dtw needs a finite cost matrix (NaN or inf found).", code="arg_not_finite",
+                                   name="cost")
     n, m = x.shape
     acc = np.full((n + 1, m + 1), np.inf, dtype=np.float32)
     trace = np.full((n + 1, m + 1), -1, dtype=np.int8)
@@ -147,16 +150,20 @@ def align_tokens(weights: np.ndarray, frames: int, *, first_row: int = PROMPT_RO
     """
     w = np.asarray(weights, dtype=np.float32)
     if w.ndim != 3 or w.shape[0] < 1:
-        raise InvalidArgumentError(f"align_tokens needs weights (heads, rows, keys), got shape {w.shape}.")
+        raise InvalidArgumentError(f"align_tokens needs weights (heads, rows, keys), got shape {w.shape}.",
+                                   code="arg_shape", name="weights", shape="(heads, rows, keys)", got=str(w.shape))
     if isinstance(frames, bool) or not isinstance(frames, (int, np.integer)) or not 1 <= frames <= w.shape[-1]:
-        raise InvalidArgumentError(f"frames must be a whole number in [1, {w.shape[-1]}], got {frames!r}.")
+        raise InvalidArgumentError(f"frames must be a whole number in [1, {w.shape[-1]}], got {frames!r}.",
+                                   code="arg_whole", name="frames", range=f"[1, {w.shape[-1]}]",
+                                   value=checks.shown(frames))
     w = w[..., : int(frames)]
     w = w / np.maximum(w.sum(axis=-1, keepdims=True), np.float32(1e-30))
     std = w.std(axis=-2, keepdims=True)
     w = np.where(std > 0, (w - w.mean(axis=-2, keepdims=True)) / np.where(std > 0, std, 1), np.float32(0))
     matrix = median_filter(w, width).mean(axis=0)[first_row:last_row]
     if matrix.shape[0] < 1:
-        raise InvalidArgumentError(f"align_tokens: no row left in rows {first_row}:{last_row} of {w.shape[1]}.")
+        raise InvalidArgumentError(f"align_tokens: no row left in rows {first_row}:{last_row} of {w.shape[1]}.",
+                                   code="align_no_rows", first=first_row, last=last_row, rows=w.shape[1])
     text_indices, time_indices = dtw(-matrix.astype(np.float64))
     jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
     boundaries = time_indices[jumps] / TOKENS_PER_SECOND

@@ -318,7 +318,9 @@ def information_flow(loaded, analysis, *, stack: str | None = None) -> Flow:
     """
     if getattr(analysis, "model", None) != loaded.name or not hasattr(analysis, "run"):
         raise InvalidArgumentError(f"The analysis is not one of '{loaded.name}' (it is of "
-                                   f"{getattr(analysis, 'model', None)!r}): pass the model it came from.")
+                                   f"{getattr(analysis, 'model', None)!r}): pass the model it came from.",
+                                   code="flow_other_model", model=loaded.name,
+                                   other=checks.shown(getattr(analysis, "model", None)))
     layout = flow_layout(loaded)
     if analysis.run is None:  # weights read from output_attentions: a stack outside the interface
         raise UnsupportedOperationError(
@@ -329,7 +331,9 @@ def information_flow(loaded, analysis, *, stack: str | None = None) -> Flow:
         stack = layout.head_stack or loaded.input_stack
     if not isinstance(stack, str) or stack == "cross" or stack not in loaded.stacks:
         raise InvalidArgumentError(f"stack must be one of {[s for s in loaded.stacks if s != 'cross']}, got {checks.shown(stack)}"
-                                   " (cross-attention's flow is part of the decoder's: its MLP stage).")
+                                   " (cross-attention's flow is part of the decoder's: its MLP stage).",
+                                   code="arg_choice", name="stack", value=checks.shown(stack),
+                                   options=", ".join(s for s in loaded.stacks if s != "cross"))
     if stack in layout.refused:
         detail = layout.placed.get(stack, WHY[layout.refused[stack]])
         raise UnsupportedOperationError(f"No information flow for the {stack} of '{loaded.name}': {detail}.",
@@ -369,7 +373,7 @@ def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
     """
     q_tokens, k_tokens = analysis.axis_tokens(flow.stack)
     if analysis.model != flow.model or len(k_tokens) != flow.x_in.shape[0]:
-        raise InvalidArgumentError("The flow was not measured on this analysis.")
+        raise InvalidArgumentError("The flow was not measured on this analysis.", code="flow_not_of_analysis")
     special = np.array([t.special for t in k_tokens])
     raw, weighted = [], []
     for layer, lf in enumerate(flow.layers):

@@ -67,7 +67,9 @@ def default_twin(loaded: LoadedModel, implementation: str = "sdpa") -> torch.nn.
                                                       dtype=loaded.dtype)
         except (ValueError, ImportError) as exc:
             raise UnsupportedOperationError(
-                f"Model '{loaded.name}' ({config.model_type}) has no '{implementation}' attention implementation: {exc}"
+                f"Model '{loaded.name}' ({config.model_type}) has no '{implementation}' attention implementation: {exc}",
+                code="no_attn_implementation", model=loaded.name, model_type=config.model_type,
+                implementation=implementation, detail=str(exc)
             ) from exc
         twin.load_state_dict(loaded.model.state_dict(), assign=True, strict=False)
         source = dict(loaded.model.named_buffers())
@@ -79,7 +81,9 @@ def default_twin(loaded: LoadedModel, implementation: str = "sdpa") -> torch.nn.
         leftovers = [n for n, p in list(twin.named_parameters()) + list(twin.named_buffers()) if p.is_meta]
         if leftovers:
             raise UnsupportedOperationError(
-                f"Could not share every weight of '{loaded.name}' with an '{implementation}' copy (missing: {leftovers[:3]})."
+                f"Could not share every weight of '{loaded.name}' with an '{implementation}' copy (missing: {leftovers[:3]}).",
+                code="twin_weights_missing", model=loaded.name, implementation=implementation,
+                missing=", ".join(leftovers[:3])
             )
         twin.eval()
         _TWINS[key] = twin

@@ -91,12 +91,16 @@ class LayerCapture:
 def check_head(loaded: LoadedModel, stack: str, layer: int, head: int | None = None) -> None:
     stacks = loaded.stacks
     if not isinstance(stack, str) or stack not in stacks:
-        raise InvalidHeadError(f"Model '{loaded.name}' has no {checks.shown(stack)} stack (it has {', '.join(stacks)}).")
+        raise InvalidHeadError(f"Model '{loaded.name}' has no {checks.shown(stack)} stack (it has {', '.join(stacks)}).",
+                               code="no_such_stack", model=loaded.name, stack=checks.shown(stack),
+                               stacks=", ".join(stacks))
     n_layers, n_heads = stacks[stack]
     if not _index(layer, n_layers):
-        raise InvalidHeadError(f"Layer {checks.shown(layer)} is out of range: '{stack}' has {n_layers} layers.")
+        raise InvalidHeadError(f"Layer {checks.shown(layer)} is out of range: '{stack}' has {n_layers} layers.",
+                               code="bad_layer", stack=stack, layer=checks.shown(layer))
     if head is not None and not _index(head, n_heads):
-        raise InvalidHeadError(f"Head {checks.shown(head)} is out of range: '{stack}' has {n_heads} heads.")
+        raise InvalidHeadError(f"Head {checks.shown(head)} is out of range: '{stack}' has {n_heads} heads.",
+                               code="bad_head", stack=stack, head=checks.shown(head), heads=n_heads)
 
 
 def _index(value, n: int) -> bool:
@@ -169,10 +173,12 @@ def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, 
 def _unpack(loaded: LoadedModel, result: Analysis, stack: str, layer: int, module, named: dict | None) -> LayerCapture:
     """Turn the recorded call arguments of one attention module into a :class:`LayerCapture`."""
     if named is None:
-        raise UnsupportedOperationError(f"Layer {layer} of '{loaded.name}' was not called in the forward pass.")
+        raise UnsupportedOperationError(f"Layer {layer} of '{loaded.name}' was not called in the forward pass.",
+                                        code="layer_not_called", model=loaded.name, layer=layer)
     hidden = named.get("hidden_states")
     if hidden is None:
-        raise UnsupportedOperationError(f"Cannot find the input of {type(module).__name__} (no hidden_states argument).")
+        raise UnsupportedOperationError(f"Cannot find the input of {type(module).__name__} (no hidden_states argument).",
+                                        code="layer_no_input", module=type(module).__name__)
     mask = named.get("attention_mask")
     if mask is not None:
         mask = mask[0, 0] if mask.dim() == 4 else mask

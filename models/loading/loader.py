@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .. import budget, capture
+from .. import budget, capture, checks
 from . import cache, hub
 from ..anatomy.decoder import decoder_call
 from ..anatomy.probe import discover_sites
@@ -19,6 +19,7 @@ from .catalog import CATALOG, ModelSpec, get_spec
 from .model import LoadedModel
 from .families import auto_class, family_and_head, named_class
 from ..errors import DikkatError, InvalidArgumentError, ModelOutOfMemoryError, NoUsableModelError, UnknownModelError
+from .library_errors import load_failure
 
 
 def _pick_device(device: str) -> torch.device:
@@ -27,7 +28,8 @@ def _pick_device(device: str) -> torch.device:
             return torch.device(device)
         except (RuntimeError, TypeError) as exc:
             raise InvalidArgumentError(
-                f"Unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps."
+                f"Unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps.",
+                code="unknown_device", value=repr(device)
             ) from exc
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -43,7 +45,8 @@ def _pick_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
         found = getattr(torch, str(dtype), None)
         if not isinstance(found, torch.dtype):
             raise InvalidArgumentError(
-                f"Unknown dtype {dtype!r}: use auto, float32, float16, bfloat16 or a torch.dtype."
+                f"Unknown dtype {dtype!r}: use auto, float32, float16, bfloat16 or a torch.dtype.",
+                code="unknown_dtype", value=repr(dtype)
             )
         return found
     if device.type == "cuda":
@@ -179,7 +182,11 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
         UnknownModelError: not a key, folder or hub id.
         ModelNotInstalledError: catalog model whose package is missing (message has the install command).
         HubUnreachableError: hub id while offline or not found.
-        NoUsableModelError: folder without config/safetensors, corrupt files, unsupported architecture.
+        NoUsableModelError: folder without config/safetensors, corrupt files, unsupported architecture; the
+            library's failure sorted by :func:`models.loading.library_errors.load_failure` (code
+            ``unknown_model_type``, ``folder_bad_config``, ``safetensors_corrupt``, ``weights_shape_mismatch`` ...)
+            or, for a ``.gguf`` file, by :func:`models.loading.library_errors.gguf_failure` (``gguf_not_gguf``,
+            ``gguf_corrupt``, ``gguf_unsupported_arch`` ...).
         NoAttentionWeightsError: the architecture exposes no attention weights.
         ModelOutOfMemoryError: out of memory while loading.
         InvalidArgumentError: a ``device`` string torch does not understand, or an unknown ``dtype`` name.
@@ -191,13 +198,17 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
     if not isinstance(name, str) or not name.strip():
         raise UnknownModelError(
             f"A model name must be a catalog key, a folder or a Hugging Face id, got {name!r}. "
-            f"Catalog keys: {', '.join(CATALOG)}."
+            f"Catalog keys: {', '.join(CATALOG)}.",
+            code="arg_model_name", value=checks.shown(name), catalog=", ".join(CATALOG)
         )
     capture.register()
     dev = _pick_device(device)
     dt = _pick_dtype(dtype, dev)
     if device_map is not None and not isinstance(device_map, (str, dict)):
-        raise InvalidArgumentError(f"device_map must be 'auto', 'balanced', 'sequential' or a dict, got {device_map!r}.")
+        raise InvalidArgumentError(f"device_map must be 'auto', 'balanced', 'sequential' or a dict, got {device_map!r}.",
+                                   code="arg_choice", name="device_map",
+                                   options="'auto', 'balanced', 'sequential', dict",
+                                   value=checks.shown(device_map))
     placement = None
     if device_map is not None:
         placement = {"device_map": dict(device_map) if isinstance(device_map, dict) else device_map,
@@ -229,8 +240,10 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
                 folder = cache.cached_folder(spec.key, spec.build_version, spec.build)
                 loaded = _load_folder(name, spec, folder, dev, dt, placement)
             else:
+                why = load_failure(exc, folder, "load_failed")
                 raise NoUsableModelError(f"Cannot load '{name}' from {folder}: {exc}",
-                                         code="load_failed", model=name, folder=str(folder), detail=str(exc)) from exc
+                                         code=why.code, model=name, folder=str(folder), model_type=why.model_type,
+                                         detail=str(exc)) from exc
         loaded.load_seconds = time.perf_counter() - start
         loaded.load_args = {"name": name, "device": device, "dtype": dtype, "device_map": device_map,
                             "max_memory": max_memory, "offload_folder": offload_folder}
@@ -245,8 +258,10 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     try:
         config = AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     except (ValueError, KeyError, OSError) as exc:
+        why = load_failure(exc, folder, "config_unreadable")
         raise NoUsableModelError(f"Cannot read the configuration of '{name}' in {folder}: {exc}",
-                                 code="config_unreadable", model=name, folder=str(folder), detail=str(exc)) from exc
+                                 code=why.code, model=name, folder=str(folder), model_type=why.model_type,
+                                 detail=str(exc)) from exc
     family, head = family_and_head(config)
     auto = named_class(config, auto_class(family, head, config))
     kwargs = dict(local_files_only=True, trust_remote_code=False, use_safetensors=True, dtype=dt)
@@ -265,8 +280,10 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         raise ModelOutOfMemoryError(f"Out of memory loading '{name}' on {dev}: {exc}",
                                     code="oom_loading", model=name, device=str(dev)) from exc
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        why = load_failure(exc, folder, "weights_unreadable")
         raise NoUsableModelError(f"Cannot load the weights of '{name}' from {folder}: {exc}",
-                                 code="weights_unreadable", model=name, folder=str(folder), detail=str(exc)) from exc
+                                 code=why.code, model=name, folder=str(folder), model_type=why.model_type,
+                                 detail=str(exc)) from exc
     if placement:
         dev = _input_device(model, dev)
     else:
@@ -286,8 +303,9 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
         except Exception as exc:
+            why = load_failure(exc, folder, "tokenizer_unreadable")
             raise NoUsableModelError(f"Cannot load the tokenizer of '{name}' from {folder}: {exc}",
-                                     code="tokenizer_unreadable", model=name, folder=str(folder),
+                                     code=why.code, model=name, folder=str(folder), model_type=why.model_type,
                                      detail=str(exc)) from exc
         # Without tokenizer files, transformers builds an empty tokenizer of the config's class (only
         # [PAD]/[UNK]/... ): every word would silently become [UNK].

@@ -89,10 +89,11 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
     flat = importance.flat() if isinstance(importance, HeadScores) else checks.array(
         "importance", importance, finite=True, shape=f"({n},)").reshape(-1)
     if flat.size != n:
-        raise InvalidArgumentError(f"importance has {flat.size} values; model '{loaded.name}' has {n} heads.")
+        raise InvalidArgumentError(f"importance has {flat.size} values; model '{loaded.name}' has {n} heads.",
+                                   code="importance_size", got=flat.size, model=loaded.name, n=n)
     shares_arr = checks.array("shares", shares, ndim=1, finite=True, shape="(k,)")
     if ((shares_arr < 0) | (shares_arr > 1)).any():
-        raise InvalidArgumentError("shares must lie in [0, 1].")
+        raise InvalidArgumentError("shares must lie in [0, 1].", code="shares_range")
     n_pruned = np.rint(shares_arr * n).astype(int)
     rng = np.random.default_rng(seed)
     orders = [np.argsort(flat, kind="stable")] + [rng.permutation(n) for _ in range(random_orders)]

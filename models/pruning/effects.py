@@ -64,7 +64,8 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
         InvalidArgumentError: ``max_new_tokens`` not in ``[1, max_positions - 1]``, a bad ``max_tokens``.
     """
     if loaded.head != "lm":
-        raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot continue text.")
+        raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot continue text.",
+                                        code="cannot_continue", model=loaded.name)
     text = checks.text(text, "prompt")
     gates = _gates_for(loaded, heads_off)
     tok = loaded.tokenizer
@@ -123,9 +124,10 @@ def embed(loaded: LoadedModel, texts: str | Sequence[str], heads_off: Iterable =
 
 def _plain_inputs(loaded: LoadedModel, text: str, max_tokens: int | None) -> dict:
     if not isinstance(text, str) or not text.strip():
-        raise EmptyTextError("The text is empty.")
+        raise EmptyTextError("The text is empty.", code="empty_text")
     if loaded.family == "encoder-decoder":
-        raise UnsupportedOperationError(f"Sentence embeddings are not defined for '{loaded.name}' (encoder-decoder).")
+        raise UnsupportedOperationError(f"Sentence embeddings are not defined for '{loaded.name}' (encoder-decoder).",
+                                        code="no_sentence_embedding", model=loaded.name)
     enc = loaded.tokenizer(text, truncation=True, max_length=_limit(loaded, max_tokens))
     inputs = {"input_ids": torch.tensor([enc["input_ids"]], device=loaded.device)}
     if "token_type_ids" in enc and loaded.family == "encoder":

@@ -227,7 +227,8 @@ def _embedding_sensitivity(loaded: LoadedModel, prep: Prepared, batch_size: int)
                 outputs = _forward(loaded, prep, rows, gates_from_keep(loaded, xi, all_layers=True))
                 _, jac = fwAD.unpack_dual(_unit_embedding(loaded, outputs))
             if jac is None:
-                raise UnsupportedOperationError(f"Forward-mode derivatives do not reach the output of '{loaded.name}'.")
+                raise UnsupportedOperationError(f"Forward-mode derivatives do not reach the output of '{loaded.name}'.",
+                                                code="no_forward_derivative", model=loaded.name)
             out[start : start + rows] = _float(jac).norm(dim=-1).double().cpu().numpy()
     return out
 
@@ -245,7 +246,8 @@ def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
     a = np.asarray(a, dtype=np.float64).reshape(-1)
     b = np.asarray(b, dtype=np.float64).reshape(-1)
     if a.shape != b.shape:
-        raise InvalidArgumentError(f"Score arrays differ in size: {a.size} vs {b.size}")
+        raise InvalidArgumentError(f"Score arrays differ in size: {a.size} vs {b.size}", code="scores_size",
+                                   first=a.size, second=b.size)
     ra, rb = _ranks(a), _ranks(b)
     ra -= ra.mean()
     rb -= rb.mean()

