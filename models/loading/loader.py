@@ -229,17 +229,20 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
         if hub_id is not None:
             folder = hub.download(hub_id)
             _check_folder(folder)
-        try:
-            loaded = _load_folder(name, spec, folder, dev, dt, placement)
-        except (DikkatError, MemoryError):
-            raise
-        except Exception as exc:
-            if spec.source == "package" and spec.builder:
-                # A corrupt cached conversion: rebuild once.
-                cache.invalidate(spec.key)
-                folder = cache.cached_folder(spec.key, spec.build_version, spec.build)
+        rebuilt = False
+        while True:
+            try:
                 loaded = _load_folder(name, spec, folder, dev, dt, placement)
-            else:
+                break
+            except (DikkatError, MemoryError):
+                raise
+            except Exception as exc:
+                if spec.source == "package" and spec.builder and not rebuilt:
+                    # A corrupt cached conversion: rebuild once (a second failure is reported as any other)
+                    cache.invalidate(spec.key)
+                    folder = cache.cached_folder(spec.key, spec.build_version, spec.build)
+                    rebuilt = True
+                    continue
                 why = load_failure(exc, folder, "load_failed")
                 raise NoUsableModelError(f"Cannot load '{name}' from {folder}: {exc}",
                                          code=why.code, model=name, folder=str(folder), model_type=why.model_type,
