@@ -44,17 +44,24 @@ BLOCK_ROWS = 16  # the most query rows in one block
 CHECK_ROWS = 32  # query rows (the first and last halves) on which A·V is checked against the projection's input
 
 
+# the part of the decomposition that did not add up, by the key its translation is found under (errpart_<key>)
+PARTS = {"the logits rebuilt from the last residual stream": "flow_logits",
+         "the heads' outputs from weights and values": "flow_heads_values",
+         "the heads' outputs summed through the output projection": "flow_heads_projection",
+         "the stream after the attention (residual + heads + biases)": "flow_stream"}
+
+
 def _check(name: str, got: torch.Tensor, want: torch.Tensor, where: str, tol: float,
            scale: float | None = None) -> None:
     """Raise unless ``got`` equals ``want`` within ``tol`` times ``1 + scale`` (default ``max|want|``: the size of
-    what was summed, where ``want`` is a small remainder)."""
+    what was summed, where ``want`` is a small remainder). ``name`` is one of :data:`PARTS`."""
     scale = float(want.abs().max()) if scale is None else scale
     if not torch.allclose(got, want, atol=tol * (1 + scale), rtol=0):
         worst = float((got - want).abs().max())
         raise UnsupportedOperationError(
             f"The information flow does not add up at {where}: {name} differs by {worst:.2e} (tolerance "
             f"{tol * (1 + scale):.1e}). This architecture computes something the decomposition does not model.",
-            code="flow_identity", where=where, what=name)
+            code="flow_identity", where=where, what=PARTS.get(name, name))
 
 
 def _weight(module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -273,7 +280,7 @@ class FlowRecorder:
             self.probing = False
         if frozen is None:
             raise UnsupportedOperationError(f"The norm {name} at {where} is not a per-position affine norm.",
-                                            code="flow_identity", where=where, what=name)
+                                            code="flow_identity", where=where, what="flow_norm")
         return FrozenNorm(frozen.scale.to(inp.device), frozen.shift.to(inp.device), frozen.center), inp, out
 
     def _measure(self, layer: int, lay: LayerLayout, x: torch.Tensor, x_out: torch.Tensor) -> LayerFlow:

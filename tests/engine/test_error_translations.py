@@ -258,3 +258,24 @@ def test_a_wrapped_library_failure_has_its_own_code_and_a_turkish_text_without_e
     assert "pip" not in shown and "Transformers does not" not in shown, shown
     run = english_run(shown, exc.params)
     assert run is None, f"English in the Turkish text ({run!r}): {shown}"
+
+
+def test_the_flow_checks_name_their_part_and_place_in_turkish(monkeypatch):
+    """The information flow's self-checks named the part that did not add up and where in English words
+    ("the heads' outputs ... at encoder layer 3"), which reached the Turkish message as they were."""
+    import torch
+
+    from models.flow import record
+
+    with pytest.raises(models.UnsupportedOperationError) as err:
+        record._check("the heads' outputs summed through the output projection", torch.ones(3), torch.zeros(3),
+                      "encoder layer 3", 1e-6)
+    assert "the heads' outputs summed" in str(err.value)  # the English message keeps its words
+    shown = _turkish(err.value, monkeypatch)
+    assert "kodlayıcı" in shown.lower() and "3. katman" in shown and "izdüşümünden" in shown, shown
+    assert english_run(shown) is None, shown
+    with pytest.raises(models.UnsupportedOperationError) as err:
+        record._check("the logits rebuilt from the last residual stream", torch.ones(3), torch.zeros(3), "the head",
+                      1e-6)
+    shown = _turkish(err.value, monkeypatch)
+    assert "çıkış başlığı" in shown and english_run(shown) is None, shown
