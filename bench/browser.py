@@ -41,6 +41,7 @@ import sys
 import time
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT / "deploy"))
 import replicas  # noqa: E402
 from launch import classroom_env, streamlit_command  # noqa: E402
 
+TIMEOUT_MS = 120_000  # a first visit loads a model: seconds, not minutes
 SETTLED = (ROOT / "tests" / "browser_settled.js").read_text(encoding="utf-8")
 RUN_COUNTER = (ROOT / "tests" / "browser_runs.js").read_text(encoding="utf-8")
 SENTENCES = {"en": "The dog slept under the old table.", "tr": "Köpek eski masanın altında uyudu."}
@@ -77,7 +79,12 @@ class Page:
         sent = self.bytes
         start = time.perf_counter()
         action()
-        self.page.wait_for_function(SETTLED, arg=runs, polling="raf", timeout=600_000)
+        try:
+            self.page.wait_for_function(SETTLED, arg=runs, polling="raf", timeout=TIMEOUT_MS)
+        except PlaywrightTimeout:  # an action that started no run (or hung): reported, not waited for forever
+            waiting = self.page.evaluate("window.__dikkatWaitingFor")
+            print(f"  no settled run after {TIMEOUT_MS // 1000} s (waiting for {waiting})", file=sys.stderr)
+            return float("nan"), self.bytes - sent
         return time.perf_counter() - start, self.bytes - sent
 
 
@@ -120,6 +127,7 @@ def measure(url: str, models: list[str], langs: list[str], runs: int) -> dict:
                 # the class's first visit: the model loads, nothing is cached yet (shown apart from the runs)
                 first = Page(browser, f"{url}/?model_key={model}&lang={lang}")
                 for name, action in _actions(first, lang):
+                    print(f"{model} {lang} first visit: {name}", file=sys.stderr, flush=True)
                     out.setdefault((model, lang, name + " (1st)"), []).append(first.timed(action))
                 first.page.close()
                 for _ in range(runs):
