@@ -28,6 +28,7 @@ student, page opens ≤ 2 s, on 2 cores. For 30 students at once see bench/class
 without 30 browsers, which would take the two cores themselves).
 
     .venv/bin/python bench/browser.py [--models minilm-l6,smollm2-135m] [--langs en,tr] [--runs 5] [--classroom]
+                                      [--tree OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ def main() -> None:
     ap.add_argument("--langs", default="en,tr")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--classroom", action="store_true", help="serve in classroom mode (make serve)")
+    ap.add_argument("--tree", default=str(ROOT), help="serve the app of another checkout (a before/after table)")
     args = ap.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -157,7 +159,7 @@ def main() -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env = classroom_env(env) if args.classroom else env
     cmd = streamlit_command(port, "127.0.0.1", classroom=args.classroom)
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(cmd, cwd=args.tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         replicas.wait_healthy(url, server, timeout=90)

@@ -28,7 +28,7 @@ rows = []
 for n in (1_000, 100_000, 1_000_000):
     entries, one = cost.attention_matrix_size(n, bytes_per_value=4)
     _, whole = cost.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
-    rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries),
+    rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries, lang=L),
                  t("cost_col_one"): nb.human_bytes(one, L), shared.t_plain("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
 shared.table(pd.DataFrame(rows), hide_index=True)  # headers and cells escaped: st.table renders Markdown
 
@@ -97,11 +97,11 @@ if record and record["points"]:
     f1, f2 = st.columns(2)
     fig_time = vc.cost_curves(series_t, reference=(ref_ns, cost.quadratic_reference(ref_ns, anchor.n, anchor.seconds)),
                               reference_name=t("cost_ref"), x_title=t("cost_x"), y_title=t("cost_seconds"),
-                              title=t("cost_time_fig"), log=log)
+                              title=t("cost_time_fig"), log=log, lang=L)
     fig_memory = vc.cost_curves(series_m, reference=(ref_ns, cost.quadratic_reference(ref_ns, anchor.n,
                                                                                           anchor.peak_bytes / 2**20)),
                                 reference_name=t("cost_ref"), x_title=t("cost_x"), y_title="MiB",
-                                title=t("cost_memory_fig"), log=log)
+                                title=t("cost_memory_fig"), log=log, lang=L)
     shared.plotly_chart(fig_time, container=f1, key="cost_time")
     shared.plotly_chart(fig_memory, container=f2, key="cost_memory")
     table = pd.DataFrame([{t("cost_col_n"): p.n, t("cost_col_impl"): t(f"cost_impl_{p.implementation}"),

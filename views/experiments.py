@@ -29,7 +29,7 @@ URL = shared.UrlState(("exp_which",))
 
 
 def _pct(value: float, decimals: int = 1) -> str:
-    return nb.num(100 * float(value), decimals, L) + " %"
+    return nb.percent(float(value), decimals, L)
 
 
 def _nats(value: float, sign: bool = False) -> str:
@@ -59,11 +59,11 @@ def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
     shared.plotly_chart(vx.per_layer_lines(
         {on_first: share.per_layer}, title=tp("exp_sinks_share_title", n=share.tokens), layer_title=tp("exp_layer"),
         value_title=on_first,
-        bottom=2, bottom_label=tp("exp_sinks_bottom")), container=c1, width="stretch", key="exp_fig_sinks_share")
+        bottom=2, bottom_label=tp("exp_sinks_bottom"), lang=L), container=c1, width="stretch", key="exp_fig_sinks_share")
     shared.plotly_chart(vx.streaming_figure(
         stream.windows, stream.window, stream.with_sinks, stream.full, title=tp("exp_sinks_stream_title", n=stream.tokens),
         window_label=tp("exp_sinks_window"), sinks_label=tp("exp_sinks_with", k=stream.sinks),
-        full_label=tp("exp_sinks_full"), window_title=tp("exp_sinks_window_size"), loss_title=tp("exp_loss")),
+        full_label=tp("exp_sinks_full"), window_title=tp("exp_sinks_window_size"), loss_title=tp("exp_loss"), lang=L),
         container=c2, width="stretch", key="exp_fig_sinks_stream")
     low, high = share.bottom_top()
     w0 = int(np.argmin(stream.windows))
@@ -88,7 +88,7 @@ def _show_induction(r, loaded: models.LoadedModel) -> None:
         off[layer, head] = True
     shared.plotly_chart(vp.head_grid(r.scores, off, title=tp("exp_ind_grid_title"),
                                      score_title=tp("exp_ind_score"), layer_title=tp("exp_layer"),
-                                     head_title=tp("exp_head"), off_title=tp("exp_ind_off")),
+                                     head_title=tp("exp_head"), off_title=tp("exp_ind_off"), lang=L),
                         container=c1, width="stretch", key="exp_fig_ind_grid")
     rnd = r.loss_second_random
     labels = [tp("exp_ind_first"), tp("exp_ind_second"), tp("exp_ind_second_off", k=len(r.top)),
@@ -96,7 +96,7 @@ def _show_induction(r, loaded: models.LoadedModel) -> None:
     values = [r.loss_first, r.loss_second, r.loss_second_off] + ([float(np.median(rnd))] if rnd.size else [])
     spread = [None, None, None] + ([(float(rnd.min()), float(rnd.max()))] if rnd.size else [])
     shared.plotly_chart(vx.loss_bars(labels[:len(values)], values, title=tp("exp_ind_loss_title"),
-                                     loss_title=tp("exp_loss"), spread=spread),
+                                     loss_title=tp("exp_loss"), spread=spread, lang=L),
                         container=c2, width="stretch", key="exp_fig_ind_loss")
     best = r.top[0]
     _compare("induction", r, [
@@ -117,7 +117,7 @@ def _show_prunable(r, loaded: models.LoadedModel) -> None:
     c = r.curve
     fig = vp.pruning_curve(c.shares, c.by_importance, c.random, metric_title=tp(f"prune_metric_{c.metric}"),
                            importance_label=tp("prune_curve_by_importance"), random_label=tp("prune_curve_random"),
-                           share_title=tp("prune_curve_share"), title=tp("exp_prune_title", n=len(c.texts)))
+                           share_title=tp("prune_curve_share"), title=tp("exp_prune_title", n=len(c.texts)), lang=L)
     pub = E.prunable.PUBLISHED
     vx.published_marks(fig, [(pub["michel_wmt_flat"], tp("exp_prune_mark_wmt")),
                              (pub["voita_encoder_off"], tp("exp_prune_mark_voita"))],
@@ -140,10 +140,10 @@ def _show_clark(r, loaded: models.LoadedModel) -> None:
               tp("exp_clark_t_previous"): tg.per_layer["previous"], tp("exp_clark_t_next"): tg.per_layer["next"]}
     c1, c2 = st.columns([3, 2])
     shared.plotly_chart(vx.per_layer_lines(series, title=tp("exp_clark_lines_title", n=len(tg.sentences)),
-                                           layer_title=tp("exp_layer"), value_title=tp("exp_share")),
+                                           layer_title=tp("exp_layer"), value_title=tp("exp_share"), lang=L),
                         container=c1, width="stretch", key="exp_fig_clark_lines")
     shared.plotly_chart(vx.pattern_bars(pc.counts, {k: tp(f"exp_clark_type_{k.replace('+', '_')}") for k in pc.counts},
-                                        title=tp("exp_clark_types_title", maps=pc.maps), count_title=tp("exp_clark_maps")),
+                                        title=tp("exp_clark_types_title", maps=pc.maps), count_title=tp("exp_clark_maps"), lang=L),
                         container=c2, width="stretch", key="exp_fig_clark_types")
     layers = len(tg.per_layer["separator"])
     lo, hi = E.clark.middle_layers(layers)
@@ -169,7 +169,7 @@ def _show_alignment(r, loaded: models.LoadedModel) -> None:
         labels = (labels + ["<|endoftext|>"])[: a.matrix.shape[0]]
         shared.plotly_chart(vx.dtw_figure(a.matrix, labels, a.text_indices, a.time_indices, frame_seconds=0.02,
                                           title=tp("exp_align_fig_title", text=vtext.plotly_text(_cut(clip.transcript, 44))),
-                                          time_title=tp("exp_align_time"), path_label=tp("exp_align_path")),
+                                          time_title=tp("exp_align_time"), path_label=tp("exp_align_path"), lang=L),
                             container=col, width="stretch", key=f"exp_fig_align_{i}")
         table = pd.DataFrame({tp("exp_align_word"): clip.words, tp("exp_align_start_ours"): clip.word_starts,
                               tp("exp_align_start_hf"): clip.hf_word_starts, tp("exp_align_end_ours"): clip.word_ends,

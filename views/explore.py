@@ -309,13 +309,13 @@ def draw_heatmap(title: str) -> None:
     if sink:  # the share of each query's attention that went to the layer's learned sink, not to a token
         share = np.clip(1.0 - matrix.sum(-1), 0.0, 1.0)
         st.caption(t("sink_renormalised") if prep.renormalised else
-                   t("sink_note", mean=100 * float(share.mean()), max=100 * float(share.max())))
+                   t("sink_note", mean=float(share.mean()), max=float(share.max())))
     if max(nq, nk) <= HEATMAP_MAX:
         shown, k_shown = matrix, prep.k_labels
         if sink and not prep.renormalised:
             shown, k_shown = np.concatenate([matrix, share[:, None]], axis=1), list(prep.k_labels) + [t("sink_key")]
         fig = head_heatmap(shown, prep.q_labels, k_shown, title=title, query_title=t("query"),
-                           key_title=t("key"), weight_title=t("weight"))
+                           key_title=t("key"), weight_title=t("weight"), lang=shared.lang())
         shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
         if max(nq, nk) > 128:
             st.caption(t("heatmap_long", n=max(nq, nk)))
@@ -323,7 +323,7 @@ def draw_heatmap(title: str) -> None:
     pooled = tf.pool(matrix, HEATMAP_MAX)
     q_bins, k_bins = _bin_labels(prep.q_labels, pooled.shape[0]), _bin_labels(prep.k_labels, pooled.shape[1])
     fig = head_heatmap(pooled, q_bins, k_bins, title=title + "  ·  " + t("hm_pooled_short", c=HEATMAP_MAX),
-                       query_title=t("query"), key_title=t("key"), weight_title=t("weight"), max_ticks=24)
+                       query_title=t("query"), key_title=t("key"), weight_title=t("weight"), max_ticks=24, lang=shared.lang())
     shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
     st.caption(t("hm_pooled", n=max(nq, nk), c=HEATMAP_MAX))
     st.markdown("**" + t("hm_zoom_title", m=ZOOM) + "**")
@@ -342,7 +342,7 @@ def draw_heatmap(title: str) -> None:
     zoom = head_heatmap(matrix, [f"{zq + i}: {x}" for i, x in enumerate(matrix_q)],
                         [f"{zk + i}: {x}" for i, x in enumerate(matrix_k)],
                         title=title + "  ·  " + t("hm_zoom_short", q=zq, k=zk), query_title=t("query"),
-                        key_title=t("key"), weight_title=t("weight"), max_ticks=32)
+                        key_title=t("key"), weight_title=t("weight"), max_ticks=32, lang=shared.lang())
     shared.plotly_chart(zoom, key="zoom_chart", config=image_config(stem + "_zoom", fmt))
 
 
@@ -400,7 +400,7 @@ def _model_view(large: bool = True) -> None:
         grid = prep.weights
     fig, info = model_view(grid, layer_names=layer_names, head_names=head_names, title=title,
                            hover=t("mv_hover"), layer_title=t("layer"), head_title=t("head"),
-                           selected=(layer, head))
+                           selected=(layer, head), lang=shared.lang())
     if long_mode:
         st.warning(t("mv_overview", n=n_shown, c=max(info.cell_q, info.cell_k)))
     elif info.pooled:

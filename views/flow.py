@@ -55,7 +55,7 @@ def _or_stop(fn, *args, **kwargs):
 
 
 def _pct(value: float) -> str:
-    return nb.num(100 * float(value), 1, L) + " %"
+    return nb.percent(float(value), 1, L)
 
 
 sel, loaded = shared.page_start("flow_title", "flow_intro", text=True)
@@ -109,7 +109,7 @@ for col, matrix, title, unit in ((h1, weights, t("flow_raw_title", layer=layer, 
     with col:
         shared.plotly_chart(vh.head_heatmap(matrix, labels, labels, title=title, query_title=t("query"),
                                             key_title=t("key"), weight_title=unit, plot_px=260,
-                                            max_ticks=14),
+                                            max_ticks=14, lang=L),
                             key=f"flow_map_{unit}")
 if any(tok.special for tok in tokens):
     raw, vw = _or_stop(_shares, sel.model, sel.text, off, mask, stack)
@@ -119,7 +119,7 @@ if any(tok.special for tok in tokens):
               delta=shared.t_plain("flow_points", x=nb.num(100 * float(vw.mean() - raw.mean()), 1, L, sign=True)),
               delta_color="off")
     shared.plotly_chart(vf.share_figure(raw, vw, names=(t("flow_raw"), t("flow_vw")), title=t("flow_special_title"),
-                                        layer_title=t("layer"), share_title=t("flow_share_axis")), key="flow_special")
+                                        layer_title=t("layer"), share_title=t("flow_share_axis"), lang=L), key="flow_special")
     st.caption(t("flow_special_note"))
 
 # ---- 2. routes --------------------------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ route = _or_stop(flow.route, int(position), threshold)
 shared.plotly_chart(vf.route_figure(
     route.nodes, route.edges, labels, n_layers, title=shared.t_plain("flow_route_title", token=vtext.plotly_text(labels[position]), n=len(route.nodes)),
     kind_names={k: t(f"flow_kind_{k}") for k in vf.KIND_COLOURS}, layer_title=t("layer"), position_title=t("flow_token"),
-    share_title=t("flow_share")), key="flow_route")
+    share_title=t("flow_share"), lang=L), key="flow_route")
 off_grid = np.zeros((n_layers, n_heads), dtype=bool)
 for s, lay, h in off:
     if s == stack:
@@ -140,7 +140,7 @@ for s, lay, h in off:
 heads_at = np.stack([lf.heads[position] for lf in flow.layers])
 shared.plotly_chart(vp.head_grid(heads_at, off_grid, title=shared.t_plain("flow_heads_title", token=vtext.plotly_text(labels[position])),
                                  score_title=t("flow_share"), layer_title=t("layer"), head_title=t("head"),
-                                 off_title=t("flow_off")), key="flow_heads")
+                                 off_title=t("flow_off"), lang=L), key="flow_heads")
 residual = [float(lf.heads_residual[position]) for lf in flow.layers]
 st.caption(t("flow_residual_note", low=_pct(min(residual)), high=_pct(max(residual))))
 
@@ -155,13 +155,13 @@ lens = _or_stop(flow.logit_lens, int(position), k=5)
 streams = [t("flow_embeddings")] + [t("flow_after_layer", layer=i) for i in range(n_layers)]
 shared.plotly_chart(vf.lens_figure(lens.labels, lens.probs, streams, title=shared.t_plain("flow_lens_title", token=vtext.plotly_text(labels[position])),
                                    rank_title=t("flow_rank"), stream_title=t("flow_stream"),
-                                   prob_title=t("flow_prob")), key="flow_lens")
+                                   prob_title=t("flow_prob"), lang=L), key="flow_lens")
 first = int(np.argmax(lens.final_rank == 0)) if (lens.final_rank == 0).any() else n_layers
 st.caption(t("flow_lens_note", token=vtext.shown(lens.labels[-1][0]), stream=streams[first]))
 effect = _or_stop(_direct, sel.model, sel.text, off, mask, stack, int(position))
 shared.plotly_chart(vp.head_grid(effect.on_final, off_grid, title=shared.t_plain("flow_effect_title", token=vtext.plotly_text(vtext.shown(lens.labels[-1][0]))),
                                  score_title=t("flow_logit_change"), layer_title=t("layer"), head_title=t("head"),
-                                 off_title=t("flow_off"), diverging=True), key="flow_effect")
+                                 off_title=t("flow_off"), diverging=True, lang=L), key="flow_effect")
 d1, d2 = st.columns(2)
 strongest = np.unravel_index(int(np.argmax(np.abs(effect.on_final))), effect.on_final.shape)  # the default
 de_layer, de_head = shared.layer_head("flow_de_layer", "flow_de_head", n_layers, n_heads, url=URL,

@@ -110,7 +110,7 @@ else:
                                [kv_layout.kv_cache_bytes(cfg, x) / 2**30 for x in contexts],
                                [kv_layout.kv_cache_bytes(cfg, x, gqa=False) / 2**30 for x in contexts],
                                names=(t("kv_with_gqa"), t("kv_without_gqa")), y_title="GiB",
-                               title=t("kv_bars_title")), key="kv_bars")
+                               title=t("kv_bars_title"), lang=L), key="kv_bars")
 
 # ---- 2. generation with and without the cache ----------------------------------------------------------------
 st.header(t("kv_s2"))

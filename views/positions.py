@@ -52,7 +52,7 @@ st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right),\quad "
          r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right)")
 pe = positions.sinusoidal_encoding(n, d_model)
 shared.plotly_chart(vp.sinusoidal_heatmap(pe, pos_labels, title=t("pos_s1_fig", n=n, d=d_model),
-                                      dim_title=t("teach_dimension"), position_title=t("teach_position")),
+                                      dim_title=t("teach_dimension"), position_title=t("teach_position"), lang=L),
                 key="pos_sin")
 
 # ---- 2. RoPE ----------------------------------------------------------------------------------------------
@@ -76,13 +76,13 @@ angles = positions.rope_angles(source, n_rot, head_dim=head_dim, theta=theta)
 n_pairs = angles.shape[1]
 pairs = sorted({0, 1, n_pairs // 4, n_pairs - 1})
 shared.plotly_chart(vp.rope_rotations(angles, pairs, title=t("pos_rot_fig", n=n_rot), pair_word=t("pos_pair"),
-                                  position_title=t("teach_position")), key="pos_rot")
+                                  position_title=t("teach_position"), lang=L), key="pos_rot")
 st.caption(t("pos_rot_caption"))
 
 grid_n = min(max(n, 16), MAX_POS)
 grid = positions.rope_dot_grid(source, grid_n, head_dim=head_dim, theta=theta)
 shared.plotly_chart(vp.distance_grid(grid, title=t("pos_grid_fig", n=grid_n), query_title=t("pos_query_pos"),
-                                 key_title=t("pos_key_pos")), key="pos_grid")
+                                 key_title=t("pos_key_pos"), lang=L), key="pos_grid")
 st.markdown(t("pos_grid_text"))
 g1, g2, g3 = st.columns(3)
 URL.bind("pos_m", 2, kind=int, bounds=(0, 100_000))
@@ -112,7 +112,7 @@ n_alibi = min(n, MAX_POS)
 bias = positions.alibi_bias(n_alibi, float(slopes[alibi_head]))
 shared.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
                                 title_bias=t("pos_alibi_bias", head=alibi_head, m=nb.num(slopes[alibi_head], 4, L)),
-                                head_word=t("teach_head"), slope_word=t("pos_slope")), key="pos_alibi")
+                                head_word=t("teach_head"), slope_word=t("pos_slope"), lang=L), key="pos_alibi")
 if heads & (heads - 1):
     low = 1 << (heads.bit_length() - 1)
     st.caption(t("pos_alibi_order", heads=heads, low=low, high=2 * low))
@@ -147,7 +147,7 @@ def _pick(x: np.ndarray) -> np.ndarray:
 a_m, b_m = _pick(wo.attn_a), _pick(wo.attn_b)
 shared.plotly_chart(vp.word_order_figure(wo.words, a_m, b_m, a_m - b_m,
                                      titles=(f"A: {plotly_text(text_a)}", f"B: {plotly_text(text_b)}", "A − B"),
-                                     query_title=t("pos_query_word"), key_title=t("pos_key_word")), key="pos_wo")
+                                     query_title=t("pos_query_word"), key_title=t("pos_key_word"), lang=L), key="pos_wo")
 st.metric(t("pos_mean_abs_diff"), nb.num(float(np.abs(a_m - b_m).mean()), 4, L))
 st.caption(t("pos_wo_caption"))
 if loaded.family == "decoder":

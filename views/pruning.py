@@ -212,7 +212,7 @@ with left:
         st.query_params["off"] = pruning.heads_to_text(off)
     elif "off" in st.query_params:
         del st.query_params["off"]
-    st.markdown(t("prune_count", off=len(off), total=total, share=100 * len(off) / max(total, 1)))
+    st.markdown(t("prune_count", off=len(off), total=total, share=len(off) / max(total, 1)))
     st.html(f"<style>{(shared.ASSETS / 'css' / 'pruning.css').read_text(encoding='utf-8')}</style>")
     # the grid first (issue 33: in the first screen at 1280 x 720), the presets below it
     with st.container(height=min(560, 24 + 31 * n_layers), border=True, key="prune_grid"):
@@ -343,7 +343,7 @@ if before is not None and after is not None:
     shared.plotly_chart(vp.attention_before_after(
         wb, wa, [tk.label for tk in q_tokens], [tk.label for tk in k_tokens],
         titles=(t("prune_before"), t("prune_after"), t("prune_diff")), query_title=t("prune_query"),
-        key_title=t("prune_key"), weight_title=t("prune_weight")), width="stretch", key="prune_attn_fig")
+        key_title=t("prune_key"), weight_title=t("prune_weight"), lang=shared.lang()), width="stretch", key="prune_attn_fig")
     st.caption(t("prune_max_change", value=float(np.abs(wa - wb).max(initial=0.0))))
     first_off = min((layer for stack, layer, _ in off if stack == att_stack), default=None)
     if first_off is not None and layer_sel <= first_off and att_stack == grid_stack:
@@ -377,7 +377,7 @@ if st.session_state.get(imp_key):
             key = f"prune_grid_{tag}_{version}"
             fig = vp.head_grid(scores.values[grid_stack], off_grid, title=title, score_title=short,
                                layer_title=t("prune_layer"), head_title=t("prune_head"), off_title=t("prune_off"),
-                               diverging=diverging)
+                               diverging=diverging, lang=shared.lang())
             shared.plotly_chart(fig, container=col, key=key, selection_mode="points", width="stretch",
                              on_select=functools.partial(_on_grid_click, name, stacks, grid_stack, key))
         rho = pruning.rank_correlation(ablation.flat(), gradient.flat())
@@ -417,7 +417,7 @@ else:
     shared.plotly_chart(vp.pruning_curve(
         curve.shares, curve.by_importance, curve.random, metric_title=metric_label,
         importance_label=t("prune_curve_by_importance"), random_label=t("prune_curve_random"),
-        share_title=t("prune_curve_share")), width="stretch", key="prune_curve_fig")
+        share_title=t("prune_curve_share"), lang=shared.lang()), width="stretch", key="prune_curve_fig")
     i40 = int(np.argmin(np.abs(curve.shares - 0.4)))
     st.caption(t("prune_curve_time", seconds=curve.seconds, n40=int(curve.n_pruned[i40]),
                  v40=float(curve.by_importance[i40]), r40=float(curve.random_mean[i40]),

@@ -79,7 +79,7 @@ if steps.kv_heads < steps.heads:
 fig = vq.vector_strips(np.vstack([steps.queries[qi][None], steps.keys[shown]]),
                        [f"q{qi} · {q_labels[qi]}"] + shown_labels, highlight=[0],
                        title=t("qkv_strips_title", head=head, layer=layer),
-                       dim_title=t("teach_dimension"), value_title=t("teach_value"))
+                       dim_title=t("teach_dimension"), value_title=t("teach_value"), lang=L)
 shared.plotly_chart(fig, key="qkv_strips")
 if len(shown) < len(k_labels):
     st.caption(t("qkv_rows_cut", shown=len(shown), n=len(k_labels)))
@@ -93,7 +93,7 @@ if steps.rope:
         np.vstack([steps.queries[qi][None], steps.keys[few]]),
         [f"q{qi} · {q_labels[qi]}"] + [f"k{j} · {k_labels[j]}" for j in few],
         before_word=t("qkv_before"), after_word=t("qkv_after"), title=t("qkv_rope_fig", n=len(few)),
-        dim_title=t("teach_dimension"), value_title=t("teach_value")), key="qkv_rope")
+        dim_title=t("teach_dimension"), value_title=t("teach_value"), lang=L), key="qkv_rope")
     norm_before = float(np.linalg.norm(steps.queries_unrotated[qi]))
     norm_after = float(np.linalg.norm(steps.queries[qi]))
     st.caption(t("qkv_rope_norm", before=nb.num(norm_before, 3, L), after=nb.num(norm_after, 3, L)))
@@ -136,7 +136,7 @@ temperature = s2.select_slider(t("qkv_temperature"), temperatures, key="qkv_temp
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
 adjusted = qkv.softmax_row(row, allowed, temperature=temperature)
 shared.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
-                               names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight")),
+                               names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight"), lang=L),
                 key="qkv_bars")
 n_allowed = int(allowed.sum())
 m1, m2, m3, m4 = st.columns(4)

@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from . import numbers
 from . import transforms as tf
 from .masks import PALETTE
 from .text import plotly_labels
@@ -85,13 +86,14 @@ def word_attention(weights: np.ndarray, query_words: Sequence[Sequence[int]],
 
 def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_labels: Sequence[str], *,
                      title: str = "", threshold: float = 0.1, source_title: str = "source",
-                     target_title: str = "target") -> go.Figure:
+                     target_title: str = "target", lang: str = "en") -> go.Figure:
     """Lines between target words (bottom) and source words (top); a line's width and opacity grow with the
     cross-attention weight. Lines under ``threshold`` are not drawn; each target word's strongest source
     word is always drawn.
 
     Args:
         weights: float ``(target_words, source_words)``, rows sum to ≤ 1 (NaN drawn as 0).
+        lang: how the weights in the hover are written (``tr``: ``0,250``).
 
     Returns:
         plotly Figure.
@@ -118,7 +120,7 @@ def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_l
             fig.add_trace(go.Scatter(
                 x=[x_t[i], x_s[j]], y=[0, 1], mode="lines", line=dict(color=color, width=1 + 7 * v),
                 opacity=float(0.25 + 0.75 * v), showlegend=False,
-                hovertext=f"{tl[i]} → {sl[j]}: {v:.3f}", hoverinfo="text",
+                hovertext=f"{tl[i]} → {sl[j]}: {numbers.num(v, 3, lang)}", hoverinfo="text",
             ))
     fig.add_trace(go.Scatter(x=x_s, y=[1] * n_s, mode="markers+text", text=sl,
                              textposition="top center", marker=dict(size=9, color="#444"), hoverinfo="text",
@@ -133,4 +135,4 @@ def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_l
                       margin=dict(l=10, r=10, t=40 if title else 10, b=10), plot_bgcolor="white")
     fig.update_xaxes(visible=False, range=[-0.6, span + 0.6])
     fig.update_yaxes(visible=False, range=[-0.4, 1.4])
-    return fig
+    return numbers.style(fig, lang)

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from . import numbers
 from .text import plotly_labels
 
 
@@ -17,7 +18,7 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
                                  peaks: Sequence[int] | None = None, title: str = "",
                                  spectrogram_title: str = "log-mel spectrogram",
                                  attention_title: str = "cross-attention", xaxis_title: str = "time (s)",
-                                 peak_label: str = "peak") -> go.Figure:
+                                 peak_label: str = "peak", lang: str = "en") -> go.Figure:
     """Spectrogram on top, cross-attention (one row per token, time on x) below, on one time axis.
 
     Args:
@@ -28,6 +29,7 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
         frame_seconds: seconds per encoder frame (key).
         peaks: optional frame index per row (``models.speech.audio.cross_attention_peaks``); drawn as markers at
             the frame's centre.
+        lang: how numbers are written (seconds, weights; ``tr``: ``1,25 s``).
 
     Returns:
         plotly Figure with two rows sharing the time axis (seconds).
@@ -45,18 +47,20 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
                         row_heights=[0.35, 0.65], subplot_titles=(spectrogram_title, attention_title))
     fig.add_trace(go.Heatmap(z=spec, x=(np.arange(spec.shape[1]) + 0.5) * hop, y=np.arange(spec.shape[0]),
                              colorscale="Magma", showscale=False,
-                             hovertemplate="%{x:.2f} s, mel bin %{y}<extra></extra>"), row=1, col=1)
+                             hovertemplate=f"%{{x:{numbers.d3(2)}}} s, mel bin %{{y}}<extra></extra>"), row=1, col=1)
+    top = max(float(w.max()), 1e-9)
     fig.add_trace(go.Heatmap(z=w, x=(np.arange(w.shape[1]) + 0.5) * frame_seconds, y=np.arange(w.shape[0]),
-                             colorscale="Blues", zmin=0, zmax=max(float(w.max()), 1e-9),
-                             colorbar=dict(thickness=10, len=0.6, y=0.3),
-                             hovertemplate="row %{y}, %{x:.2f} s: %{z:.3f}<extra></extra>"), row=2, col=1)
+                             colorscale="Blues", zmin=0, zmax=top,
+                             colorbar=dict(thickness=10, len=0.6, y=0.3, tickformat=numbers.tick_format(top)),
+                             hovertemplate=f"row %{{y}}, %{{x:{numbers.d3(2)}}} s: %{{z:{numbers.d3(3)}}}<extra></extra>"),
+                  row=2, col=1)
     if peaks is not None and len(peaks):
         p = np.asarray(peaks, dtype=np.int64)
         fig.add_trace(go.Scatter(x=(p + 0.5) * frame_seconds, y=np.arange(len(p)), mode="markers+lines",
                                  marker=dict(symbol="diamond", size=9, color="#d62728",
                                              line=dict(width=1, color="white")),
                                  line=dict(color="rgba(214,39,40,0.4)", width=1, dash="dot"), name=peak_label,
-                                 hovertemplate=peak_label + ": %{x:.2f} s<extra></extra>", showlegend=False),
+                                 hovertemplate=peak_label + f": %{{x:{numbers.d3(2)}}} s<extra></extra>", showlegend=False),
                       row=2, col=1)
     fig.update_yaxes(title_text="mel", row=1, col=1, showticklabels=False)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(token_labels))), ticktext=plotly_labels(token_labels),
@@ -64,4 +68,4 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
     fig.update_xaxes(title_text=xaxis_title, row=2, col=1)
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=int(300 + 22 * n_rows),
                       margin=dict(l=10, r=10, t=60 if title else 40, b=10))
-    return fig
+    return numbers.style(fig, lang)

@@ -8,24 +8,26 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from . import numbers
 from .text import plotly_labels
 
 BLUE, ORANGE, GREEN, GREY, RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728"
 
 
-def _layout(fig: go.Figure, *, title: str, x: str, y: str, height: int = 360) -> go.Figure:
+def _layout(fig: go.Figure, *, title: str, x: str, y: str, height: int = 360, lang: str = "en") -> go.Figure:
     """Title on top, the legend (if any) at the bottom of the figure under the x axis title, so neither runs into
-    the other in half the page's width."""
+    the other in half the page's width; numbers written ``lang``'s way (:func:`viz.numbers.style`)."""
     legend = any(getattr(trace, "showlegend", None) is not False and getattr(trace, "name", None) for trace in fig.data)
     fig.update_layout(title=dict(text=title), height=height + (60 if legend else 0),
                       margin=dict(l=60, r=20, t=50, b=110 if legend else 50),
                       xaxis=dict(title=dict(text=x)), yaxis=dict(title=dict(text=y)),
                       legend=dict(orientation="h", yref="container", y=0.01, x=0, xanchor="left", yanchor="bottom"))
-    return fig
+    return numbers.style(fig, lang)
 
 
 def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: str, value_title: str,
-                    percent: bool = True, bottom: int | None = None, bottom_label: str = "") -> go.Figure:
+                    percent: bool = True, bottom: int | None = None, bottom_label: str = "",
+                    lang: str = "en") -> go.Figure:
     """One line per named series over the layers (e.g. the first-token share per layer, Xiao et al. fig. 2; the
     attention to [CLS] / [SEP] / punctuation per layer, Clark et al. fig. 2).
 
@@ -33,6 +35,7 @@ def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: s
         series: ``label -> float (layers,)`` values in [0, 1] (drawn in percent when ``percent``).
         bottom: shade layers ``0 .. bottom - 1`` (the "bottom two layers" of the sink claim), labelled
             ``bottom_label``; None for no shading.
+        lang: how numbers are written (``tr``: ``%30``, ``0,25``).
 
     Returns:
         plotly Figure, layer index on x (0 first).
@@ -42,14 +45,16 @@ def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: s
     scale = 100.0 if percent else 1.0
     for i, (label, values) in enumerate(series.items()):
         v = np.asarray(values, dtype=np.float64) * scale
+        value = numbers.percent_hover("y", 1, lang) if percent else f"%{{y:{numbers.d3(3)}}}"
         fig.add_trace(go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", name=label,
-                                 line=dict(color=colours[i % len(colours)], width=2)))
+                                 line=dict(color=colours[i % len(colours)], width=2),
+                                 hovertemplate=f"{layer_title} %{{x}}: {value}<extra>{label}</extra>"))
     if bottom:
         fig.add_vrect(x0=-0.5, x1=bottom - 0.5, fillcolor="rgba(127,127,127,0.15)", line_width=0,
                       annotation_text=bottom_label, annotation_position="top left")
-    fig = _layout(fig, title=title, x=layer_title, y=value_title)
+    fig = _layout(fig, title=title, x=layer_title, y=value_title, lang=lang)
     if percent:
-        fig.update_yaxes(ticksuffix=" %", rangemode="tozero")
+        fig.update_yaxes(rangemode="tozero", **numbers.percent_axis(lang))
     layers = max((len(v) for v in series.values()), default=1)
     fig.update_xaxes(dtick=1 if layers <= 16 else 2, range=[-0.5, layers - 0.5])
     return fig
@@ -57,7 +62,7 @@ def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: s
 
 def streaming_figure(windows: Sequence[int], window: np.ndarray, with_sinks: np.ndarray, full: float, *,
                      title: str, window_label: str, sinks_label: str, full_label: str, window_title: str,
-                     loss_title: str) -> go.Figure:
+                     loss_title: str, lang: str = "en") -> go.Figure:
     """StreamingLLM as mask swaps: loss against the window size for the window alone and the window plus sinks,
     full attention as a horizontal line (Xiao et al. 2023, fig. 3 / table 1).
 
@@ -75,20 +80,20 @@ def streaming_figure(windows: Sequence[int], window: np.ndarray, with_sinks: np.
                              line=dict(color=BLUE, width=3)))
     fig.add_trace(go.Scatter(x=x, y=[float(full)] * len(x), mode="lines", name=full_label,
                              line=dict(color=GREY, dash="dash")))
-    fig = _layout(fig, title=title, x=window_title, y=loss_title)
+    fig = _layout(fig, title=title, x=window_title, y=loss_title, lang=lang)
     fig.update_xaxes(type="category")
     fig.update_yaxes(rangemode="tozero")
     return fig
 
 
 def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, loss_title: str,
-              spread: Sequence[tuple[float, float] | None] | None = None) -> go.Figure:
+              spread: Sequence[tuple[float, float] | None] | None = None, lang: str = "en") -> go.Figure:
     """Bars of losses in nats (induction heads: first copy, second copy, second copy with the top heads off, with
     random heads off).
 
     Args:
         labels: one text per bar. values: nats per bar. spread: per bar ``(min, max)`` drawn as an error bar (the
-            random draws), or None.
+            random draws), or None. lang: how the bars' numbers are written (``tr``: ``13,45``).
 
     Returns:
         plotly Figure.
@@ -102,15 +107,16 @@ def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, los
         err = dict(type="data", array=plus, arrayminus=minus, visible=True, color="#444", width=0)
     # horizontal bars: the labels sit on the y axis, where long ones cannot run into each other
     fig = go.Figure(go.Bar(y=plotly_labels(list(labels)), x=vals, orientation="h", marker_color=colours, error_x=err,
-                           text=[f"{v:.2f}" for v in vals], textposition="inside", insidetextanchor="start",
-                           hovertemplate="%{y}: %{x:.3f} nats<extra></extra>"))
-    fig = _layout(fig, title=title, x=loss_title, y="", height=300)
+                           text=[numbers.num(v, 2, lang) for v in vals], textposition="inside",
+                           insidetextanchor="start", hovertemplate=f"%{{y}}: %{{x:{numbers.d3(3)}}} nats<extra></extra>"))
+    fig = _layout(fig, title=title, x=loss_title, y="", height=300, lang=lang)
     fig.update_xaxes(rangemode="tozero")
     fig.update_yaxes(autorange="reversed", automargin=True)
     return fig
 
 
-def pattern_bars(counts: dict[str, int], labels: dict[str, str], *, title: str, count_title: str) -> go.Figure:
+def pattern_bars(counts: dict[str, int], labels: dict[str, str], *, title: str, count_title: str,
+                 lang: str = "en") -> go.Figure:
     """Counts of attention-pattern types over all heads (Kovaleva et al. 2019, fig. 2-3).
 
     Args:
@@ -121,9 +127,9 @@ def pattern_bars(counts: dict[str, int], labels: dict[str, str], *, title: str, 
     """
     names = list(counts)
     fig = go.Figure(go.Bar(y=[labels.get(n, n) for n in names], x=[int(counts[n]) for n in names], orientation="h",
-                           marker_color=BLUE, text=[str(int(counts[n])) for n in names], textposition="outside",
-                           cliponaxis=False))
-    fig = _layout(fig, title=title, x=count_title, y="", height=300)
+                           marker_color=BLUE, text=[numbers.integer(counts[n], lang) for n in names],
+                           textposition="outside", cliponaxis=False))
+    fig = _layout(fig, title=title, x=count_title, y="", height=300, lang=lang)
     fig.update_yaxes(autorange="reversed", automargin=True)
     return fig
 
@@ -149,7 +155,7 @@ def published_marks(fig: go.Figure, marks: Sequence[tuple[float, str]], *, band:
 
 
 def dtw_figure(matrix: np.ndarray, row_labels: Sequence[str], path_rows: np.ndarray, path_frames: np.ndarray, *,
-               frame_seconds: float, title: str, time_title: str, path_label: str) -> go.Figure:
+               frame_seconds: float, title: str, time_title: str, path_label: str, lang: str = "en") -> go.Figure:
     """Whisper's alignment: the alignment heads' standardised, median-filtered, head-averaged cross-attention
     (rows: text tokens, columns: 20 ms speech frames) with the dynamic-time-warping path drawn over it (OpenAI
     ``whisper/timing.py`` ``find_alignment``).
@@ -172,7 +178,7 @@ def dtw_figure(matrix: np.ndarray, row_labels: Sequence[str], path_rows: np.ndar
                                hovertemplate="%{x:.2f} s, row %{y}: %{z:.2f}<extra></extra>"))
     fig.add_trace(go.Scatter(x=(np.asarray(path_frames) + 0.5) * frame_seconds, y=np.asarray(path_rows), mode="lines",
                              line=dict(color=RED, width=2), name=path_label))
-    fig = _layout(fig, title=title, x=time_title, y="", height=max(260, 60 + 26 * m.shape[0]))
+    fig = _layout(fig, title=title, x=time_title, y="", height=max(260, 60 + 26 * m.shape[0]), lang=lang)
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(m.shape[0])),
                      ticktext=plotly_labels(list(row_labels)))
     return fig

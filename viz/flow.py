@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from . import numbers
 from .heatmap import tick_positions
 from .text import plotly_labels, shown, tick_angle
 
@@ -31,7 +32,7 @@ def node_xy(node: tuple[str, int, int]) -> tuple[float, float]:
 def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], token_labels: Sequence[str],
                  n_layers: int, *, title: str = "", kind_names: dict[str, str] | None = None,
                  layer_title: str = "layer", position_title: str = "token", share_title: str = "contribution",
-                 height: int | None = None) -> go.Figure:
+                 height: int | None = None, lang: str = "en") -> go.Figure:
     """The graph of routes (:class:`models.flow.Route`): tokens along x, layers up y; each edge a line whose width
     grows with its contribution, coloured by its kind (attention, residual, MLP).
 
@@ -40,6 +41,7 @@ def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], 
         token_labels: one label per position (the input's own characters).
         n_layers: the model's layers (y runs from 0, the embeddings, to ``n_layers``, the last stream).
         kind_names: the edge kinds' names as shown (translated), by kind.
+        lang: how numbers are written (``tr``: ``0,25``).
 
     Returns:
         plotly Figure; hover on a node names its token and layer, on an edge midpoint its contribution.
@@ -65,7 +67,7 @@ def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], 
                                      legendgroup=kind, showlegend=not any(t.legendgroup == kind for t in fig.data)))
             fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", marker=dict(size=8, opacity=0), showlegend=False,
                                      customdata=np.asarray(mt), name=names[kind],
-                                     hovertemplate=f"{names[kind]}<br>{share_title}: %{{customdata:.3f}}<extra></extra>"))
+                                     hovertemplate=f"{names[kind]}<br>{share_title}: %{{customdata:{numbers.d3(3)}}}<extra></extra>"))
     labels = plotly_labels(token_labels)
     xy = [node_xy(n) for n in nodes]
     fig.add_trace(go.Scatter(
@@ -87,17 +89,18 @@ def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], 
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
         hovermode="closest",
     )
-    return fig
+    return numbers.style(fig, lang)
 
 
 def lens_figure(labels: Sequence[Sequence[str]], probs: np.ndarray, stream_names: Sequence[str], *, title: str = "",
                 rank_title: str = "rank", stream_title: str = "stream", prob_title: str = "probability",
-                height: int | None = None) -> go.Figure:
+                height: int | None = None, lang: str = "en") -> go.Figure:
     """The logit lens as a table-like heatmap: one row per residual stream (bottom: the embeddings, top: the
     model's output), the top-k tokens left to right, each cell's colour its probability.
 
     Args:
         labels: ``streams x k`` decoded tokens (drawn with visible spaces: :func:`viz.text.shown`). probs: float ``(streams, k)``. stream_names: one name per row.
+        lang: how numbers are written (``tr``: ``0,25``).
     """
     probs = np.asarray(probs, dtype=np.float32)
     rows, k = probs.shape
@@ -105,8 +108,8 @@ def lens_figure(labels: Sequence[Sequence[str]], probs: np.ndarray, stream_names
     fig = go.Figure(go.Heatmap(
         z=probs, x=np.arange(k), y=np.arange(rows), colorscale="Blues", zmin=0.0, zmax=1.0, text=text,
         texttemplate="%{text}", customdata=np.asarray(text, dtype=object),
-        colorbar=dict(title=dict(text=prob_title, side="right")),
-        hovertemplate=f"%{{customdata}}<br>{prob_title}: %{{z:.3f}}<extra></extra>"))
+        colorbar=dict(title=dict(text=prob_title, side="right"), tickformat=numbers.tick_format(1.0)),
+        hovertemplate=f"%{{customdata}}<br>{prob_title}: %{{z:{numbers.d3(3)}}}<extra></extra>"))
     fig.update_layout(
         title=dict(text=title),
         xaxis=dict(title=dict(text=rank_title), tickmode="array", tickvals=list(range(k)),
@@ -115,20 +118,20 @@ def lens_figure(labels: Sequence[Sequence[str]], probs: np.ndarray, stream_names
                    ticktext=plotly_labels(stream_names)),
         height=height or int(min(1400, max(360, 120 + 22 * rows))), margin=dict(l=10, r=10, t=90, b=10),
     )
-    return fig
+    return numbers.style(fig, lang)
 
 
 def share_figure(raw: np.ndarray, weighted: np.ndarray, *, names: tuple[str, str] = ("weights", "value-weighted"),
-                 title: str = "", layer_title: str = "layer", share_title: str = "share") -> go.Figure:
+                 title: str = "", layer_title: str = "layer", share_title: str = "share", lang: str = "en") -> go.Figure:
     """Per layer, the share of attention on special tokens: raw weights beside value-weighted ones (Kobayashi et
-    al. 2020, fig. 3). ``raw``, ``weighted``: float ``(layers,)`` in 0..1."""
+    al. 2020, fig. 3). ``raw``, ``weighted``: float ``(layers,)`` in 0..1; ``lang``: how numbers are written."""
     layers = np.arange(len(raw))
     fig = go.Figure([go.Bar(x=layers, y=np.asarray(raw), name=names[0], marker_color="#9ecae1",
-                            hovertemplate=f"{layer_title} %{{x}}: %{{y:.3f}}<extra>{names[0]}</extra>"),
+                            hovertemplate=f"{layer_title} %{{x}}: %{{y:{numbers.d3(3)}}}<extra>{names[0]}</extra>"),
                      go.Bar(x=layers, y=np.asarray(weighted), name=names[1], marker_color="#08519c",
-                            hovertemplate=f"{layer_title} %{{x}}: %{{y:.3f}}<extra>{names[1]}</extra>")])
+                            hovertemplate=f"{layer_title} %{{x}}: %{{y:{numbers.d3(3)}}}<extra>{names[1]}</extra>")])
     fig.update_layout(barmode="group", title=dict(text=title), height=340, margin=dict(l=10, r=10, t=60, b=10),
                       xaxis=dict(title=dict(text=layer_title), dtick=1), yaxis=dict(title=dict(text=share_title),
                                                                                     range=[0, 1]),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
-    return fig
+    return numbers.style(fig, lang)

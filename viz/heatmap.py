@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from . import numbers
 from .text import plotly_labels, tick_angle, top_axis_margin
 
 # Cells above which the hover stops naming both tokens (the per-cell label pairs would dominate the
@@ -32,7 +33,7 @@ def tick_positions(n: int, max_ticks: int = MAX_TICKS) -> list[int]:
 def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                  title: str = "", query_title: str = "query", key_title: str = "key",
                  weight_title: str = "weight", height: int | None = None, max_ticks: int = MAX_TICKS,
-                 plot_px: int = PLOT_PX) -> go.Figure:
+                 plot_px: int = PLOT_PX, lang: str = "en") -> go.Figure:
     """Heatmap of one ``(query, key)`` attention matrix.
 
     Args:
@@ -44,6 +45,7 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
         max_ticks: most tick labels per axis (every k-th label beyond it, see :func:`tick_positions`).
         plot_px: the narrowest width the plot area is drawn at (a half-width column: about 260), so key labels
             turn upright before they overlap.
+        lang: how numbers are written (ticks, colour bar, hover; ``tr``: ``0,25``).
 
     Returns:
         plotly Figure: rows are queries (top to bottom), columns keys; hover shows query, key, weight.
@@ -55,18 +57,19 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
     nq, nk = m.shape
     if len(query_labels) != nq or len(key_labels) != nk:
         raise ValueError(f"{len(query_labels)} query / {len(key_labels)} key labels for a {nq}x{nk} matrix")
-    trace = dict(z=m, x=np.arange(nk), y=np.arange(nq), colorscale=COLORSCALE, zmin=0.0,
-                 zmax=float(max(m.max(initial=0.0), 1e-6)), colorbar=dict(title=dict(text=weight_title, side="right")))
+    zmax = float(max(m.max(initial=0.0), 1e-6))
+    trace = dict(z=m, x=np.arange(nk), y=np.arange(nq), colorscale=COLORSCALE, zmin=0.0, zmax=zmax,
+                 colorbar=dict(title=dict(text=weight_title, side="right"), tickformat=numbers.tick_format(zmax)))
+    weight = f"%{{z:{numbers.d3(4)}}}"
     if nq * nk <= HOVER_LABEL_CELLS:
         custom = np.empty((nq, nk, 2), dtype=object)
         custom[:, :, 0] = np.asarray(plotly_labels(query_labels), dtype=object)[:, None]
         custom[:, :, 1] = np.asarray(plotly_labels(key_labels), dtype=object)[None, :]
         trace["customdata"] = custom
         trace["hovertemplate"] = (f"{query_title}: %{{customdata[0]}} (%{{y}})<br>{key_title}: %{{customdata[1]}} "
-                                  f"(%{{x}})<br>{weight_title}: %{{z:.4f}}<extra></extra>")
+                                  f"(%{{x}})<br>{weight_title}: {weight}<extra></extra>")
     else:
-        trace["hovertemplate"] = (f"{query_title} %{{y}} → {key_title} %{{x}}<br>{weight_title}: %{{z:.4f}}"
-                                  "<extra></extra>")
+        trace["hovertemplate"] = f"{query_title} %{{y}} → {key_title} %{{x}}<br>{weight_title}: {weight}<extra></extra>"
     fig = go.Figure(go.Heatmap(**trace))
     xt, yt = tick_positions(nk, max_ticks), tick_positions(nq, max_ticks)
     x_text = plotly_labels(key_labels[i] for i in xt)
@@ -81,7 +84,7 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
         height=(height or int(min(1100, max(380, 160 + 22 * min(nq, 40))))) + max(0, top - 110),
         margin=dict(l=10, r=10, t=top, b=10),
     )
-    return fig
+    return numbers.style(fig, lang)
 
 
 def image_config(filename: str, fmt: str = "png") -> dict:

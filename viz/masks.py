@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from . import numbers
 from .text import plotly_labels, top_axis_margin
 
 ALLOWED_COLOR = "#1f4e79"
@@ -85,13 +86,15 @@ def _hatch_rows(fig: go.Figure, rows: Sequence[int], n_cols: int, label: str) ->
 
 def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *, title: str = "",
                 empty_label: str = "no key allowed", allowed_label: str = "allowed",
-                forbidden_label: str = "masked", query_title: str = "query", key_title: str = "key") -> go.Figure:
+                forbidden_label: str = "masked", query_title: str = "query", key_title: str = "key",
+                lang: str = "en") -> go.Figure:
     """Draw a boolean mask: dark cells where query ``i`` may attend key ``j``, light where it may not.
 
     Args:
         matrix: bool ``(q, k)``.
         query_labels, key_labels: ``q`` and ``k`` display labels.
         empty_label: text over a row with no allowed key (such a row is also hatched).
+        lang: how numbers are written (``tr``: ``0,25``).
 
     Returns:
         plotly Figure.
@@ -115,14 +118,14 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
     fig.update_xaxes(_axis(key_labels, MAX_KEY_TICKS), side="top", tickangle=-90, range=[-0.5, m.shape[1] - 0.5])
     fig.update_yaxes(_axis(query_labels), autorange="reversed")
-    return fig
+    return numbers.style(fig, lang)
 
 
 def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                      title: str = "", mask: np.ndarray | None = None, empty_label: str = "no key allowed",
                      colorscale: str = "Blues", renormalised: bool = False, query_title: str = "query",
                      key_title: str = "key", renormalised_label: str = "renormalised",
-                     zmax: float | None = None) -> go.Figure:
+                     zmax: float | None = None, lang: str = "en") -> go.Figure:
     """Heatmap of one head's attention weights (rows: queries, columns: keys; each row sums to 1).
 
     Args:
@@ -132,6 +135,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
         renormalised: say in the title that rows were renormalised after hiding tokens.
         zmax: the colour scale's top (default this map's largest weight); panels drawn side by side pass one
             value so that one colour means one weight in all of them.
+        lang: how numbers are written (colour bar, hover; ``tr``: ``0,25``).
 
     Returns:
         plotly Figure.
@@ -149,11 +153,12 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
         empty = ~mask.any(axis=1)
     else:
         empty = ~(w > 0).any(axis=1)
+    z_top = max(float(w.max()) if zmax is None else float(zmax), 1e-9)
     fig = go.Figure(go.Heatmap(
-        z=w, colorscale=colorscale, zmin=0, zmax=max(float(w.max()) if zmax is None else float(zmax), 1e-9),
+        z=w, colorscale=colorscale, zmin=0, zmax=z_top,
         xgap=_gap(w.shape), ygap=_gap(w.shape),
-        colorbar=dict(thickness=10, len=0.8),
-        hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:.3f}}<extra></extra>",
+        colorbar=dict(thickness=10, len=0.8, tickformat=numbers.tick_format(z_top)),
+        hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:{numbers.d3(3)}}}<extra></extra>",
     ))
     if mask is not None and (~mask).any():
         ys, xs = np.nonzero(~mask & ~empty[:, None])
@@ -168,17 +173,18 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
                       margin=dict(l=10, r=10, t=top, b=10), plot_bgcolor="white")
     fig.update_xaxes(_axis(key_labels, MAX_KEY_TICKS), side="top", tickangle=-90, range=[-0.5, w.shape[1] - 0.5])
     fig.update_yaxes(_axis(query_labels), autorange="reversed")
-    return fig
+    return numbers.style(fig, lang)
 
 
 def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, title: str = "",
-              yaxis_title: str = "KL (nats)", unit: str = "nats") -> go.Figure:
+              yaxis_title: str = "KL (nats)", unit: str = "nats", lang: str = "en") -> go.Figure:
     """Grouped bars: for each mask, KL(native || mask) of the next-token distribution at each position.
 
     Args:
         position_labels: ``n`` labels (the token after which the next token is predicted).
         kl: mask name -> float ``(n,)`` in nats (see :func:`models.analysis.compare.next_token_kl`; Kullback &
             Leibler 1951). NaN is drawn as 0.
+        lang: how numbers are written (``tr``: ``0,25``).
 
     Returns:
         plotly Figure.
@@ -188,22 +194,23 @@ def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, titl
     for i, (name, values) in enumerate(kl.items()):
         v = np.nan_to_num(np.asarray(values, dtype=np.float64))
         fig.add_trace(go.Bar(x=x, y=v, name=name, marker_color=PALETTE[i % len(PALETTE)],
-                             hovertemplate="%{y:.4f} " + unit + "<extra>" + name + "</extra>"))
+                             hovertemplate=f"%{{y:{numbers.d3(4)}}} " + unit + "<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group", title=dict(text=title, font=dict(size=13)), height=320,
                       margin=dict(l=10, r=10, t=40 if title else 10, b=10), legend=dict(orientation="h", y=-0.25),
                       yaxis_title=yaxis_title)
     fig.update_xaxes(_axis(position_labels), tickangle=-45)
-    return fig
+    return numbers.style(fig, lang)
 
 
 def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_title: str = "layer",
-                 yaxis_title: str = "1 − cos") -> go.Figure:
+                 yaxis_title: str = "1 − cos", lang: str = "en") -> go.Figure:
     """Lines: for each mask, the mean cosine drift ``1 − cos(h_native, h_mask)`` of the hidden states after
     each layer (x = 0 is the embedding layer, before any attention).
 
     Args:
         layer_drift: mask name -> float ``(layers + 1,)`` (``models.analysis.compare.MaskRun.layer_drift``), in
             [0, 2]. NaN is drawn as 0.
+        lang: how numbers are written (``tr``: ``0,25``).
 
     Returns:
         plotly Figure.
@@ -213,23 +220,24 @@ def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_t
         v = np.nan_to_num(np.asarray(values, dtype=np.float64))
         fig.add_trace(go.Scatter(x=list(range(len(v))), y=v, mode="lines+markers", name=name,
                                  line=dict(color=PALETTE[i % len(PALETTE)]),
-                                 hovertemplate=xaxis_title + " %{x}: %{y:.4f}<extra>" + name + "</extra>"))
+                                 hovertemplate=xaxis_title + f" %{{x}}: %{{y:{numbers.d3(4)}}}<extra>" + name + "</extra>"))
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=320, xaxis_title=xaxis_title,
                       yaxis_title=yaxis_title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
                       legend=dict(orientation="h", y=-0.3))
     longest = max((len(v) for v in layer_drift.values()), default=0)
     fig.update_xaxes(dtick=1 if longest <= 13 else 5, range=[-0.3, max(longest - 1, 1) + 0.3])
-    return fig
+    return numbers.style(fig, lang)
 
 
 def gqa_figure(groups: Sequence[Sequence[int]], *, query_label: str = "query head",
-               kv_label: str = "key/value head", title: str = "") -> go.Figure:
+               kv_label: str = "key/value head", title: str = "", lang: str = "en") -> go.Figure:
     """Diagram of grouped-query attention: key/value heads on top, query heads below, a line from each query
     head to the key/value head it reads (Ainslie et al. 2023). One colour per group.
 
     Args:
         groups: one sequence of query-head indices per key/value head (:func:`models.analysis.kv_layout.kv_groups`;
             Ainslie et al. 2023, §2.2).
+        lang: the figure's number format (:func:`viz.numbers.style`).
 
     Returns:
         plotly Figure.
@@ -258,4 +266,4 @@ def gqa_figure(groups: Sequence[Sequence[int]], *, query_label: str = "query hea
     fig.update_yaxes(visible=False, range=[-0.45, 1.4])
     fig.add_annotation(x=-0.6, y=1.25, text=kv_label, showarrow=False, xanchor="left", font=dict(size=11))
     fig.add_annotation(x=-0.6, y=-0.38, text=query_label, showarrow=False, xanchor="left", font=dict(size=11))
-    return fig
+    return numbers.style(fig, lang)

@@ -20,6 +20,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sequential
 
+from . import numbers
 from .transforms import pool
 
 MAX_CELL = 64
@@ -88,7 +89,7 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str] | None = None,
                hover: str = "layer %{customdata[0]} · head %{customdata[1]}", layer_title: str = "layer",
                head_title: str = "head", selected: tuple[int, int] | None = None,
                max_cell: int = MAX_CELL, budget: int = BUDGET, width_px: int = 900,
-               max_height_px: int = 1500) -> tuple[go.Figure, ModelViewInfo]:
+               max_height_px: int = 1500, lang: str = "en") -> tuple[go.Figure, ModelViewInfo]:
     """All layers x heads as small attention maps in one clickable grid.
 
     Args:
@@ -101,6 +102,7 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str] | None = None,
         selected: ``(layer, head)`` to outline.
         max_cell, budget: size limits, see :func:`cell_size`.
         width_px, max_height_px: the figure's target size, used to size the squares.
+        lang: the figure's number format (:func:`viz.numbers.style`).
 
     Returns:
         (plotly Figure, :class:`ModelViewInfo`). Trace 0 is the mosaic heatmap (uint8, hover skipped),
@@ -155,7 +157,7 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str] | None = None,
         hovermode="closest", hoverdistance=-1, dragmode=False, clickmode="event+select",
         plot_bgcolor="rgba(0,0,0,0)",
     )
-    return fig, info
+    return numbers.style(fig, lang), info
 
 
 def point_to_cell(point: dict, heads: int) -> tuple[int, int] | None:

@@ -12,9 +12,8 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from . import numbers
 from .text import plotly_labels
-
-from viz import numbers
 
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 ROW_PX = 22
@@ -28,7 +27,7 @@ def _symmetric_range(values: np.ndarray) -> float:
 
 def vector_strips(rows: np.ndarray, labels: Sequence[str], *, title: str = "", dim_title: str = "dimension",
                   value_title: str = "value", highlight: Sequence[int] = (), zmax: float | None = None,
-                  height: int | None = None) -> go.Figure:
+                  height: int | None = None, lang: str = "en") -> go.Figure:
     """Each row a vector drawn as a strip of coloured cells (blue negative, red positive).
 
     Args:
@@ -38,6 +37,7 @@ def vector_strips(rows: np.ndarray, labels: Sequence[str], *, title: str = "", d
         highlight: row indices drawn with a bold label (the chosen query token).
         zmax: colour range ±zmax (default: the largest |value|).
         height: px (default grows with the rows).
+        lang: how numbers are written (colour bar, hover; ``tr``: ``0,25``).
 
     Returns:
         plotly Figure with one ``Heatmap`` (z = rows, top row first).
@@ -54,20 +54,20 @@ def vector_strips(rows: np.ndarray, labels: Sequence[str], *, title: str = "", d
     ticks = [f"<b>{lab}</b>" if i in set(highlight) else lab for i, lab in enumerate(shown)]
     fig = go.Figure(go.Heatmap(
         z=m, x=np.arange(d), y=np.arange(r), colorscale=DIVERGING, zmid=0.0, zmin=-zr, zmax=zr,
-        colorbar=dict(title=dict(text=value_title), thickness=12),
+        colorbar=dict(title=dict(text=value_title), thickness=12, tickformat=numbers.tick_format(zr)),
         customdata=np.repeat(np.asarray(shown, dtype=object)[:, None], d, axis=1),
-        hovertemplate=f"%{{customdata}}<br>{dim_title} %{{x}}<br>{value_title}: %{{z:.4f}}<extra></extra>",
+        hovertemplate=f"%{{customdata}}<br>{dim_title} %{{x}}<br>{value_title}: %{{z:{numbers.d3(4)}}}<extra></extra>",
     ))
     fig.update_yaxes(tickmode="array", tickvals=list(range(r)), ticktext=ticks, autorange="reversed")
     fig.update_xaxes(title_text=dim_title)
     fig.update_layout(title=dict(text=title), height=height or max(160, 70 + ROW_PX * r),
                       margin=dict(l=10, r=10, t=40 if title else 10, b=40))
-    return fig
+    return numbers.style(fig, lang)
 
 
 def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarray | None = None,
                 names: tuple[str, str] = ("weights", "compared"), title: str = "",
-                weight_title: str = "weight", blocked: np.ndarray | None = None) -> go.Figure:
+                weight_title: str = "weight", blocked: np.ndarray | None = None, lang: str = "en") -> go.Figure:
     """Bar chart of one query's attention weights over the keys, optionally next to a second row
     (e.g. the same row at another temperature).
 
@@ -77,6 +77,7 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
         compare: optional float ``(k,)`` drawn as a second bar group.
         names: legend names of the two groups (translated).
         blocked: bool ``(k,)``, True for keys the mask hides (their bars are grey).
+        lang: how numbers are written (``tr``: ``0,25``).
 
     Returns:
         plotly Figure (x: key positions with the labels as tick text, y: weight in [0, 1]).
@@ -93,16 +94,16 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
         colours = ["#bbbbbb" if b else "#d6604d" for b in np.asarray(blocked, dtype=bool)]
     fig = go.Figure(go.Bar(x=np.arange(k), y=w, name=names[0], marker_color=colours or "#d6604d",
                            customdata=plotly_labels(labels),
-                           hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:.4f}}<extra>{names[0]}</extra>"))
+                           hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:{numbers.d3(4)}}}<extra>{names[0]}</extra>"))
     if compare is not None:
         fig.add_trace(go.Bar(x=np.arange(k), y=np.asarray(compare, dtype=np.float64), name=names[1],
                              marker_color="#4393c3", customdata=plotly_labels(labels),
-                             hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:.4f}}<extra>{names[1]}</extra>"))
+                             hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:{numbers.d3(4)}}}<extra>{names[1]}</extra>"))
     fig.update_xaxes(tickmode="array", tickvals=list(range(k)), ticktext=plotly_labels(labels))
     fig.update_yaxes(title_text=weight_title, range=[0, 1.02])
     fig.update_layout(title=dict(text=title), barmode="group", height=300, margin=dict(l=10, r=10, t=40, b=40),
                       legend=dict(orientation="h", y=1.12, x=1, xanchor="right"))
-    return fig
+    return numbers.style(fig, lang)
 
 
 def weighted_values(values: np.ndarray, weights: np.ndarray, output: np.ndarray, labels: Sequence[str], *,
@@ -127,19 +128,19 @@ def weighted_values(values: np.ndarray, weights: np.ndarray, output: np.ndarray,
     rows = np.vstack([a[:, None] * v, np.asarray(output, dtype=np.float64)[None]])
     row_labels = [f"{numbers.num(w, 2, lang)} × v({lab})" for w, lab in zip(a, labels)] + [sum_label]
     return vector_strips(rows, row_labels, title=title, dim_title=dim_title, value_title=value_title,
-                         highlight=[len(row_labels) - 1])
+                         highlight=[len(row_labels) - 1], lang=lang)
 
 
 def rope_before_after(before: np.ndarray, after: np.ndarray, labels: Sequence[str], *, before_word: str = "before",
                       after_word: str = "after", title: str = "", dim_title: str = "dimension",
-                      value_title: str = "value") -> go.Figure:
+                      value_title: str = "value", lang: str = "en") -> go.Figure:
     """Vectors before and after the RoPE rotation, interleaved row by row ("x (before)", "x (after)").
 
     The rotation turns each pair of dimensions (i, i + d/2) by an angle that grows with the position
     (Su et al. 2021, eq. 34): lengths stay the same, directions change.
 
     Args:
-        before, after: float ``(r, d)``. labels: one per vector.
+        before, after: float ``(r, d)``. labels: one per vector. lang: how numbers are written.
 
     Returns:
         plotly Figure with ``2 r`` rows.
@@ -152,4 +153,4 @@ def rope_before_after(before: np.ndarray, after: np.ndarray, labels: Sequence[st
     rows = np.empty((2 * b.shape[0], b.shape[1]))
     rows[0::2], rows[1::2] = b, a
     row_labels = [x for lab in labels for x in (f"{lab} ({before_word})", f"{lab} ({after_word})")]
-    return vector_strips(rows, row_labels, title=title, dim_title=dim_title, value_title=value_title)
+    return vector_strips(rows, row_labels, title=title, dim_title=dim_title, value_title=value_title, lang=lang)

@@ -99,12 +99,13 @@ def chart(fig, key: str, columns: int = 1) -> None:
 
 
 def mask_figure(*args, **kwargs):
-    """:func:`viz.masks.mask_figure` with its hover words in the interface language."""
+    """:func:`viz.masks.mask_figure` with its hover words and numbers in the interface language."""
     return vm.mask_figure(*args, **{"allowed_label": t("masks_allowed"), "forbidden_label": t("masks_forbidden"),
+                                    "lang": shared.lang(),
                                     "query_title": t("query"), "key_title": t("key"), **kwargs})
 
 
 def attention_figure(*args, **kwargs):
-    """:func:`viz.masks.attention_figure` with its hover words and title note in the interface language."""
-    return vm.attention_figure(*args, **{"query_title": t("query"), "key_title": t("key"),
+    """:func:`viz.masks.attention_figure` with its hover words, numbers and title note in the interface language."""
+    return vm.attention_figure(*args, **{"query_title": t("query"), "key_title": t("key"), "lang": shared.lang(),
                                          "renormalised_label": t("masks_renormalised"), **kwargs})

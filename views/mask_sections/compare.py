@@ -150,7 +150,7 @@ def section_compare(sel: shared.Selection) -> None:
     if show_kl:
         with e1:
             chart(vm.kl_figure(labels, {nm: r.kl for nm, r in zip(names, runs)}, title=t("masks_kl_title"),
-                                yaxis_title=t("masks_kl_axis"), unit=t("masks_nats")),
+                                yaxis_title=t("masks_kl_axis"), unit=t("masks_nats"), lang=shared.lang()),
                    key="masks_kl", columns=2)
             st.caption(t("masks_kl_explain"))
         summary[t("masks_summary_mean_kl")] = [round(float(r.kl.mean()), 4) for r in runs]
@@ -160,7 +160,7 @@ def section_compare(sel: shared.Selection) -> None:
         ]
     with e2:
         chart(vm.drift_figure({nm: r.layer_drift for nm, r in zip(names, runs)}, title=t("masks_drift_title"),
-                               xaxis_title=t("masks_layer_axis")), key="masks_drift", columns=2 if show_kl else 1)
+                               xaxis_title=t("masks_layer_axis"), lang=shared.lang()), key="masks_drift", columns=2 if show_kl else 1)
         st.caption(t("masks_drift_explain"))
     summary[t("masks_summary_last_drift")] = [round(float(r.layer_drift[-1]), 4) for r in runs]
     shared.dataframe(pd.DataFrame(summary), decimals=4, hide_index=True)

@@ -150,7 +150,7 @@ def section_encdec(sel: shared.Selection) -> None:
     c1, c2 = st.columns([3, 2])
     with c1:
         chart(va.alignment_figure(words, t_labels, s_labels, threshold=threshold, source_title=t("masks_source"),
-                                   target_title=t("masks_target")), key="masks_align_lines", columns=2)
+                                   target_title=t("masks_target"), lang=shared.lang()), key="masks_align_lines", columns=2)
     with c2:
         chart(attention_figure(words, t_labels, s_labels, colorscale="Purples", empty_label=t("masks_no_key")),
                key="masks_align_heat", columns=2)
@@ -275,6 +275,6 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     fig = vaa.spectrogram_attention_figure(
         r.spectrogram, weights, [produced[i][0] for i in rows], frame_seconds=r.frame_seconds, peaks=peaks,
         spectrogram_title=t("masks_spectrogram"), attention_title=t("masks_cross_att"),
-        xaxis_title=t("masks_time_s"), peak_label=t("masks_peak"))
+        xaxis_title=t("masks_time_s"), peak_label=t("masks_peak"), lang=shared.lang())
     chart(fig, key="masks_audio_spec")
     st.caption(t("masks_audio_alignment_explain"))

@@ -42,7 +42,7 @@ def section_gqa(sel: shared.Selection) -> None:
         name, layout = GQA_MODEL, kv_layout.kv_layout(loaded)
     st.markdown("**" + t("masks_gqa_layout", model=name, layers=layout.layers, heads=layout.heads,
                          kv=layout.kv_heads, d=layout.head_dim) + "**")
-    chart(vm.gqa_figure(layout.groups, query_label=t("masks_query_head"), kv_label=t("masks_kv_head")),
+    chart(vm.gqa_figure(layout.groups, query_label=t("masks_query_head"), kv_label=t("masks_kv_head"), lang=shared.lang()),
            key="masks_gqa_fig")
     st.markdown("\n".join(f"- {t('masks_gqa_group', g=g, members=', '.join(map(str, m)))}"
                           for g, m in enumerate(layout.groups)))

@@ -18,7 +18,7 @@ from .. import hosting
 from .strings import ASSETS, Md, _strings, lang, md, t, t_plain
 
 
-PLOTLY_SEPARATORS = {"en": ".,", "tr": ",."}  # decimal mark, then thousands separator
+PLOTLY_SEPARATORS = nb.SEPARATORS  # decimal mark, then thousands separator, per language
 
 
 # The main column's width at 1280 x 720 (a projector) less the figure's side margins: a figure in one of n columns
@@ -29,11 +29,12 @@ LINE_PX = 18  # one more line of a wrapped title
 
 def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
     """``st.plotly_chart`` (in ``container`` when given, e.g. a column) with the figure's numbers (ticks,
-    hover, cell text) written the interface language's way: plotly's ``layout.separators`` (Turkish 0,25
-    and 131.072), and its title wrapped to the width of one of ``columns`` columns (default 2 in a
+    hover, cell text) written the interface language's way (:func:`viz.numbers.style`: plotly's
+    ``layout.separators``, Turkish 0,25 and 131.072, and no SI suffix such as "1µ" on an axis or a colour bar),
+    and its title wrapped to the width of one of ``columns`` columns (default 2 in a
     ``container``, 1 otherwise; the figure grows by the lines added). Returns what ``st.plotly_chart`` returns
     (the selection event with ``on_select``)."""
-    fig.update_layout(separators=PLOTLY_SEPARATORS.get(lang(), ".,"))
+    nb.style(fig, lang())
     columns = columns or (2 if container is not None else 1)
     added = 0
     if fig.layout.title.text and columns > 1:  # a fixed-width figure wraps to its own width
@@ -83,7 +84,7 @@ def table(data, *, decimals: int | dict | None = None, container=None, **kwargs)
             if value != value:
                 return "—"
             d = per.get(column)
-            return nb.num(float(value), d, lang()) if d is not None else nb.localise(f"{float(value):,.6g}", lang())
+            return nb.num(float(value), d, lang()) if d is not None else nb.general(float(value), 6, lang())
         if column in numbers:
             return nb.integer(int(value), lang())
         return md(value)
@@ -127,7 +128,7 @@ def dataframe(data, *, decimals: int | dict | None = None, container=None, **kwa
         kwargs["column_config"] = {**config, **(kwargs.get("column_config") or {})}
     elif floats:
         def formatter(d):
-            return lambda v: "" if v != v else (nb.num(v, d, lang()) if d is not None else nb.localise(f"{v:,.6g}", lang()))
+            return lambda v: "" if v != v else (nb.num(v, d, lang()) if d is not None else nb.general(v, 6, lang()))
 
         data = data.style.format({c: formatter(per.get(c)) for c in floats})
     return (container or st).dataframe(data, **kwargs)

@@ -43,12 +43,18 @@ def lang() -> str:
 
 class _LocalNumber:
     """A number whose format spec (``{x:.3f}``, ``{n:,}``) writes it the way the interface language does
-    (:mod:`viz.numbers`: Turkish ``1,749`` and ``131.072``)."""
+    (:mod:`viz.numbers`: Turkish ``1,749`` and ``131.072``). A percent spec (``{share:.0%}``, the value a
+    share in 0..1) puts the sign on the language's side and never writes a share that is not zero as 0:
+    ``30%`` / ``%30``, ``<1%`` / ``<%1`` (:func:`viz.numbers.percent`)."""
 
     def __init__(self, value, language: str):
         self.value, self.language = value, language
 
     def __format__(self, spec: str) -> str:
+        if spec.endswith("%"):
+            digits = spec[:-1].rpartition(".")[2]
+            return nb.percent(float(self.value), int(digits) if digits.isdigit() else 0, self.language,
+                              sign="+" in spec)
         return nb.localise(format(self.value, spec), self.language)
 
 
@@ -105,6 +111,7 @@ def _t(key: str, fmt: dict, escape: bool) -> str:
         return Md(text) if escape else text
     # every argument but a number is shown as text (a str, a Path, a list of names ...)
     fmt = {k: (md(v) if escape and not isinstance(v, (int, float, np.number)) else v) for k, v in fmt.items()}
-    if lang() != "en":
-        fmt = {k: _LocalNumber(v, lang()) if isinstance(v, (float, np.floating)) else v for k, v in fmt.items()}
+    # every number (a float, or an int with a spec such as {share:.0%}) in the language's style, English too
+    fmt = {k: _LocalNumber(v, lang()) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else v
+           for k, v in fmt.items()}
     return Md(text.format(**fmt)) if escape else text.format(**fmt)
