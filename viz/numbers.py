@@ -192,9 +192,10 @@ def _axes(fig) -> list:
 def _colorbars(fig) -> list:
     bars = []
     for trace in fig.data:
-        if "colorbar" in trace:
+        if "colorbar" in trace and trace.showscale is not False:  # a heatmap's own scale
             bars.append(trace.colorbar)
-        if "marker" in trace and "colorbar" in trace.marker:
+        # a marker's colour bar only where the figure shows one: setting it would draw a bar on a line chart
+        if "marker" in trace and "colorbar" in trace.marker and trace.marker.showscale:
             bars.append(trace.marker.colorbar)
     if fig.layout.coloraxis.to_plotly_json():  # a shared colour axis, when a figure has one
         bars.append(fig.layout.coloraxis.colorbar)

@@ -159,10 +159,10 @@ def _formatted(fig: go.Figure) -> list:
     """Every axis and colour bar of ``fig`` (what plotly draws tick labels on)."""
     layout = fig.layout
     parts = [layout[name] for name in layout if name.startswith(("xaxis", "yaxis")) and layout[name] is not None]
-    for trace in fig.data:
-        if "colorbar" in trace:
+    for trace in fig.data:  # the colour bars plotly draws (a marker's only when it shows its scale)
+        if "colorbar" in trace and trace.showscale is not False:
             parts.append(trace.colorbar)
-        if "marker" in trace and "colorbar" in trace.marker:
+        if "marker" in trace and "colorbar" in trace.marker and trace.marker.showscale:
             parts.append(trace.marker.colorbar)
     return parts
 
@@ -261,3 +261,16 @@ def test_percent_placeholders_are_in_both_languages():
         entries.setdefault(key, {})[lang] = {m.group(1) for m in PLACEHOLDER.finditer(text) if m.group(2).endswith("%")}
     assert any(e.get("en") for e in entries.values())
     assert not {k: e for k, e in entries.items() if "tr" in e and "en" in e and e["tr"] != e["en"]}
+
+
+def test_style_never_adds_a_colour_bar():
+    """Setting a marker's colour bar format created the colour bar: line and bar charts (the Masks page's drift
+    and KL figures, the K/V cache, Q/K/V) drew a phantom colour bar over their legend and ticks at 1280 px."""
+    import plotly.graph_objects as go
+
+    from viz.numbers import style
+
+    fig = style(go.Figure([go.Scatter(x=[0, 1], y=[0.1, 0.2], mode="lines+markers"), go.Bar(x=[0, 1], y=[1, 2])]), "tr")
+    assert all(not tr.marker.colorbar.to_plotly_json() for tr in fig.data)
+    shown = style(go.Figure(go.Heatmap(z=[[1e-6, 2e-6]])), "tr")
+    assert shown.data[0].colorbar.exponentformat == "power"  # a colour bar that is drawn still gets no SI suffix
