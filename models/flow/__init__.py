@@ -348,7 +348,7 @@ def information_flow(loaded, analysis, *, stack: str | None = None) -> Flow:
     logits = getattr(rec.outputs, "logits", None)
     if head is not None and logits is not None:
         mine = guard_memory(head)(torch.from_numpy(layers[-1].x_out[-1:]))[0]
-        _check("the logits rebuilt from the last residual stream", mine, logits[0, -1].float().cpu(), "the head",
+        _check("the logits rebuilt from the last residual stream", mine, logits[0, -1].float().cpu(), None,
                tolerance(loaded.dtype))
     return flow
 

@@ -51,17 +51,29 @@ PARTS = {"the logits rebuilt from the last residual stream": "flow_logits",
          "the stream after the attention (residual + heads + biases)": "flow_stream"}
 
 
-def _check(name: str, got: torch.Tensor, want: torch.Tensor, where: str, tol: float,
+def _place(where: tuple[str, int] | None) -> str:
+    """``(stack, layer)`` (None: the output head) as the English message writes it."""
+    return "the head" if where is None else f"{where[0]} layer {where[1]}"
+
+
+def _code(where: tuple[str, int] | None) -> str:
+    """The message code of a check that failed at ``where`` (a layer, or the output head)."""
+    return "flow_identity_head" if where is None else "flow_identity"
+
+
+def _check(name: str, got: torch.Tensor, want: torch.Tensor, where: tuple[str, int] | None, tol: float,
            scale: float | None = None) -> None:
     """Raise unless ``got`` equals ``want`` within ``tol`` times ``1 + scale`` (default ``max|want|``: the size of
-    what was summed, where ``want`` is a small remainder). ``name`` is one of :data:`PARTS`."""
+    what was summed, where ``want`` is a small remainder). ``name`` is one of :data:`PARTS`; ``where`` is
+    ``(stack, layer)``, or None for the output head."""
     scale = float(want.abs().max()) if scale is None else scale
     if not torch.allclose(got, want, atol=tol * (1 + scale), rtol=0):
         worst = float((got - want).abs().max())
         raise UnsupportedOperationError(
-            f"The information flow does not add up at {where}: {name} differs by {worst:.2e} (tolerance "
+            f"The information flow does not add up at {_place(where)}: {name} differs by {worst:.2e} (tolerance "
             f"{tol * (1 + scale):.1e}). This architecture computes something the decomposition does not model.",
-            code="flow_identity", where=where, what=PARTS.get(name, name))
+            code=_code(where), what=PARTS.get(name, name), stack=where[0] if where else "",
+            layer=where[1] if where else -1)
 
 
 def _weight(module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -270,7 +282,7 @@ class FlowRecorder:
             self.layers[layer] = self._measure(layer, lay, x, x_out)
         return hook
 
-    def _frozen(self, name: str, where: str) -> tuple[FrozenNorm, torch.Tensor, torch.Tensor]:
+    def _frozen(self, name: str, where: tuple[str, int]) -> tuple[FrozenNorm, torch.Tensor, torch.Tensor]:
         """The norm ``name`` frozen at this run's input, and its input and output ``(n, d)`` in this run."""
         inp, out = (t[0].float() for t in self.seen[name])
         self.probing = True  # freeze() calls the module on probe inputs: not this run's call
@@ -279,12 +291,12 @@ class FlowRecorder:
         finally:
             self.probing = False
         if frozen is None:
-            raise UnsupportedOperationError(f"The norm {name} at {where} is not a per-position affine norm.",
-                                            code="flow_identity", where=where, what="flow_norm")
+            raise UnsupportedOperationError(f"The norm {name} at {_place(where)} is not a per-position affine norm.",
+                                            code="flow_identity", what="flow_norm", stack=where[0], layer=where[1])
         return FrozenNorm(frozen.scale.to(inp.device), frozen.shift.to(inp.device), frozen.center), inp, out
 
     def _measure(self, layer: int, lay: LayerLayout, x: torch.Tensor, x_out: torch.Tensor) -> LayerFlow:
-        where = f"{self.stack} layer {layer}"
+        where = (self.stack, layer)
         eager, module, *rest = self.state.calls[(self.stack, layer)]
         call = (eager, weakref.ref(module), *rest)
         o_in, o = (t[0].float() for t in self.seen[lay.o_proj])

@@ -177,14 +177,10 @@ def _translated(exc: models.DikkatError) -> Md | None:
             value = t_plain(f"teach_family_{value}")
         elif key == "why" and f"flow_why_{value}" in _strings():
             value = t_plain(f"flow_why_{value}")
+        elif key == "stack" and f"stack_{value}" in _strings():  # "encoder" inside a Turkish sentence: kodlayıcı ...
+            value = t_plain(f"stack_{value}")
         elif isinstance(value, str) and f"errpart_{value}" in _strings():  # a named part (the flow's checks ...)
             value = t_plain(f"errpart_{value}")
-        elif key == "where" and isinstance(value, str):  # "encoder layer 3" / "the head" (the flow's checks)
-            stack, _, layer = value.partition(" layer ")
-            if layer.isdigit() and f"stack_{stack}" in _strings():
-                value = t_plain("errpart_stack_layer", stack=t_plain(f"stack_{stack}"), layer=int(layer))
-            elif f"errpart_{value.replace(' ', '_')}" in _strings():
-                value = t_plain(f"errpart_{value.replace(' ', '_')}")
         params[key] = hosting.scrub(value) if isinstance(value, str) else value
     return t(f"errmsg_{code}", **params)
 
