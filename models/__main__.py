@@ -1,4 +1,5 @@
-"""Command line: ``python -m models list`` and ``python -m models analyze --model KEY --text "..."``."""
+"""Command line: ``python -m models list``, ``python -m models analyze --model KEY --text "..."`` and
+``python -m models atlas --model KEY --corpus en`` (a head atlas, resumable, with its causal labels)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,22 @@ def main(argv: list[str] | None = None) -> int:
     an.add_argument("--head-off", action="append", default=[], metavar="STACK:LAYER:HEAD")
     an.add_argument("--device", default="auto")
     an.add_argument("--out", default=None, help="write all attentions to this .npz file")
+    at = sub.add_parser("atlas", help="build (or resume) a head atlas and print its top heads as JSON")
+    at.add_argument("--model", default="minilm-l6", help="catalog key, Hugging Face id or folder")
+    at.add_argument("--corpus", default="en", help="en | tr | a .txt/.csv/.jsonl file")
+    at.add_argument("--column", default=None, help="text column of a .csv/.jsonl corpus (default: text)")
+    at.add_argument("--max-tokens", type=int, default=None)
+    at.add_argument("--limit", type=int, default=None, help="only the first N texts")
+    at.add_argument("--repeats", type=int, default=16, help="repeated random sequences (decoders)")
+    at.add_argument("--labels", action="store_true", help="also run the causal tests of the labels")
+    at.add_argument("--top", default="previous", help="metric to rank the heads by in the output")
+    at.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
 
     from . import DikkatError, analyze, list_models, load
+
+    if args.cmd == "atlas":
+        return _atlas(args)
 
     if args.cmd == "list":
         for spec in list_models():
@@ -69,6 +83,42 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         summary["out"] = args.out
     print(json.dumps(summary, ensure_ascii=False, indent=2))
+    return 0
+
+
+def _atlas(args) -> int:
+    """``python -m models atlas``: progress (texts, time left) on stderr, the top heads as JSON on stdout."""
+    import time
+
+    from . import DikkatError, atlas, load
+
+    def progress(done: int, total: int, left) -> None:
+        eta = "" if left is None else f", about {left:,.0f} s left"
+        print(f"\ratlas: {done}/{total} texts{eta}   ", end="", file=sys.stderr, flush=True)
+
+    try:
+        atlas.atlas._check_metric(args.top)
+        loaded = load(args.model, device=args.device)
+        corpus = atlas.load_corpus(args.corpus, column=args.column)
+        start = time.perf_counter()
+        a = atlas.build_atlas(loaded, corpus, max_tokens=args.max_tokens, limit=args.limit, repeats=args.repeats,
+                              progress=progress)
+        print(file=sys.stderr)
+        seconds = time.perf_counter() - start
+        labels = None
+        if args.labels:
+            labels = atlas.causal_labels(loaded, a)
+        top = a.rank(args.top, top=10)
+    except DikkatError as exc:
+        print(f"\nerror: {exc}".encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
+        return 2
+    out = {"folder": str(a.folder), "model": a.model, "corpus": a.corpus, "complete": a.complete,
+           "texts": a.done()[0], "seconds": round(seconds, 1),
+           "top": json.loads(top[["stack", "layer", "head", args.top, f"{args.top}_lo", f"{args.top}_hi"]]
+                             .to_json(orient="records"))}
+    if labels is not None:
+        out["labels"] = json.loads(labels.to_json(orient="records"))
+    print(json.dumps(out, ensure_ascii=False, indent=1))
     return 0
 
 

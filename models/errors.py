@@ -105,3 +105,8 @@ class AttentionTooLargeError(DikkatError, MemoryError):
 class WordMismatchError(DikkatError, ValueError):
     """The two sentences of the word-order experiment (:func:`models.lessons.positions.word_order_experiment`)
     do not consist of the same words."""
+
+
+class InvalidCorpusError(DikkatError, ValueError):
+    """A corpus that cannot be read for a head atlas: empty, too large, not text, a missing column, or in a
+    language the model's tokenizer cannot represent (:mod:`models.atlas.corpus`)."""

@@ -96,6 +96,43 @@ class _Once:
             return self.value
 
 
+def key_flags(result: Analysis, stack: str) -> tuple[list[bool], list[bool], np.ndarray]:
+    """The keys of a stack as the per-head statistics read them: ``(special, punctuation, word_of)``, two bool
+    lists of length ``n_k`` (a control token; a token that is only punctuation or symbols,
+    :func:`models.analysis.statistics.is_punctuation`) and int64 ``(n_k,)`` the word index of each key (-1 for
+    none)."""
+    n_k = result.attentions[stack].shape[3]
+    k_tokens = result.axis_tokens(stack)[1]
+    word_of = -np.ones(n_k, dtype=np.int64)
+    for i, w in enumerate(result.axis_words(stack)[1]):
+        word_of[[t for t in w.tokens if t < n_k]] = i
+    special = ([x.special for x in k_tokens] + [False] * n_k)[:n_k]
+    punct = ([hstats.is_punctuation(x.text) and not x.special for x in k_tokens] + [False] * n_k)[:n_k]
+    return special, punct, word_of
+
+
+def feed_blocks(result: Analysis, feed, stacks=None) -> None:
+    """Hand every layer's weights of ``stacks`` (default: all) to ``feed(stack, layer, q0, k0, w)`` block by
+    block, ``w`` float32 ``(heads, rows, cols)``: the kept arrays a layer at a time, else one more forward pass
+    (:class:`models.analysis.store.Replay`) that never holds a whole layer of a long input."""
+    stacks = list(result.attentions) if stacks is None else list(stacks)
+
+    def visit(stack: str, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
+        feed(stack, layer, q0, k0, w.detach().float())
+
+    replay = None
+    for stack in stacks:
+        lazy = result.attentions[stack]
+        if lazy.kept is not None:
+            for layer in range(lazy.shape[0]):
+                feed(stack, layer, 0, 0, torch.tensor(lazy.kept[layer]))
+        else:
+            replay = lazy.replay
+    if replay is not None:
+        replay.run({(stack, layer) for stack in stacks if result.attentions[stack].kept is None
+                    for layer in range(result.attentions[stack].shape[0])}, visit)
+
+
 def _summaries(result: Analysis) -> tuple[dict, dict]:
     """Per-head statistics and pooled overview maps of every stack (:mod:`models.analysis.statistics`), from the kept
     weights, or else from one more forward pass that hands every layer's weights over block by block (never
@@ -103,30 +140,15 @@ def _summaries(result: Analysis) -> tuple[dict, dict]:
     accs = {}
     for stack, lazy in result.attentions.items():
         layers, heads, n_q, n_k = lazy.shape
-        k_tokens = result.axis_tokens(stack)[1]
-        word_of = -np.ones(n_k, dtype=np.int64)
-        for i, w in enumerate(result.axis_words(stack)[1]):
-            word_of[[t for t in w.tokens if t < n_k]] = i
-        special = ([x.special for x in k_tokens] + [False] * n_k)[:n_k]
-        punct = ([hstats.is_punctuation(x.text) and not x.special for x in k_tokens] + [False] * n_k)[:n_k]
+        special, punct, word_of = key_flags(result, stack)
         accs[stack] = (hstats.HeadStatistics(layers, heads, n_q, n_k, special=special, punctuation=punct,
                                              word_of=word_of, self_attention=stack != "cross"),
                        hstats.Overview(layers, heads, n_q, n_k))
 
     def feed(stack: str, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
-        block = w.detach().float()
         for acc in accs[stack]:
-            acc.add(layer, q0, k0, block)
+            acc.add(layer, q0, k0, w)
 
-    replay = None
-    for stack, lazy in result.attentions.items():
-        if lazy.kept is not None:
-            for layer in range(lazy.shape[0]):
-                feed(stack, layer, 0, 0, torch.tensor(lazy.kept[layer]))
-        else:
-            replay = lazy.replay
-    if replay is not None:
-        replay.run({(stack, layer) for stack, lazy in result.attentions.items() if lazy.kept is None
-                    for layer in range(lazy.shape[0])}, feed)
+    feed_blocks(result, feed)
     return ({stack: acc[0].result() for stack, acc in accs.items()},
             {stack: acc[1].result() for stack, acc in accs.items()})

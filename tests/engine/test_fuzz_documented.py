@@ -29,6 +29,8 @@ import models
 from models import experiments, pruning
 from models.analysis.masks import parse_mask, start_matrix
 from models.experiments import alignment, bert_heads, clark, induction, patterns, prunable, sinks, timing
+from models import atlas
+from models.atlas import embedding as atlas_embedding
 from models.lessons import cost, kvcache, layer_input, positions, qkv
 
 EXAMPLES = 100
@@ -61,6 +63,17 @@ def dec(tiny):
 @pytest.fixture(scope="module")
 def enc(tiny):
     return tiny("bert")
+
+
+@pytest.fixture(scope="module")
+def dec_atlas(dec, tmp_path_factory):
+    """The tiny decoder with an atlas of four texts, in a folder of its own (``.model``, ``.atlas``, ``.root``)."""
+    import types
+
+    root = tmp_path_factory.mktemp("atlas")
+    a = atlas.build_atlas(dec, atlas.corpus_from_texts(["the cat chased the mouse", "kedi fareyi kovaladı",
+                                                         "a b a b", "the cat. the mouse!"], name="fuzz"), root=root)
+    return types.SimpleNamespace(model=dec, atlas=a, root=root)
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +248,33 @@ CALLS = {
                           lambda m, a, f, kw: cost.measure_cost(m, **kw)),
     "cost.attention_matrix_size": (None, st.fixed_dictionaries({"n": small(-1, 10 ** 9), "layers": small(-1, 4)}),
                                    lambda m, a, f, kw: cost.attention_matrix_size(**kw)),
+    # head atlas (README "Head atlas")
+    "atlas.build_atlas": ("dec_atlas", st.fixed_dictionaries({
+        "corpus": arg(st.builds(lambda t: atlas.corpus_from_texts(t, name="f"), st.lists(TEXT, min_size=1, max_size=3))),
+        "max_tokens": arg(st.one_of(st.none(), st.integers(-1, 70))), "limit": arg(st.one_of(st.none(), st.integers(-1, 3))),
+        "repeats": small(-1, 2)}),
+        lambda m, a, f, kw: atlas.build_atlas(m.model, kw.pop("corpus"), root=m.root, **kw).table()),
+    "atlas.corpus_from_texts": (None, st.fixed_dictionaries({"texts": arg(st.lists(arg(TEXT), max_size=3))}),
+                                lambda m, a, f, kw: atlas.corpus_from_texts(kw["texts"])),
+    "Atlas.rank": ("dec_atlas", st.fixed_dictionaries({"metric": arg(list(atlas.RANKABLE)), "top": small(-1, 5)}),
+                   lambda m, a, f, kw: m.atlas.rank(**kw)),
+    "Atlas.examples": ("dec_atlas", st.fixed_dictionaries({"stack": arg(["decoder", "encoder"]), "layer": small(-1, 2),
+                                                           "head": small(-1, 4), "k": small(-1, 3)}),
+                       lambda m, a, f, kw: m.atlas.examples(**kw)),
+    "Atlas.related": ("dec_atlas", st.fixed_dictionaries({"stack": arg(["decoder"]), "layer": small(-1, 2),
+                                                          "head": small(-1, 4), "k": small(-1, 9)}),
+                      lambda m, a, f, kw: m.atlas.related(**kw)),
+    "Atlas.metric": ("dec_atlas", st.fixed_dictionaries({"name": arg(list(atlas.RANKABLE)), "stack": arg(["decoder", "x"])}),
+                     lambda m, a, f, kw: m.atlas.metric(**kw)),
+    "atlas.find_heads": ("dec_atlas", st.fixed_dictionaries({"metric": arg(list(atlas.RANKABLE)), "top": small(-1, 5),
+                                                             "model": arg([None, "x"])}),
+                         lambda m, a, f, kw: atlas.find_heads(root=m.root, **kw)),
+    "atlas.causal_labels": ("dec_atlas", st.fixed_dictionaries({"texts": small(-1, 2), "sequences": small(-1, 2),
+                                                                "k": small(-1, 2)}),
+                            lambda m, a, f, kw: atlas.causal_labels(m.model, m.atlas, save=False, **kw)),
+    "joint_embedding": ("dec_atlas", st.fixed_dictionaries({"stack": arg(["decoder"]), "layer": small(-1, 2),
+                                                            "head": small(-1, 4), "texts": small(-1, 3)}),
+                        lambda m, a, f, kw: atlas_embedding.joint_embedding(m.model, m.atlas, **kw)),
 }
 
 

@@ -1,0 +1,254 @@
+"""Reading an atlas: every head's metrics with their intervals, its strongest examples, related heads, and
+heads found by behaviour across every atlas on disk (DuckDB over the Parquet parts)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import checks
+from ..errors import InvalidArgumentError, InvalidHeadError
+from . import store
+from .metrics import METRICS, SUMS, bootstrap, pooled
+
+#: metrics that need queries and keys from the same sequence (NaN for cross-attention)
+POSITIONAL = ("self", "previous", "distance", "distance_var", "induction", "same_word")
+#: the metrics a head's profile is made of (:meth:`Atlas.related`)
+PROFILE = ("self", "previous", "entropy", "distance", "induction", "first", "special", "punctuation", "same_word")
+#: columns a ranking can sort by: the metrics and the repeated-token induction score
+RANKABLE = METRICS + ("induction_repeat",)
+
+
+class Atlas:
+    """An atlas on disk (:func:`models.atlas.build_atlas` writes it).
+
+    Attributes:
+        folder: its folder. manifest: its ``manifest.json`` (model, corpus, settings, stacks, ``complete``).
+    """
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        if not (self.folder / "manifest.json").is_file():
+            raise InvalidArgumentError(f"No atlas in '{self.folder}'.", code="atlas_missing",
+                                       path=str(self.folder)[-120:])
+        self.manifest = store.read_manifest(self.folder)
+        self._lock = threading.Lock()
+        self._cache: dict = {}
+
+    @property
+    def model(self) -> str:
+        return self.manifest["model"]
+
+    @property
+    def corpus(self) -> str:
+        return self.manifest["corpus"]["name"]
+
+    @property
+    def stacks(self) -> dict[str, tuple[int, int]]:
+        return {s: tuple(v) for s, v in self.manifest["stacks"].items()}
+
+    @property
+    def complete(self) -> bool:
+        return bool(store.read_manifest(self.folder).get("complete"))
+
+    def done(self) -> tuple[int, int]:
+        """``(texts read, texts in all)`` (corpus texts and repeated sequences)."""
+        total = sum(self.manifest["items"].values())
+        return len(store.done_texts(self.folder)), total
+
+    def _parts(self) -> int:
+        return len(list((self.folder / "parts").glob("texts-*.parquet")))
+
+    def table(self, *, draws: int = 1000) -> pd.DataFrame:
+        """One row per head: ``stack``, ``layer``, ``head``, each metric of :data:`models.atlas.metrics.METRICS`
+        pooled over the corpus with ``<metric>_lo`` / ``<metric>_hi`` (95 % bootstrap interval over texts),
+        ``induction_repeat`` (the induction metric on the repeated random sequences, with its interval; NaN
+        without them) and ``texts`` (how many were read). Empty before the first part is written; computed
+        again only when new parts arrive."""
+        key = ("table", self._parts(), draws)
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+        frames = []
+        corpus = store.per_text_sums(self.folder, "corpus", self.stacks) if key[1] else {}
+        repeat = store.per_text_sums(self.folder, "repeat", self.stacks) if key[1] else {}
+        for stack, (layers, heads) in self.stacks.items():
+            per = corpus.get(stack)
+            if per is None or not len(per):
+                continue
+            layer, head = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+            df = pd.DataFrame({"stack": stack, "layer": layer.ravel(), "head": head.ravel()})
+            values = pooled(per.sum(axis=0))
+            ci = bootstrap(per, draws=draws)
+            for name in METRICS:
+                df[name] = values[name].ravel()
+                df[f"{name}_lo"], df[f"{name}_hi"] = ci[name][0].ravel(), ci[name][1].ravel()
+            rep = repeat.get(stack)
+            if rep is not None and len(rep):
+                ind = pooled(rep.sum(axis=0))["induction"]
+                lo, hi = bootstrap(rep, draws=draws)["induction"]
+                df["induction_repeat"], df["induction_repeat_lo"], df["induction_repeat_hi"] = (
+                    ind.ravel(), lo.ravel(), hi.ravel())
+            else:
+                df["induction_repeat"] = df["induction_repeat_lo"] = df["induction_repeat_hi"] = np.nan
+            if stack == "cross":
+                for name in POSITIONAL:
+                    df[[name, f"{name}_lo", f"{name}_hi"]] = np.nan
+            df["texts"] = len(per)
+            frames.append(df)
+        out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            columns=["stack", "layer", "head", *METRICS, "texts"])
+        with self._lock:
+            self._cache = {key: out}
+        return out
+
+    def metric(self, name: str, stack: str) -> np.ndarray:
+        """float64 ``(layers, heads)`` of one metric (:data:`RANKABLE`) for one stack.
+
+        Raises:
+            InvalidArgumentError: an unknown metric (``atlas_metric``). InvalidHeadError: no such stack.
+        """
+        _check_metric(name)
+        self._check_head(stack, 0, 0)
+        df = self.table()
+        df = df[df["stack"] == stack]
+        layers, heads = self.stacks[stack]
+        out = np.full((layers, heads), np.nan)
+        out[df["layer"].to_numpy(), df["head"].to_numpy()] = df[name].to_numpy()
+        return out
+
+    def rank(self, metric: str, *, top: int | None = None, ascending: bool = False) -> pd.DataFrame:
+        """The heads sorted by ``metric`` (largest first unless ``ascending``), NaN last; ``top`` rows."""
+        _check_metric(metric)
+        top = checks.whole("top", top, 1, none=True)
+        df = self.table().sort_values(metric, ascending=bool(ascending), na_position="last", kind="stable")
+        return df.head(top) if top else df
+
+    def _check_head(self, stack: str, layer: int, head: int) -> None:
+        """Raises InvalidHeadError (code ``atlas_head``) unless ``(stack, layer, head)`` is a head of the atlas."""
+        ok = isinstance(stack, str) and stack in self.stacks
+        for value, size in ((layer, self.stacks[stack][0] if ok else 0), (head, self.stacks[stack][1] if ok else 0)):
+            ok = ok and isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < size
+        if not ok:
+            raise InvalidHeadError(f"{self.model} has no head {checks.shown(stack, 20)} {checks.shown(layer, 12)}."
+                                   f"{checks.shown(head, 12)}.", code="atlas_head", stack=checks.shown(stack, 20),
+                                   layer=checks.shown(layer, 12), head=checks.shown(head, 12), model=self.model)
+
+    def examples(self, stack: str, layer: int, head: int, k: int = 5) -> pd.DataFrame:
+        """The ``k`` corpus texts where the head's pattern is strongest (its largest weight on a key that is
+        neither the first token nor a control token), strongest first.
+
+        Returns:
+            columns ``text`` (index), ``content``, ``query`` (token index), ``strength``, ``keys`` and
+            ``weights`` (the query's ``TOP_KEYS`` largest such weights), ``starts``/``ends`` (character span
+            of every token), ``special``.
+        """
+        self._check_head(stack, layer, head)
+        k = checks.whole("k", k, 1, 1000)
+        if not self._parts():
+            return pd.DataFrame(columns=["text", "content", "query", "strength", "keys", "weights"])
+        sql = (f"SELECT e.text, t.content, e.query, e.strength, e.keys, e.weights, t.starts, t.ends, t.special "
+               f"FROM read_parquet('{store.glob(self.folder, 'examples')}') e "
+               f"JOIN read_parquet('{store.glob(self.folder, 'texts')}') t ON e.grp = t.grp AND e.text = t.text "
+               "WHERE e.grp = 'corpus' AND e.stack = ? AND e.layer = ? AND e.head = ? "
+               "ORDER BY e.strength DESC, e.text LIMIT ?")
+        return store.duck().execute(sql, [stack, int(layer), int(head), int(k)]).fetchdf()
+
+    def related(self, stack: str, layer: int, head: int, k: int = 5) -> pd.DataFrame:
+        """The ``k`` heads (any stack of this model) whose metric profile (:data:`PROFILE`, each metric
+        standardised over the model's heads, NaN as 0) is closest by cosine similarity, closest first, with a
+        ``similarity`` column in [-1, 1]."""
+        self._check_head(stack, layer, head)
+        k = checks.whole("k", k, 1, 100_000)
+        df = self.table().reset_index(drop=True)
+        x = df[list(PROFILE)].to_numpy(dtype=float)
+        sd = np.nanstd(x, axis=0)
+        z = np.nan_to_num((x - np.nanmean(x, axis=0)) / np.where(sd > 0, sd, 1))
+        me = df.index[(df["stack"] == stack) & (df["layer"] == layer) & (df["head"] == head)]
+        if not len(me):
+            return df.head(0)
+        v = z[me[0]]
+        norms = np.linalg.norm(z, axis=1) * max(np.linalg.norm(v), 1e-12)
+        df["similarity"] = z @ v / np.where(norms > 0, norms, 1)
+        return df.drop(index=me[0]).sort_values("similarity", ascending=False).head(k)
+
+    def texts(self, *, limit: int | None = None) -> list[tuple[int, str]]:
+        """``(index, text)`` of the corpus texts read so far, in corpus order (the first ``limit``)."""
+        limit = checks.whole("limit", limit, 1, none=True)
+        if not self._parts():
+            return []
+        sql = (f"SELECT text, content FROM read_parquet('{store.glob(self.folder, 'texts')}') "
+               f"WHERE grp = 'corpus' ORDER BY text" + (f" LIMIT {int(limit)}" if limit else ""))
+        return [(int(i), c) for i, c in store.duck().execute(sql).fetchall()]
+
+    def labels(self) -> pd.DataFrame | None:
+        """The causal tests (:func:`models.atlas.causal_labels`) stored with this atlas, or None."""
+        path = self.folder / "labels.parquet"
+        return pd.read_parquet(path) if path.is_file() else None
+
+
+def _check_metric(name: str) -> None:
+    if not isinstance(name, str) or name not in RANKABLE:
+        raise InvalidArgumentError(f"Unknown metric '{name}'; one of: {', '.join(RANKABLE)}.", code="atlas_metric",
+                                   name=str(name)[:40], known=", ".join(RANKABLE))
+
+
+def find_heads(metric: str, *, model: str | None = None, corpus: str | None = None, top: int = 20,
+               ascending: bool = False, root: Path | None = None) -> pd.DataFrame:
+    """Rank the heads of every atlas on disk (or of one model / corpus) by a pooled metric, in one DuckDB query
+    over all their Parquet parts (no interval: :meth:`Atlas.table` has those).
+
+    Returns:
+        columns ``model``, ``corpus``, ``stack``, ``layer``, ``head``, ``value``, ``texts``, ``atlas`` (its folder's
+        name: the same model and corpus under other settings is another atlas); ``top`` rows.
+
+    Raises:
+        InvalidArgumentError: an unknown metric (code ``atlas_metric``) or ``top`` < 1.
+    """
+    from .. import checks
+
+    _check_metric(metric)
+    top = checks.whole("top", top, 1, 100_000)
+    folders = store.atlas_folders(root)
+    for name, value in (("model", model), ("corpus", corpus)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgumentError(f"The {name} must be a string, got {type(value).__name__}.",
+                                       code="arg_text", name=name, value=type(value).__name__)
+    grp = "repeat" if metric == "induction_repeat" else "corpus"
+    name = "induction" if metric == "induction_repeat" else metric
+    num, den = _ratio_columns(name)
+    folders = [f for f in folders if any((f / "parts").glob("sums-*.parquet"))]
+    if not folders:
+        return pd.DataFrame(columns=["model", "corpus", "stack", "layer", "head", "value", "texts", "atlas"])
+    value = (f'sum("{num}") / nullif(sum("{den}"), 0)' if name != "distance_var" else
+             'sum("distance_sq") / nullif(sum("positions"), 0) - pow(sum("distance") / nullif(sum("positions"), 0), 2)')
+    where = ["grp = ?"]
+    params: list = [grp]
+    if name in POSITIONAL:
+        where.append("stack <> 'cross'")
+    if model is not None:
+        where.append("model = ?")
+        params.append(model)
+    if corpus is not None:
+        where.append("corpus = ?")
+        params.append(corpus)
+    # one atlas per folder: the same model and corpus under other settings is another atlas, never pooled
+    union = " UNION ALL ".join(
+        f"SELECT *, '{str(f.name).replace(chr(39), chr(39) * 2)}' AS atlas FROM read_parquet('{store.glob(f, 'sums')}')"
+        for f in folders)
+    sql = (f"SELECT model, corpus, stack, layer, head, {value} AS value, count(DISTINCT text) AS texts, atlas "
+           f"FROM ({union}) WHERE {' AND '.join(where)} "
+           f"GROUP BY model, corpus, atlas, stack, layer, head HAVING value IS NOT NULL "
+           f"ORDER BY value {'ASC' if ascending else 'DESC'}, model, atlas, stack, layer, head LIMIT {top}")
+    return store.duck().execute(sql, params).fetchdf()
+
+
+def _ratio_columns(name: str) -> tuple[str, str]:
+    from .metrics import RATIOS
+
+    num, den = RATIOS[name]
+    assert num in SUMS and den in SUMS
+    return num, den

@@ -1,0 +1,232 @@
+"""Computing an atlas: every text of a corpus through :func:`models.analyze`, each head's sums kept on disk.
+
+:func:`build_atlas` is resumable: texts already written (:func:`models.atlas.store.done_texts`) are not read
+again. Long texts are read as :func:`models.analyze` reads them (weights on demand, block by block), so memory
+stays within the analysis budgets whatever the corpus.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import checks
+from ..analysis import analyze
+from ..analysis.collect import feed_blocks, key_flags
+from ..errors import UnsupportedOperationError
+from ..loading.model import LoadedModel
+from . import store
+from .corpus import Corpus, check_language
+from .metrics import SUMS, TOP_KEYS, TextSums
+
+#: the longest text read, in tokens, unless asked otherwise (Neuronpedia's ``--seq-len``)
+MAX_TOKENS = 512
+#: repeated-random-token sequences read besides the corpus (decoders), and tokens per copy
+REPEATS = 16
+REPEAT_LENGTH = 50
+#: texts per part file (an interrupted build loses at most this many)
+PART_TEXTS = 16
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What an atlas depends on besides the model and the corpus.
+
+    Attributes:
+        max_tokens: each text cut to this many tokens. limit: only the first ``limit`` texts (None: all).
+        repeats, repeat_length: repeated-random-token sequences (Olsson et al. 2022, §2) and their tokens per
+            copy; 0 repeats for none.
+    """
+
+    max_tokens: int = MAX_TOKENS
+    limit: int | None = None
+    repeats: int = REPEATS
+    repeat_length: int = REPEAT_LENGTH
+
+    @property
+    def tag(self) -> str:
+        return f"t{self.max_tokens}-n{self.limit or 'all'}-r{self.repeats}x{self.repeat_length}"
+
+
+Progress = Callable[[int, int, float | None], None]
+
+
+def check_settings(loaded: LoadedModel, max_tokens, limit, repeats, repeat_length) -> Settings:
+    """:class:`Settings` from arguments checked (``InvalidArgumentError`` with code ``arg_whole``)."""
+    if max_tokens is None:
+        max_tokens = max(2, min(MAX_TOKENS, loaded.max_positions))
+    if repeat_length is None:
+        repeat_length = max(2, min(REPEAT_LENGTH, (max_tokens if isinstance(max_tokens, int) else 2) // 2 - 1))
+    return Settings(max_tokens=checks.whole("max_tokens", max_tokens, 2, max(2, loaded.max_positions)),
+                    limit=checks.whole("limit", limit, 1, none=True),
+                    repeats=checks.whole("repeats", repeats, 0, 1000),
+                    repeat_length=checks.whole("repeat_length", repeat_length, 2, max(2, loaded.max_positions // 2)))
+
+
+def folder_for(loaded: LoadedModel, corpus: Corpus, settings: Settings, root: Path | None = None) -> Path:
+    """The atlas folder of (model, corpus, settings) (see :mod:`models.atlas.store`)."""
+    root = store.atlas_root() if root is None else Path(root)
+    return root / store.safe(loaded.name) / f"{store.safe(corpus.name)}-{corpus.digest}-{settings.tag}"
+
+
+def _items(loaded: LoadedModel, corpus: Corpus, settings: Settings) -> tuple[list[tuple[str, int, str]], str]:
+    """``(grp, index, text)`` of every text to read, and why there are no repeated sequences ("" if there are)."""
+    texts = corpus.texts[: settings.limit] if settings.limit else corpus.texts
+    items = [("corpus", i, t) for i, t in enumerate(texts)]
+    why = ""
+    if settings.repeats and loaded.family == "decoder":
+        from ..experiments.induction import repeated_text
+
+        try:
+            for seed in range(settings.repeats):
+                items.append(("repeat", seed, repeated_text(loaded, settings.repeat_length, seed)[0]))
+        except UnsupportedOperationError as exc:
+            why = str(exc)
+    elif settings.repeats:
+        why = f"repeated random tokens are read by decoders only; '{loaded.name}' is an {loaded.family}."
+    return items, why
+
+
+def text_sums(loaded: LoadedModel, text: str, max_tokens: int) -> tuple[dict[str, TextSums], list, int]:
+    """One text's sums of every stack: ``({stack: TextSums}, tokens, truncated)`` (``tokens``: the analysis's
+    :class:`models.Token` list)."""
+    result = analyze(loaded, text, max_tokens=max_tokens, top_k=1)
+    accs = {}
+    for stack, lazy in result.attentions.items():
+        layers, heads, n_q, n_k = lazy.shape
+        special, punct, word_of = key_flags(result, stack)
+        ids = [t.id for t in result.axis_tokens(stack)[1]]
+        accs[stack] = TextSums(layers, heads, n_q, n_k, ids=ids, special=special, punctuation=punct,
+                               word_of=word_of, self_attention=stack != "cross")
+    feed_blocks(result, lambda stack, layer, q0, k0, w: accs[stack].add(layer, q0, k0, w))
+    return accs, result.tokens, int(result.truncated)
+
+
+def _rows(model: str, corpus: str, grp: str, index: int, accs: dict[str, TextSums]) -> tuple[dict, dict]:
+    """The sums and examples columns of one text (every stack, layer and head)."""
+    sums: dict[str, list] = {}
+    examples: dict[str, list] = {}
+    for stack, acc in accs.items():
+        layers, heads = acc.layers, acc.heads
+        layer, head = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+        n = layers * heads
+        common = {"model": [model] * n, "corpus": [corpus] * n, "grp": [grp] * n, "text": [index] * n,
+                  "stack": [stack] * n, "layer": layer.ravel().tolist(), "head": head.ravel().tolist()}
+        flat = acc.sums.reshape(n, len(SUMS))
+        for key, values in common.items():
+            sums.setdefault(key, []).extend(values)
+            examples.setdefault(key, []).extend(values)
+        for i, name in enumerate(SUMS):
+            sums.setdefault(name, []).extend(flat[:, i].tolist())
+        query, strength, keys, weights = acc.strongest()
+        examples.setdefault("query", []).extend(query.ravel().tolist())
+        examples.setdefault("strength", []).extend(strength.ravel().astype(float).tolist())
+        examples.setdefault("keys", []).extend(keys.reshape(n, TOP_KEYS).tolist())
+        examples.setdefault("weights", []).extend(weights.reshape(n, TOP_KEYS).astype(float).tolist())
+    return sums, examples
+
+
+def _extend(into: dict, part: dict) -> None:
+    for key, values in part.items():
+        into.setdefault(key, []).extend(values)
+
+
+@checks.needs_model
+def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None = None, limit: int | None = None,
+                repeats: int = REPEATS, repeat_length: int | None = None, progress: Progress | None = None,
+                stop: Callable[[], bool] | None = None, root: Path | None = None):
+    """Compute (or finish) the atlas of ``loaded`` on ``corpus`` and return it.
+
+    Every text is analysed once (:func:`models.analyze`, cut to ``max_tokens``, default :data:`MAX_TOKENS` or the
+    model's own limit, the smaller); per text and head the sums of
+    :mod:`models.atlas.metrics` go to disk every :data:`PART_TEXTS` texts. Decoders also read ``repeats``
+    sequences of ``repeat_length`` random whole-word tokens written twice (the induction metric on text
+    built for it, besides the corpus's own repeats; ``repeat_length`` default :data:`REPEAT_LENGTH`, or what fits
+    twice in ``max_tokens``).
+
+    Args:
+        progress: called after each text with ``(done, total, seconds_left)`` (None until one text is timed;
+            the estimate scales the seconds per character so far by the characters left).
+        stop: called after each text; True stops the build after writing what is done (resumable).
+        root: the folder of atlases (default :func:`models.atlas.store.atlas_root`).
+
+    Returns:
+        :class:`models.atlas.Atlas` (``complete`` False when stopped).
+
+    Raises:
+        InvalidArgumentError: settings out of range. InvalidCorpusError: not a :class:`Corpus`, or a language
+        the tokenizer does not know (:func:`models.atlas.corpus.check_language`). UnsupportedOperationError:
+        a speech model (atlases read text). Whatever :func:`models.analyze` raises for a text.
+    """
+    from .atlas import Atlas
+    from ..errors import InvalidCorpusError
+
+    if not isinstance(corpus, Corpus):
+        raise InvalidCorpusError(f"corpus must be a models.atlas.Corpus, got {checks.shown(corpus)}.",
+                                 code="corpus_texts")
+    if not loaded.reads_text:
+        raise UnsupportedOperationError(f"A head atlas reads texts; '{loaded.name}' reads {loaded.input_name}.",
+                                        code="atlas_needs_text_model", model=loaded.name, reads=loaded.input_name)
+    settings = check_settings(loaded, max_tokens, limit, repeats, repeat_length)
+    language = check_language(loaded, corpus)
+    folder = folder_for(loaded, corpus, settings, root)
+    items, no_repeats = _items(loaded, corpus, settings)
+    if (folder / "manifest.json").is_file():
+        manifest = store.read_manifest(folder)
+    else:
+        manifest = {
+            "version": store.VERSION, "model": loaded.name, "family": loaded.family,
+            "capture_path": loaded.capture_path, "stacks": {s: list(v) for s, v in loaded.stacks.items()},
+            "corpus": {"name": corpus.name, "digest": corpus.digest, "texts": len(corpus), "language": corpus.language,
+                       "source": corpus.source, "licence": corpus.licence},
+            "settings": asdict(settings), "items": {"corpus": sum(1 for g, *_ in items if g == "corpus"),
+                                                    "repeat": sum(1 for g, *_ in items if g == "repeat")},
+            "no_repeats": no_repeats, "tokenizer": language, "complete": False,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        store.write_manifest(folder, manifest)
+    done = store.done_texts(folder)
+    todo = [it for it in items if (it[0], it[1]) not in done]
+    writer = store.PartWriter(folder)
+    chars_left = sum(len(t) for *_, t in todo)
+    chars_done, seconds = 0, 0.0
+    part: tuple[dict, dict, dict] = ({}, {}, {})
+    count = len(items) - len(todo)
+
+    def flush():
+        nonlocal part
+        if part[2]:
+            writer.write(*part)
+        part = ({}, {}, {})
+
+    for grp, index, text in todo:
+        start = time.perf_counter()
+        accs, tokens, truncated = text_sums(loaded, text, settings.max_tokens)
+        sums, examples = _rows(loaded.name, corpus.name, grp, index, accs)
+        took = time.perf_counter() - start
+        _extend(part[0], sums)
+        _extend(part[1], examples)
+        _extend(part[2], {"grp": [grp], "text": [index], "content": [text], "tokens": [len(tokens)],
+                          "starts": [[t.start for t in tokens]], "ends": [[t.end for t in tokens]],
+                          "special": [[t.special for t in tokens]], "truncated": [truncated], "seconds": [took]})
+        count += 1
+        seconds += took
+        chars_done += len(text)
+        chars_left -= len(text)
+        if len(part[2]["text"]) >= PART_TEXTS:
+            flush()
+        if progress is not None:
+            progress(count, len(items), seconds / max(chars_done, 1) * chars_left)
+        if stop is not None and stop():
+            break
+    flush()
+    if count == len(items) and not manifest.get("complete"):
+        manifest["complete"] = True
+        manifest["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        store.write_manifest(folder, manifest)
+    return Atlas(folder)
