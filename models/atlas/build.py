@@ -79,6 +79,8 @@ def _items(loaded: LoadedModel, corpus: Corpus, settings: Settings) -> tuple[lis
     texts = corpus.texts[: settings.limit] if settings.limit else corpus.texts
     items = [("corpus", i, t) for i, t in enumerate(texts)]
     why = ""
+    if corpus.audio:
+        return items, "a speech model reads clips: no repeated random tokens."
     if settings.repeats and loaded.family == "decoder":
         from ..experiments.induction import repeated_text
 
@@ -92,10 +94,18 @@ def _items(loaded: LoadedModel, corpus: Corpus, settings: Settings) -> tuple[lis
     return items, why
 
 
-def text_sums(loaded: LoadedModel, text: str, max_tokens: int) -> tuple[dict[str, TextSums], list, int]:
+def text_sums(loaded: LoadedModel, text: str, max_tokens: int, language: str | None = None
+              ) -> tuple[dict[str, TextSums], list, int]:
     """One text's sums of every stack: ``({stack: TextSums}, tokens, truncated)`` (``tokens``: the analysis's
-    :class:`models.Token` list)."""
-    result = analyze(loaded, text, max_tokens=max_tokens, top_k=1)
+    :class:`models.Token` list). For a speech model ``text`` is a clip's path, transcribed in ``language``
+    (:func:`models.analyze_audio`: encoder frames, transcript tokens, cross-attention between them)."""
+    if language is not None:
+        from ..speech.audio import analyze_audio
+        from ..speech.wav import read_wav
+
+        result = analyze_audio(loaded, *read_wav(text), language=language, top_k=1).analysis
+    else:
+        result = analyze(loaded, text, max_tokens=max_tokens, top_k=1)
     accs = {}
     for stack, lazy in result.attentions.items():
         layers, heads, n_q, n_k = lazy.shape
@@ -160,8 +170,8 @@ def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None =
 
     Raises:
         InvalidArgumentError: settings out of range. InvalidCorpusError: not a :class:`Corpus`, or a language
-        the tokenizer does not know (:func:`models.atlas.corpus.check_language`). UnsupportedOperationError:
-        a speech model (atlases read text). Whatever :func:`models.analyze` raises for a text.
+        the tokenizer does not know (:func:`models.atlas.corpus.check_language`), or texts for a speech model /
+        clips for a text model (``corpus_kind``). Whatever :func:`models.analyze` raises for a text.
     """
     from .atlas import Atlas
     from ..errors import InvalidCorpusError
@@ -169,9 +179,12 @@ def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None =
     if not isinstance(corpus, Corpus):
         raise InvalidCorpusError(f"corpus must be a models.atlas.Corpus, got {checks.shown(corpus)}.",
                                  code="corpus_texts")
-    if not loaded.reads_text:
-        raise UnsupportedOperationError(f"A head atlas reads texts; '{loaded.name}' reads {loaded.input_name}.",
-                                        code="atlas_needs_text_model", model=loaded.name, reads=loaded.input_name)
+    if loaded.reads_text == corpus.audio:
+        raise InvalidCorpusError(
+            f"'{loaded.name}' reads {loaded.input_name}; the corpus '{corpus.name}' holds "
+            f"{'speech clips' if corpus.audio else 'texts'}." + ("" if loaded.reads_text else
+                                                                 " Use models.atlas.shipped_clips()."),
+            code="corpus_kind", model=loaded.name, name=corpus.name[-80:], reads=loaded.input_name)
     settings = check_settings(loaded, max_tokens, limit, repeats, repeat_length)
     language = check_language(loaded, corpus)
     folder = folder_for(loaded, corpus, settings, root)
@@ -206,12 +219,13 @@ def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None =
 
     for grp, index, text in todo:
         start = time.perf_counter()
-        accs, tokens, truncated = text_sums(loaded, text, settings.max_tokens)
+        language = corpus.languages[index] if corpus.audio else None
+        accs, tokens, truncated = text_sums(loaded, text, settings.max_tokens, language)
         sums, examples = _rows(loaded.name, corpus.name, grp, index, accs)
         took = time.perf_counter() - start
         _extend(part[0], sums)
         _extend(part[1], examples)
-        _extend(part[2], {"grp": [grp], "text": [index], "content": [text], "tokens": [len(tokens)],
+        _extend(part[2], {"grp": [grp], "text": [index], "content": [Path(text).name if corpus.audio else text], "tokens": [len(tokens)],
                           "starts": [[t.start for t in tokens]], "ends": [[t.end for t in tokens]],
                           "special": [[t.special for t in tokens]], "truncated": [truncated], "seconds": [took]})
         count += 1

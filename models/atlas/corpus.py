@@ -42,6 +42,8 @@ class Corpus:
         source: where it came from (a path, or "shipped"). licence: its terms, as far as known.
         kinds: per text ``sentence``/``paragraph``/``long`` for the shipped corpora, else empty.
         cut: how many texts past :data:`MAX_TEXTS` were left out (0 if none).
+        audio: the "texts" are paths of speech clips (:func:`shipped_clips`), read by a speech model, each in
+            the language of ``languages``.
     """
 
     name: str
@@ -51,6 +53,8 @@ class Corpus:
     licence: str = ""
     kinds: tuple[str, ...] = field(default=())
     cut: int = 0
+    audio: bool = False
+    languages: tuple[str, ...] = field(default=())
 
     @property
     def digest(self) -> str:
@@ -79,6 +83,16 @@ def shipped_corpus(language: str) -> Corpus:
     return Corpus(name=language, texts=tuple(r["text"] for r in rows), language=language, source="shipped",
                   licence="written for Dikkat; the project's own terms (assets/corpora/README.md)",
                   kinds=tuple(r.get("kind", "") for r in rows))
+
+
+def shipped_clips() -> Corpus:
+    """The speech clips shipped in ``assets/audio`` (English and Turkish, 16 kHz WAV), as a corpus for a speech
+    model's atlas (its encoder, decoder and cross-attention heads)."""
+    folder = ASSETS.parent / "audio"
+    clips = sorted(folder.glob("*.wav"))
+    return Corpus(name="clips", texts=tuple(str(p) for p in clips), source="shipped", audio=True,
+                  languages=tuple(p.stem.rsplit("_", 1)[-1] for p in clips),
+                  licence="synthetic speech made with espeak-ng for Dikkat (assets/audio/README.md)")
 
 
 def load_corpus(source: str | Path, *, column: str | None = None, name: str | None = None) -> Corpus:
@@ -204,7 +218,7 @@ def check_language(loaded, corpus: Corpus, *, sample: int = 32) -> dict:
         InvalidCorpusError: code ``corpus_language`` (params ``name``, ``model``, ``unknown``, ``per_char``).
     """
     tok = loaded.tokenizer
-    if tok is None:
+    if tok is None or corpus.audio:
         return {"unknown_share": 0.0, "tokens_per_char": 0.0}
     unk = getattr(tok, "unk_token_id", None)
     tokens = unknown = chars = 0

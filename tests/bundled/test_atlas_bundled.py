@@ -37,8 +37,28 @@ def test_smollm2_induction_heads_pass_their_causal_test(smollm2, tmp_path):
     assert (prev["quantity"] == "downstream_induction").all() and prev["passed"].any()
     assert a.labels() is not None
     try:
-        atlas.build_atlas(smollm2, atlas.corpus_from_texts(["고양이가 쥐를 쫓았다. 개가 정원에서 잔다."]), root=tmp_path)
+        atlas.build_atlas(smollm2, atlas.corpus_from_texts(["고양이가 쥐를 쫓았다. 개가 정원에서 잔다. 오늘은 날씨가 아주 좋다."]), root=tmp_path)
     except models.InvalidCorpusError as exc:
         assert exc.code == "corpus_language"
     else:
         raise AssertionError("a Korean corpus on smollm2-135m is refused")
+
+
+def test_whisper_atlas_on_the_shipped_clips(tmp_path):
+    """Whisper's encoder, decoder and cross-attention heads over the two shipped clips; cross-attention has no
+    positional metrics (queries and keys are different sequences); a text corpus is refused with the reason."""
+    loaded = models.load("whisper-base", device="cpu")
+    a = atlas.build_atlas(loaded, atlas.shipped_clips(), root=tmp_path)
+    t = a.table()
+    assert set(t["stack"]) == {"encoder", "decoder", "cross"} and a.complete and a.done() == (2, 2)
+    cross = t[t["stack"] == "cross"]
+    assert cross["previous"].isna().all() and cross["entropy"].notna().all()
+    enc = t[t["stack"] == "encoder"]
+    assert enc["distance"].notna().all() and (enc["entropy"] > 0).all()
+    assert list(a.examples("cross", 0, 0, k=2)["content"].str.endswith(".wav")) == [True, True]
+    try:
+        atlas.build_atlas(loaded, atlas.shipped_corpus("en"), root=tmp_path)
+    except models.InvalidCorpusError as exc:
+        assert exc.code == "corpus_kind"
+    else:
+        raise AssertionError("a text corpus on Whisper is refused")
