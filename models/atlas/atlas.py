@@ -157,23 +157,41 @@ class Atlas:
                "ORDER BY e.strength DESC, e.text LIMIT ?")
         return store.duck().execute(sql, [stack, int(layer), int(head), int(k)]).fetchdf()
 
-    def related(self, stack: str, layer: int, head: int, k: int = 5) -> pd.DataFrame:
-        """The ``k`` heads (any stack of this model) whose metric profile (:data:`PROFILE`, each metric
-        standardised over the model's heads, NaN as 0) is closest by cosine similarity, closest first, with a
-        ``similarity`` column in [-1, 1]."""
-        self._check_head(stack, layer, head)
-        k = checks.whole("k", k, 1, 100_000)
+    def profiles(self) -> tuple[pd.DataFrame, np.ndarray]:
+        """The table and each head's profile: float64 ``(heads, len(PROFILE))``, every metric standardised over
+        this atlas's heads (mean 0, standard deviation 1; NaN as 0), so profiles of different models and
+        corpora compare by shape, not by scale."""
         df = self.table().reset_index(drop=True)
         x = df[list(PROFILE)].to_numpy(dtype=float)
-        sd = np.nanstd(x, axis=0)
-        z = np.nan_to_num((x - np.nanmean(x, axis=0)) / np.where(sd > 0, sd, 1))
+        with np.errstate(all="ignore"):
+            sd = np.nanstd(x, axis=0)
+            z = np.nan_to_num((x - np.nanmean(x, axis=0)) / np.where(sd > 0, sd, 1))
+        return df, z
+
+    def related(self, stack: str, layer: int, head: int, k: int = 5, *, across: bool = False,
+                root: Path | None = None) -> pd.DataFrame:
+        """The ``k`` heads whose metric profile (:meth:`profiles`) is closest by cosine similarity, closest first,
+        with a ``similarity`` column in [-1, 1]: this model's other heads, or with ``across`` every head of every
+        atlas on disk (columns ``model``, ``corpus`` added; the head itself left out)."""
+        self._check_head(stack, layer, head)
+        k = checks.whole("k", k, 1, 100_000)
+        df, z = self.profiles()
         me = df.index[(df["stack"] == stack) & (df["layer"] == layer) & (df["head"] == head)]
         if not len(me):
             return df.head(0)
         v = z[me[0]]
-        norms = np.linalg.norm(z, axis=1) * max(np.linalg.norm(v), 1e-12)
-        df["similarity"] = z @ v / np.where(norms > 0, norms, 1)
-        return df.drop(index=me[0]).sort_values("similarity", ascending=False).head(k)
+        frames = []
+        others = [Atlas(f) for f in store.atlas_folders(root) if f != self.folder] if across else []
+        for atlas, (table, prof) in [(self, (df, z))] + [(a, a.profiles()) for a in others]:
+            if not len(table):
+                continue
+            norms = np.linalg.norm(prof, axis=1) * max(np.linalg.norm(v), 1e-12)
+            table = table.assign(similarity=prof @ v / np.where(norms > 0, norms, 1), model=atlas.model,
+                                 corpus=atlas.corpus)
+            if atlas is self:
+                table = table.drop(index=me[0])
+            frames.append(table)
+        return pd.concat(frames, ignore_index=True).sort_values("similarity", ascending=False).head(k)
 
     def texts(self, *, limit: int | None = None) -> list[tuple[int, str]]:
         """``(index, text)`` of the corpus texts read so far, in corpus order (the first ``limit``)."""

@@ -378,3 +378,13 @@ def test_causal_labels_are_stored_with_the_atlas(tiny, tmp_path):
     assert stored is not None and stored.equals(out)
     with pytest.raises(models.InvalidArgumentError):
         atlas.causal_labels(tiny("gpt2"), a)  # an atlas of another model
+
+
+def test_related_heads_across_atlases_find_the_same_head_of_another_corpus(tiny, tmp_path):
+    loaded = tiny("gpt2")
+    a = atlas.build_atlas(loaded, atlas.corpus_from_texts(TEXTS, name="one"), repeats=0, root=tmp_path)
+    b = atlas.build_atlas(loaded, atlas.corpus_from_texts(TEXTS[::-1], name="two"), repeats=0, root=tmp_path)
+    rel = a.related("decoder", 1, 2, k=3, across=True, root=tmp_path)
+    best = rel.iloc[0]  # the same texts in another order: the same head, profile identical
+    assert (best["corpus"], best["layer"], best["head"]) == ("two", 1, 2) and best["similarity"] == pytest.approx(1.0)
+    assert b.related("decoder", 1, 2, k=2)["model"].eq(b.model).all()
