@@ -31,6 +31,10 @@ REPEATS = 16
 REPEAT_LENGTH = 50
 #: texts per part file (an interrupted build loses at most this many)
 PART_TEXTS = 16
+#: a text whose weights (every stack, float32) fit in this many bytes is analysed with its weights kept, so they
+#: are read from memory instead of by a second forward pass (smollm2-135m at 512 tokens: 283 MB); a longer text
+#: is read block by block (:class:`models.analysis.store.Replay`), never whole
+KEEP_BYTES = 320 << 20
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,9 @@ def text_sums(loaded: LoadedModel, text: str, max_tokens: int, language: str | N
 
         result = analyze_audio(loaded, *read_wav(text), language=language, top_k=1).analysis
     else:
-        result = analyze(loaded, text, max_tokens=max_tokens, top_k=1)
+        n = len(loaded.tokenizer(text[: max_tokens * 16], truncation=True, max_length=max_tokens)["input_ids"])
+        size = sum(layers * heads for layers, heads in loaded.stacks.values()) * n * n * 4
+        result = analyze(loaded, text, max_tokens=max_tokens, top_k=1, keep=size <= KEEP_BYTES)
     accs = {}
     for stack, lazy in result.attentions.items():
         layers, heads, n_q, n_k = lazy.shape

@@ -156,9 +156,9 @@ class TextSums:
             if bool(ok.any()):
                 r = ok.nonzero().flatten()
                 out[:, SUMS.index(name)] = w[:, r, col[r]].sum(dim=1, dtype=f64).numpy()
-        gap = (qi[:, None] - ki[None, :]).to(torch.float32)
-        out[:, SUMS.index("distance")] = (w * gap.abs()).sum(dim=(1, 2), dtype=f64).numpy()
-        out[:, SUMS.index("distance_sq")] = (w * gap.square()).sum(dim=(1, 2), dtype=f64).numpy()
+        dist, dist_sq = self._gaps(q0, k0, rows, cols)
+        out[:, SUMS.index("distance")] = (w * dist).sum(dim=(1, 2), dtype=f64).numpy()
+        out[:, SUMS.index("distance_sq")] = (w * dist_sq).sum(dim=(1, 2), dtype=f64).numpy()
         if self.pair_q.numel():
             inside = ((self.pair_q >= q0) & (self.pair_q < q0 + rows) & (self.pair_k >= k0)
                       & (self.pair_k < k0 + cols))
@@ -171,6 +171,15 @@ class TextSums:
         same = (wq[:, None] == wk[None, :]) & (wq[:, None] >= 0) & (qi[:, None] != ki[None, :])
         if bool(same.any()):
             out[:, SUMS.index("same_word")] = (w * same).sum(dim=(1, 2), dtype=f64).numpy()
+
+    def _gaps(self, q0: int, k0: int, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``|q - k|`` and ``(q - k)^2`` of a block, float32 ``(rows, cols)``: kept for the next block of the same
+        place (every layer of a text comes in the same blocks)."""
+        key = (q0, k0, rows, cols)
+        if getattr(self, "_gap_key", None) != key:
+            gap = (torch.arange(q0, q0 + rows)[:, None] - torch.arange(k0, k0 + cols)[None, :]).to(torch.float32)
+            self._gap_key, self._gap = key, (gap.abs(), gap.square())
+        return self._gap
 
     def _strongest(self, layer: int, q0: int, k0: int, w: torch.Tensor) -> None:
         """Keep, per query, the ``TOP_KEYS`` largest weights on keys other than the first token and control
