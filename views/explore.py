@@ -18,7 +18,7 @@ from views.shared import t
 from viz import transforms as tf
 from viz.export import attentions_npz, matrix_csv
 from viz.head_view import head_view_html, head_view_layout, head_view_svg, html_height
-from viz.heatmap import head_heatmap, image_config
+from viz.heatmap import MAX_TICKS, PLOT_PX, head_heatmap, image_config
 from viz.model_view import model_view, point_to_cell
 from viz.prepare import Prepared, prepare as prepare_view
 from viz.summary import head_summary_table
@@ -315,7 +315,8 @@ def draw_heatmap(title: str) -> None:
         if sink and not prep.renormalised:
             shown, k_shown = np.concatenate([matrix, share[:, None]], axis=1), list(prep.k_labels) + [t("sink_key")]
         fig = head_heatmap(shown, prep.q_labels, k_shown, title=title, query_title=t("query"),
-                           key_title=t("key"), weight_title=t("weight"), lang=shared.lang())
+                           key_title=t("key"), weight_title=t("weight"), max_ticks=shared.fewer(MAX_TICKS),
+                           plot_px=shared.fewer(PLOT_PX), lang=shared.lang())
         shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
         if max(nq, nk) > 128:
             st.caption(t("heatmap_long", n=max(nq, nk)))
@@ -323,7 +324,8 @@ def draw_heatmap(title: str) -> None:
     pooled = tf.pool(matrix, HEATMAP_MAX)
     q_bins, k_bins = _bin_labels(prep.q_labels, pooled.shape[0]), _bin_labels(prep.k_labels, pooled.shape[1])
     fig = head_heatmap(pooled, q_bins, k_bins, title=title + "  ·  " + t("hm_pooled_short", c=HEATMAP_MAX),
-                       query_title=t("query"), key_title=t("key"), weight_title=t("weight"), max_ticks=24, lang=shared.lang())
+                       query_title=t("query"), key_title=t("key"), weight_title=t("weight"), max_ticks=shared.fewer(24),
+                       plot_px=shared.fewer(PLOT_PX), lang=shared.lang())
     shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
     st.caption(t("hm_pooled", n=max(nq, nk), c=HEATMAP_MAX))
     st.markdown("**" + t("hm_zoom_title", m=ZOOM) + "**")
@@ -342,7 +344,8 @@ def draw_heatmap(title: str) -> None:
     zoom = head_heatmap(matrix, [f"{zq + i}: {x}" for i, x in enumerate(matrix_q)],
                         [f"{zk + i}: {x}" for i, x in enumerate(matrix_k)],
                         title=title + "  ·  " + t("hm_zoom_short", q=zq, k=zk), query_title=t("query"),
-                        key_title=t("key"), weight_title=t("weight"), max_ticks=32, lang=shared.lang())
+                        key_title=t("key"), weight_title=t("weight"), max_ticks=shared.fewer(32),
+                        plot_px=shared.fewer(PLOT_PX), lang=shared.lang())
     shared.plotly_chart(zoom, key="zoom_chart", config=image_config(stem + "_zoom", fmt))
 
 
@@ -374,10 +377,13 @@ def _head_view(zoom: float = HEAD_VIEW_ZOOM, width_px: int = 840) -> None:
         hv_notes.append(t("hv_long_short", a=start, b=end - 1, n=n_rows))
     title = _title(t("hv_title", layer=layer, stack=t(f"stack_{stack}")), prep, options)
     strings = {k: t(f"hv_{k}") for k in ("heads", "all", "none", "pair", "pair_all", "svg", "png")}
+    lay = head_view_layout(hv_q, hv_k, title, hv_notes)
+    if shared.factor() > 1:  # projector mode: the zoom times the text size, as far as the drawing fits its column
+        zoom = max(zoom, min(zoom * shared.factor(), (width_px - 20) / lay.width))
     doc = head_view_html(weights, hv_q, hv_k, head_names=head_names, query_segments=hv_qseg, key_segments=hv_kseg,
                          title=title, notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start,
                          zoom=zoom)
-    lines = head_view_layout(hv_q, hv_k, title, hv_notes).text_lines  # title and notes, wrapped
+    lines = lay.text_lines  # title and notes, wrapped
     st.iframe(doc, height=html_height(shown, max(lines - 1, 0), n_heads, width_px=width_px, zoom=zoom))
     st.caption(t("hv_hint"))
     svg_args = (weights, hv_q, hv_k)

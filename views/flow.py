@@ -108,8 +108,8 @@ for col, matrix, title, unit in ((h1, weights, t("flow_raw_title", layer=layer, 
                                  (h2, weighted, t("flow_vw_title", layer=layer, head=head), t("flow_vw_unit"))):
     with col:
         shared.plotly_chart(vh.head_heatmap(matrix, labels, labels, title=title, query_title=t("query"),
-                                            key_title=t("key"), weight_title=unit, plot_px=260,
-                                            max_ticks=14, lang=L),
+                                            key_title=t("key"), weight_title=unit, plot_px=shared.fewer(260),
+                                            max_ticks=shared.fewer(14), lang=L),
                             key=f"flow_map_{unit}")
 if any(tok.special for tok in tokens):
     raw, vw = _or_stop(_shares, sel.model, sel.text, off, mask, stack)

@@ -202,7 +202,8 @@ if len(stack_names) > 1:
         or main_stack
 n_layers, n_heads = stacks[grid_stack]
 
-left, right = st.columns([1, 1], gap="large")
+# a larger text size (projector mode) widens the grid's column: 12 heads' pills in one row still fit
+left, right = st.columns([1.25, 1] if shared.factor() > 1 else [1, 1], gap="large")
 
 with left:
     st.subheader(t("prune_heads"))
@@ -215,7 +216,8 @@ with left:
     st.markdown(t("prune_count", off=len(off), total=total, share=len(off) / max(total, 1)))
     st.html(f"<style>{(shared.ASSETS / 'css' / 'pruning.css').read_text(encoding='utf-8')}</style>")
     # the grid first (issue 33: in the first screen at 1280 x 720), the presets below it
-    with st.container(height=min(560, 24 + 31 * n_layers), border=True, key="prune_grid"):
+    # rows 33.5 px apart (Streamlit 1.67) and the border's padding: every layer shown when it fits in 560 px
+    with st.container(height=min(560, 30 + 34 * n_layers), border=True, key="prune_grid"):
         for layer in range(n_layers):
             key = _pill_key(name, grid_stack, layer)
             if key not in st.session_state:

@@ -3,7 +3,9 @@ heads found by behaviour across every atlas on disk (DuckDB over the Parquet par
 
 from __future__ import annotations
 
+import functools
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +62,12 @@ class Atlas:
         return len(store.done_texts(self.folder)), total
 
     def _parts(self) -> int:
-        return len(list((self.folder / "parts").glob("texts-*.parquet")))
+        return len(store.complete_parts(self.folder))
+
+    @property
+    def version(self) -> int:
+        """How many parts are written (grows as a build goes on): what a cached view of the atlas is keyed by."""
+        return self._parts()
 
     def table(self, *, draws: int = 1000) -> pd.DataFrame:
         """One row per head: ``stack``, ``layer``, ``head``, each metric of :data:`models.atlas.metrics.METRICS`
@@ -163,7 +170,8 @@ class Atlas:
         corpora compare by shape, not by scale."""
         df = self.table().reset_index(drop=True)
         x = df[list(PROFILE)].to_numpy(dtype=float)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a metric with no value on any head (all NaN)
             sd = np.nanstd(x, axis=0)
             z = np.nan_to_num((x - np.nanmean(x, axis=0)) / np.where(sd > 0, sd, 1))
         return df, z
@@ -181,7 +189,7 @@ class Atlas:
             return df.head(0)
         v = z[me[0]]
         frames = []
-        others = [Atlas(f) for f in store.atlas_folders(root) if f != self.folder] if across else []
+        others = [open_atlas(f) for f in store.atlas_folders(root) if f != self.folder] if across else []
         for atlas, (table, prof) in [(self, (df, z))] + [(a, a.profiles()) for a in others]:
             if not len(table):
                 continue
@@ -206,6 +214,17 @@ class Atlas:
         """The causal tests (:func:`models.atlas.causal_labels`) stored with this atlas, or None."""
         path = self.folder / "labels.parquet"
         return pd.read_parquet(path) if path.is_file() else None
+
+
+@functools.lru_cache(maxsize=64)
+def _open(folder: str) -> Atlas:
+    return Atlas(folder)
+
+
+def open_atlas(folder: str | Path) -> Atlas:
+    """One :class:`Atlas` object per folder in this process (its table is computed again only when new parts are
+    written), for callers that read many atlases again and again (:meth:`Atlas.related` with ``across``)."""
+    return _open(str(Path(folder)))
 
 
 def _check_metric(name: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..loading.model import LoadedModel
 from .build import build_atlas, check_settings, folder_for
-from .corpus import Corpus
+from .corpus import Corpus, check_language
 
 _JOBS: dict[Path, "Job"] = {}
 _LOCK = threading.Lock()
@@ -37,6 +37,11 @@ class Job:
     stop_event: threading.Event = field(default_factory=threading.Event, repr=False)
     thread: threading.Thread | None = field(default=None, repr=False)
 
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for and the build has not ended yet."""
+        return self.stop_event.is_set() and not self.finished
+
     def stop(self) -> None:
         """Ask the build to stop after its current text (what is done stays on disk; a later build resumes)."""
         self.stop_event.set()
@@ -46,8 +51,10 @@ def start(loaded: LoadedModel, corpus: Corpus, **settings) -> Job:
     """Start the build of (model, corpus, settings) in a daemon thread, or return the one already running.
 
     ``settings``: ``max_tokens``, ``limit``, ``repeats``, ``repeat_length`` as :func:`models.atlas.build_atlas`
-    (checked here, in the caller's thread, so a bad value raises at once).
+    (checked here, in the caller's thread, so a bad value raises at once, as does a corpus in a language the
+    tokenizer cannot read: :func:`models.atlas.corpus.check_language`).
     """
+    check_language(loaded, corpus)
     s = check_settings(loaded, settings.get("max_tokens"), settings.get("limit"),
                        settings.get("repeats", 16), settings.get("repeat_length"))
     folder = folder_for(loaded, corpus, s, settings.get("root"))

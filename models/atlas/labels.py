@@ -86,10 +86,11 @@ def _interval(deltas: np.ndarray, draws: int = 1000, seed: int = 0) -> tuple[flo
 
 
 def metric_deltas(loaded: LoadedModel, texts: list[str], heads: list, *, max_tokens: int = 256,
-                  batch_size: int = 32, second_copy: int | None = None) -> np.ndarray:
+                  batch_size: int = 32, second_copy: int | None = None, first_copy: int | None = None) -> np.ndarray:
     """float64 ``(texts, heads)``: the model's metric with each head switched off minus with none off, per text
     (:func:`models.pruning.evaluate`). With ``second_copy = L``, the loss counts only the last ``L - 1`` tokens
-    (the second copy of a repeated sequence, its first token left out)."""
+    (the second copy of a repeated sequence, its first token left out); with ``first_copy = L``, only the
+    ``L - 1`` tokens before them (the first copy, its first token left out)."""
     from ..pruning.core import evaluate, keep_matrix, prepare
 
     keep = keep_matrix(loaded, [[]] + [[h] for h in heads])
@@ -99,6 +100,10 @@ def metric_deltas(loaded: LoadedModel, texts: list[str], heads: list, *, max_tok
         if second_copy is not None:
             n = prep.labels.shape[1]
             prep.labels[0, : n - second_copy + 1] = -100
+        if first_copy is not None:
+            n = prep.labels.shape[1]
+            prep.labels[0, : max(0, n - 2 * first_copy + 1)] = -100
+            prep.labels[0, n - first_copy:] = -100
         values = evaluate(loaded, prep, keep, batch_size=batch_size)
         out[i] = values[1:] - values[0]
     return out
@@ -113,17 +118,19 @@ def induction_scores(weights: np.ndarray, length: int) -> np.ndarray:
 
 
 def second_copy_effects(loaded: LoadedModel, *, sequences: int = 8, length: int = 40, max_tokens: int | None = None,
-                        batch_size: int = 64) -> tuple[list, np.ndarray]:
-    """Every head's effect on the loss of the second copy of repeated random tokens (decoders): ``(heads,
-    float64 (sequences, heads))``, the loss with the head off minus with none off, nats per token."""
+                        batch_size: int = 64, copy: str = "second") -> tuple[list, np.ndarray]:
+    """Every head's effect on the loss of the second (or, ``copy="first"``, the first) copy of repeated random
+    tokens (decoders): ``(heads, float64 (sequences, heads))``, the loss with the head off minus with none off,
+    nats per token. The second copy's rise minus the first's is what a head does for in-context copying alone
+    (a head every prediction needs raises both)."""
     from ..experiments.induction import repeated_text
     from ..pruning.core import head_list
 
     heads = head_list(loaded)
     max_tokens = _limit(loaded, max_tokens)
     texts = [repeated_text(loaded, length, seed)[0] for seed in range(sequences)]
-    return heads, metric_deltas(loaded, texts, heads, max_tokens=max_tokens, batch_size=batch_size,
-                                second_copy=length)
+    which = {"second_copy": length} if copy == "second" else {"first_copy": length}
+    return heads, metric_deltas(loaded, texts, heads, max_tokens=max_tokens, batch_size=batch_size, **which)
 
 
 @checks.needs_model

@@ -89,6 +89,19 @@ class PartWriter:
         self.next += 1
 
 
+def complete_parts(folder: Path) -> list[str]:
+    """The numbers (``"00003"``) of the parts whose three tables are all written (the ``texts`` table is written
+    last), in order."""
+    return sorted(m.group(1) for p in (folder / "parts").glob("texts-*.parquet")
+                  if (m := re.match(r"texts-(\d+)\.parquet$", p.name)))
+
+
+def part_files(folder: Path, table: str) -> str:
+    """A DuckDB list literal of a table's files of the complete parts (:func:`complete_parts`)."""
+    names = [str(folder / "parts" / f"{table}-{n}.parquet").replace("'", "''") for n in complete_parts(folder)]
+    return "[" + ", ".join(f"'{x}'" for x in names) + "]"
+
+
 def done_texts(folder: Path) -> set[tuple[str, int]]:
     """The ``(grp, text)`` pairs already written."""
     if not any((folder / "parts").glob("texts-*.parquet")):
@@ -100,10 +113,12 @@ def done_texts(folder: Path) -> set[tuple[str, int]]:
 def per_text_sums(folder: Path, grp: str, stacks: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
     """stack -> float64 ``(texts, layers, heads, len(SUMS))`` of one group, texts in index order."""
     out = {}
+    if not complete_parts(folder):
+        return {stack: np.zeros((0, layers, heads, len(SUMS))) for stack, (layers, heads) in stacks.items()}
     cols = ", ".join(f'"{c}"' for c in SUMS)
     for stack, (layers, heads) in stacks.items():
         rows = duck().execute(
-            f"SELECT text, layer, head, {cols} FROM read_parquet('{glob(folder, 'sums')}') "
+            f"SELECT text, layer, head, {cols} FROM read_parquet({part_files(folder, 'sums')}) "
             "WHERE grp = ? AND stack = ? ORDER BY text, layer, head", [grp, stack]).fetchnumpy()
         texts = np.unique(rows["text"]) if len(rows["text"]) else np.zeros(0, dtype=np.int64)
         arr = np.zeros((len(texts), layers, heads, len(SUMS)))

@@ -53,6 +53,12 @@ QUERY = st.fixed_dictionaries({}, optional={
     "kv_preset": st.one_of(st.sampled_from(["loaded:minilm-l6", "loaded:smollm2-135m"]), JUNK),
     "kv_layers": NUMBERS, "kv_heads_q": NUMBERS, "kv_heads_kv": NUMBERS, "kv_bytes": NUMBERS, "kv_tokens": NUMBERS,
     "kv_window": NUMBERS, "kv_prompt": TEXTS, "kv_new_tokens": NUMBERS,
+    # the Head atlas (issue 28)
+    "atlas_corpus": st.one_of(st.sampled_from(["en", "tr", "upload"]), JUNK), "atlas_column": TEXTS,
+    "atlas_max_tokens": NUMBERS, "atlas_limit": NUMBERS, "atlas_repeats": NUMBERS,
+    "atlas_metric": st.one_of(st.sampled_from(["previous", "induction_repeat", "distance_var"]), JUNK),
+    "atlas_lowest": st.sampled_from(["1", "0", "x"]), "atlas_stack": st.one_of(st.just("encoder"), JUNK),
+    "atlas_layer": NUMBERS, "atlas_head": NUMBERS,
 })
 # the text fields of each page (the sidebar's sentence is on every page); a field a page does not draw is ignored
 FIELDS = {"views/explore.py": ["pair"], "views/masks.py": ["masks_src", "masks_tgt", "masks_audio_tgt", "masks_encdec_model"],

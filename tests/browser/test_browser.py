@@ -226,7 +226,10 @@ FIRST_SCREEN_SHOWN = 200
 FIRST_SCREEN = [("/?model_key=minilm-l6", "iframe"), ("/?model_key=smollm2-135m&view=model", ".js-plotly-plot"),
                 ("/?model_key=minilm-l6&view=heatmap", ".js-plotly-plot"),
                 ("/pruning?model_key=minilm-l6", ".st-key-prune_grid"),
-                ("/pruning?model_key=smollm2-135m", ".st-key-prune_grid")]
+                ("/pruning?model_key=smollm2-135m", ".st-key-prune_grid"),
+                # projector mode (issue 29): the text 1.5 times larger, the figure still in the first screen
+                ("/?model_key=minilm-l6&scale=projector", "iframe"),
+                ("/pruning?model_key=minilm-l6&scale=projector", ".st-key-prune_grid")]
 
 
 def test_the_main_figure_is_in_the_first_screen(app_url):
@@ -260,7 +263,13 @@ LAYOUT_PAGES = [
     "/masks?model_key=smollm2-135m&masks_section=compare&masks_kinds=causal,sliding_window,strided",
     "/qkv", "/positions", "/cost", "/kvcache",
     "/flow?model_key=smollm2-135m", "/flow?model_key=minilm-l6&text=" + quote(LONG_WORD),
+    # the Head atlas's controls (an atlas on disk or none, whichever the cache holds) and its upload row
+    "/atlas?model_key=minilm-l6", "/atlas?model_key=minilm-l6&atlas_corpus=upload",
 ]
+# Projector mode (issue 29): Explore, Head pruning and Masks again with every text 1.5 times larger (the sidebar's
+# "Text size", kept in the link), the head summary table (a zoomed data frame) among them
+LAYOUT_PAGES += [path + "&scale=projector" for path in LAYOUT_PAGES if path.startswith(("/?", "/pruning?", "/masks?"))]
+LAYOUT_PAGES.append("/?model_key=minilm-l6&view=summary&scale=projector")
 
 
 def _layout_problems(app_url: str, paths: list[str], shot, prepare=None) -> str:
@@ -295,7 +304,8 @@ def test_no_text_is_cut_or_drawn_over_other_text(app_url):
     axis title, rotated labels over each other, panel titles cut by the figure above, table columns and
     button labels cut. tests/browser_layout.js measures what the browser drew; screenshots are saved."""
     report = _layout_problems(app_url, LAYOUT_PAGES, lambda number, path, lang, width: (
-        f"layout-{number:02d}-{path.strip('/').split('?')[0] or 'explore'}-{lang}-{width}.png"))
+        f"layout-{number:02d}-{path.strip('/').split('?')[0] or 'explore'}{'-projector' * ('scale=' in path)}-{lang}-"
+        f"{width}.png"))
     (RESULTS / "layout-problems.txt").write_text(report, encoding="utf-8")
     assert not report, report
 
@@ -317,8 +327,10 @@ def test_every_experiments_result_is_drawn_without_cut_or_overlapping_text(app_u
                 done.first.wait_for(timeout=RUN_TIMEOUT)
 
     paths = [f"/experiments?exp_which={which}&model_key={model}" for which, model in EXPERIMENT_PAGES]
+    paths += [path + "&scale=projector" for path in paths]  # projector mode (issue 29): every text 1.5 times larger
     report = _layout_problems(app_url, paths, lambda number, path, lang, width: (
-        f"experiments-{EXPERIMENT_PAGES[number][0]}-{lang}-{width}.png"), prepare=run_once)
+        f"experiments-{EXPERIMENT_PAGES[number % len(EXPERIMENT_PAGES)][0]}{'-projector' * ('scale=' in path)}-{lang}-"
+        f"{width}.png"), prepare=run_once)
     assert not report, report
 
 

@@ -69,9 +69,11 @@ def test_no_module_is_over_500_lines():
 # and keep their short names, the sidebar's are the app's own
 PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), "mask_sections": ("masks_",),
                  "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",),
-                 "experiments": ("exp_",)}
+                 "experiments": ("exp_",), "atlas": ("atlas_",), "atlas_sections": ("atlas_",),
+                 "live": ("live_", "_live_"), "live_sections": ("live_", "_live_")}
+SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live"}  # a page's parts, one module each, and their page
 APP_KEYS = {"_device_slot", "_model_chosen_by_user", "_selection", "example", "lang", "model_custom", "model_key",
-            "text"}
+            "scale", "text"}
 
 
 def _session_keys(path: Path) -> set[str]:
@@ -124,8 +126,8 @@ def test_each_page_keeps_its_session_state_keys_under_its_own_prefix():
             stray = {k for k in keys if not k.startswith(PAGE_PREFIXES[page])}
             assert not stray, (path.name, sorted(stray))
         for key in keys:
-            owner = seen.setdefault(key, page if page != "mask_sections" else "masks")
-            assert owner == (page if page != "mask_sections" else "masks"), f"{key!r} used by {owner} and {page}"
+            owner = seen.setdefault(key, SECTIONS.get(page, page))
+            assert owner == SECTIONS.get(page, page), f"{key!r} used by {owner} and {page}"
     assert len(seen) > 100, len(seen)
     explore = _session_keys(views / "explore.py")
     others = tuple(p for prefixes in PAGE_PREFIXES.values() for p in prefixes)

@@ -10,8 +10,9 @@ from pathlib import Path
 from conftest import ROOT
 
 HELPER = ROOT / "views" / "shared" / "fields.py"
-# text boxes that take a model's name, not a text to analyse (classroom mode refuses names it does not offer)
-NAME_FIELDS = {"model_custom", "masks_encdec_model"}
+# text boxes that take a name, not a text to analyse: a model's (classroom mode refuses names it does not offer),
+# a corpus file's text column; a live class's room code, teacher token and the address its students open
+NAME_FIELDS = {"model_custom", "masks_encdec_model", "atlas_column", "live_code_input", "live_token", "live_address"}
 TEXT_BOXES = ("text_input", "text_area", "chat_input")
 
 

@@ -121,8 +121,9 @@ def section_compare(sel: shared.Selection) -> None:
         shared.show_error(exc)
         return
 
-    # at most three panels a row: five in a row left a grid of 8 px cells at 1280 px
-    columns = [col for start in range(0, len(kinds) + 1, 3) for col in st.columns(3)][: len(kinds) + 1]
+    # at most three panels a row: five in a row left a grid of 8 px cells at 1280 px; two at a larger text size
+    per_row = 3 if shared.factor() == 1 else 2
+    columns = [col for start in range(0, len(kinds) + 1, per_row) for col in st.columns(per_row)][: len(kinds) + 1]
     native_matrix = compare.applied_mask(loaded, native, layer, stack)
     panels = [("native", native_matrix, native.attentions[stack])] + [
         (kind, run.matrix, run.analysis.attentions[stack]) for kind, run in zip(kinds, runs)
@@ -134,11 +135,11 @@ def section_compare(sel: shared.Selection) -> None:
             title = mask_title(kind) + (f" ({t('masks_reference')})" if kind == "native" else "")
             st.markdown(f"**{title}**")
             chart(mask_figure(matrix, labels, labels, title=t("masks_mask_matrix"), empty_label=t("masks_no_key")),
-                   key=f"masks_cmp_mask_{i}", columns=3)
+                   key=f"masks_cmp_mask_{i}", columns=per_row)
             chart(attention_figure(pick_map(att, layer, head), labels, labels, mask=matrix,
                                        title=t("masks_attention_of", layer=layer, head=head_name(head)),
                                        empty_label=t("masks_no_key"), zmax=top), key=f"masks_cmp_att_{i}",
-                  columns=3)
+                  columns=per_row)
             st.caption(t(f"masks_explain_{kind}"))
 
     st.subheader(t("masks_effect_title"))

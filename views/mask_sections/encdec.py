@@ -36,7 +36,8 @@ def _three_panels(a: models.Analysis, panels, layer: int, head: int | None, hide
     """Encoder self-attention, decoder self-attention and cross-attention side by side, each with its mask.
     ``panels``: (title key, stack, mask (q, k), query special flags, key special flags, query labels, key
     labels). With ``hide``, special tokens are dropped and rows renormalised (viz.alignment.hide_special)."""
-    cols = st.columns(3)
+    per_row = 3 if shared.factor() == 1 else 2  # two panels a row at a larger text size (projector mode)
+    cols = [col for start in range(0, len(panels), per_row) for col in st.columns(per_row)][: len(panels)]
     for col, (title_key, stack, matrix, q_special, k_special, q_labels, k_labels) in zip(cols, panels):
         with col:
             st.markdown(f"**{t(title_key)}**")
@@ -47,11 +48,11 @@ def _three_panels(a: models.Analysis, panels, layer: int, head: int | None, hide
                 q_labels = [q_labels[i] for i in q_keep]
                 k_labels = [k_labels[i] for i in k_keep]
             chart(mask_figure(matrix, q_labels, k_labels, title=t("masks_mask_matrix"),
-                                  empty_label=t("masks_no_key")), key=f"masks_ed_mask_{stack}", columns=len(panels))
+                                  empty_label=t("masks_no_key")), key=f"masks_ed_mask_{stack}", columns=per_row)
             chart(attention_figure(weights, q_labels, k_labels, mask=matrix, renormalised=hide,
                                        title=t("masks_attention_of", layer=layer, head=head_name(head)),
                                        empty_label=t("masks_no_key")), key=f"masks_ed_att_{stack}",
-                  columns=len(panels))
+                  columns=per_row)
     if hide:
         st.caption(t("masks_renormalised_note"))
 

@@ -2,7 +2,7 @@
 and escaping (:mod:`.strings`), figures, tables and errors on a page (:mod:`.output`), the cached models and
 analyses (:mod:`.cache`), the page's state in the link (:mod:`.urlstate`), the layer and head picker
 (:mod:`.pickers`), the text field that keeps a classroom's limit (:mod:`.fields`), a model page's top
-(:mod:`.page`), the sidebar (:mod:`.sidebar`).
+(:mod:`.page`), the sidebar (:mod:`.sidebar`), the text size of projector mode (:mod:`.scale`).
 Pages use them as ``shared.t``, ``shared.get_analysis``, ....
 
 A loaded model is cached per process by :func:`models.load` and shared by every browser session;
@@ -19,6 +19,7 @@ from .output import (  # noqa: F401
 )
 from .page import page_start  # noqa: F401
 from .pickers import MEAN, layer_head  # noqa: F401
+from .scale import SCALES, factor, fewer, scale_figure, style as scale_style  # noqa: F401
 from .sidebar import (  # noqa: F401
     DEFAULT_TEXT, DEFAULT_TEXTS, Selection, _catalog_label, default_text, examples, selection, sidebar, spec_text,
 )
@@ -26,5 +27,5 @@ from .strings import (  # noqa: F401
     ASSETS, Md, _strings, lang, md, t, t_plain,
 )
 from .urlstate import (  # noqa: F401
-    clamp, UrlState, url_drop, url_init, url_sync,
+    clamp, open_with, UrlState, url_drop, url_init, url_sync,
 )

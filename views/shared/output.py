@@ -15,6 +15,7 @@ from viz import numbers as nb
 from viz.text import wrap_title
 
 from .. import hosting
+from .scale import factor, scale_figure
 from .strings import ASSETS, Md, _strings, lang, md, t, t_plain
 
 
@@ -32,24 +33,30 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
     hover, cell text) written the interface language's way (:func:`viz.numbers.style`: plotly's
     ``layout.separators``, Turkish 0,25 and 131.072, and no SI suffix such as "1µ" on an axis or a colour bar),
     and its title wrapped to the width of one of ``columns`` columns (default 2 in a
-    ``container``, 1 otherwise; the figure grows by the lines added). Returns what ``st.plotly_chart`` returns
-    (the selection event with ``on_select``)."""
+    ``container``, 1 otherwise; the figure grows by the lines added). Its text is drawn at the sidebar's text size
+    (:func:`views.shared.scale.scale_figure`, projector mode). Returns what ``st.plotly_chart`` returns (the
+    selection event with ``on_select``)."""
     nb.style(fig, lang())
+    f = factor()
     columns = columns or (2 if container is not None else 1)
+    scale_figure(fig, f, width=MAIN_PX / columns)
+    line = LINE_PX * f
     added = 0
-    if fig.layout.title.text and columns > 1:  # a fixed-width figure wraps to its own width
+    # a fixed-width figure wraps to its own width; a larger text size wraps a full-width figure's title too
+    if fig.layout.title.text and (columns > 1 or f > 1):
         width = min(MAIN_PX / columns, fig.layout.width or MAIN_PX) - 20
-        title, added = wrap_title(fig.layout.title.text, width, fig.layout.title.font.size or 15)
+        title, added = wrap_title(fig.layout.title.text, width, fig.layout.title.font.size or 15 * f)
         if added:
             margin = fig.layout.margin.t if fig.layout.margin.t is not None else 80
-            fig.update_layout(title_text=title, margin_t=margin + LINE_PX * added)
+            fig.update_layout(title_text=title, margin_t=margin + round(line * added))
             if fig.layout.height is not None:
-                fig.update_layout(height=fig.layout.height + LINE_PX * added)
+                fig.update_layout(height=fig.layout.height + round(line * added))
     if fig.layout.title.text and (fig.layout.title.y is None or added):
         # at the container's top, where the figure's top margin leaves it room (viz.text.top_axis_margin); at
         # plotly's "auto" place, the middle of the top margin, it ran into a top axis's title (issue 13). Plotly
-        # anchors a title of several lines by its last line: the pad moves the first one down into the figure
-        pad = (fig.layout.title.pad.t or 8) + LINE_PX * added
+        # anchors a title of several lines about a line higher than one line, however many: the pad moves its first
+        # line down into the figure (one line's worth, measured in Chromium for 2 to 5 lines at 13 and 19.5 px)
+        pad = (fig.layout.title.pad.t or 8) + (round(line) if added else 0)
         fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=pad)))
     if lang() == "tr":  # plotly's own words (the mode bar's buttons, "double-click to zoom back out") in Turkish
         kwargs["config"] = {"locale": "tr", "locales": {"tr": {"dictionary": _plotly_tr()}}, **(kwargs.get("config") or {})}

@@ -12,6 +12,7 @@ import models
 
 from .. import hosting
 from .fields import text_field
+from .scale import scale_control
 from .strings import ASSETS, _strings, lang, md, t
 from .urlstate import url_drop, url_init, url_sync
 
@@ -122,6 +123,9 @@ def sidebar() -> Selection:
         st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True, on_change=_language_changed,
                  format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
         url_sync("lang", "en")
+        from ..live_sections.panel import live_panel  # a live class (issue 29); imported here: it imports shared
+        live_panel()
+        scale_control()  # text size: Normal / Large / Projector (issue 29)
         keys = hosting.offered()
         url_init("model_key", keys)
         if "model_key" not in st.session_state:

@@ -155,3 +155,14 @@ def clamp(key: str, n: int, default: int = 0) -> None:
         value = st.session_state[key] = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
         st.session_state[key] = min(max(default, 0), max(n - 1, 0))
+
+
+def open_with(values: dict) -> None:
+    """From a widget's callback, before another page is opened (``st.switch_page``): set the Session State values a
+    link to that page would set, e.g. Explore's text, layer, head and view from the Head atlas. Each is set before
+    the page draws its widget, so the widget starts from it (a callback runs before the script); the value kept for
+    the link (:func:`_kept`) is dropped, so the page writes it afresh."""
+    kept = _kept()
+    for key, value in values.items():
+        kept.pop(key, None)
+        st.session_state[key] = value

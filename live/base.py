@@ -1,0 +1,168 @@
+"""The operations of a live class (:class:`RoomStore`) and what both stores share: opening a room with the server's
+teacher token, and joining by a typed code under a rate limit (:class:`BaseStore`).
+
+A room's state is what a page's URL holds, ``{"page": "explore", "params": {"text": "..."}}``, with a ``version``
+that grows by one with every change (the page, a question asked or revealed), the current ``question`` (the
+teacher's object with its ``"id"``, or None) and whether it is ``revealed``. A new room has ``page`` None,
+``params`` ``{}`` and version 0.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from typing import Callable, Protocol, runtime_checkable
+
+from . import config, rules
+from .errors import LiveUnavailable, NoSuchRoom, NotTeacher, RateLimited
+
+
+@runtime_checkable
+class RoomStore(Protocol):
+    """What the app needs of a live class's shared state. Teacher operations take the room's secret (returned once
+    by :meth:`create_room`) and raise :class:`~live.errors.NotTeacher` without it; an unknown, closed or expired
+    room raises :class:`~live.errors.NoSuchRoom` (only :meth:`get_state` and :meth:`room_exists` answer None /
+    False). A typed code goes through :meth:`join_attempt` (rate limited), never straight to the others."""
+
+    def create_room(self, teacher_token: str, client_key: str = "") -> tuple[str, str]: ...
+    def room_exists(self, code: str) -> bool: ...
+    def join_attempt(self, code: str, client_key: str, student_id: str | None = None) -> str: ...
+    def set_state(self, code: str, secret: str, page: str, params: dict[str, str]) -> int: ...
+    def get_state(self, code: str) -> dict | None: ...
+    def version(self, code: str) -> int: ...
+    def join(self, code: str, student_id: str) -> None: ...
+    def heartbeat(self, code: str, student_id: str) -> None: ...
+    def present(self, code: str, within_s: float = rules.PRESENT_S) -> int: ...
+    def ask(self, code: str, secret: str, question: dict) -> int: ...
+    def answer(self, code: str, question_id: int, student_id: str, value) -> None: ...
+    def reveal(self, code: str, secret: str, question_id: int, measured=None) -> None: ...
+    def results(self, code: str, question_id: int) -> dict: ...
+    def close_room(self, code: str, secret: str) -> None: ...
+    def allow(self, bucket: str, limit: int, per_s: float) -> bool: ...
+
+
+class BaseStore:
+    """What both stores share. Subclasses provide the operations of :class:`RoomStore` and ``_create`` /
+    ``_window``.
+
+    Args:
+        teacher_token: the server's teacher token; None reads :func:`live.config.teacher_token` at each
+            :meth:`create_room` (the environment, then ``classroom.toml``).
+        ttl_s: a room is forgotten this long after its last activity.
+        clock: seconds, for presence and room expiry (tests pass a clock they move).
+    """
+
+    join_limit, join_window_s = rules.JOIN_LIMIT, rules.JOIN_WINDOW_S
+    teacher_limit, teacher_window_s = rules.TEACHER_LIMIT, rules.TEACHER_WINDOW_S
+    max_students = rules.MAX_STUDENTS
+
+    def __init__(self, *, teacher_token: str | None = None, ttl_s: float = rules.TTL_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._teacher_token = teacher_token
+        self.ttl_s = ttl_s
+        self.clock = clock
+
+    # -- what a subclass provides -----------------------------------------------------------------------------
+    def _create(self, code: str, secret_hash: str) -> bool:  # pragma: no cover - abstract
+        """Make the room ``code`` with its secret's hash; False when the code is taken."""
+        raise NotImplementedError
+
+    def _window(self, bucket: str) -> tuple[int, float]:  # pragma: no cover - abstract
+        """``(hits in the bucket's current window, seconds until it ends)``; ``(0, 0.0)`` for none."""
+        raise NotImplementedError
+
+    def room_exists(self, code: str) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def join(self, code: str, student_id: str) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def allow(self, bucket: str, limit: int, per_s: float) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- shared -----------------------------------------------------------------------------------------------
+    def _not_limited(self, bucket: str, limit: int) -> None:
+        """Raise :class:`RateLimited` when ``bucket`` already has ``limit`` hits in its window."""
+        hits, left = self._window(bucket)
+        if hits >= limit:
+            retry_s = max(1, math.ceil(left))
+            raise RateLimited(f"Too many wrong attempts; try again in {retry_s} s.", code="live_rate_limited",
+                              retry_s=retry_s)
+
+    def create_room(self, teacher_token: str, client_key: str = "") -> tuple[str, str]:
+        """Open a room. Give the secret to the teacher's session only: it is returned this once, and the store
+        keeps only its hash.
+
+        Args:
+            teacher_token: must equal the server's teacher token.
+            client_key: who is asking (a session id or an address): wrong tokens are counted per client key,
+                :attr:`teacher_limit` per :attr:`teacher_window_s` seconds.
+
+        Returns:
+            ``(code, secret)``: the room code students type, and the teacher secret
+            (``secrets.token_urlsafe(32)``).
+
+        Raises:
+            NotTeacher: no teacher token is set on this server, or ``teacher_token`` is not it.
+            RateLimited: too many wrong tokens from this client key lately.
+            LiveUnavailable: the store cannot be reached, or no free code was found.
+        """
+        where = rules.bucket("teacher", client_key)
+        self._not_limited(where, self.teacher_limit)
+        server = self._teacher_token if self._teacher_token is not None else config.teacher_token()
+        if not server:
+            raise NotTeacher("No teacher token is set on this server (DIKKAT_TEACHER_TOKEN or teacher_token in "
+                             "classroom.toml), so no room can be opened.", code="live_no_teacher_token")
+        if not rules.token_matches(teacher_token, server):
+            self.allow(where, self.teacher_limit, self.teacher_window_s)
+            raise NotTeacher("This is not the teacher token of this server.", code="live_not_teacher")
+        secret = secrets.token_urlsafe(32)
+        for _ in range(20):  # 887 million codes: a second try is already rare
+            code = rules.new_code()
+            if self._create(code, rules.hash_secret(secret)):
+                return code, secret
+        raise LiveUnavailable("No free room code was found; try again.", code="live_no_free_code")
+
+    def join_attempt(self, code: str, client_key: str, student_id: str | None = None) -> str:
+        """Check a room code a student typed, and join the room when ``student_id`` is given. Wrong codes are
+        counted per client: after :attr:`join_limit` in :attr:`join_window_s` seconds every attempt, right or
+        wrong, is refused until the window ends (so the limit is no oracle).
+
+        Returns:
+            the code as stored (upper case, spaces and dashes dropped).
+
+        Raises:
+            RateLimited: too many wrong codes from this client lately.
+            NoSuchRoom: no room has this code.
+            InvalidRequest: ``student_id`` is not a student id.
+            RoomFull: the room has :attr:`max_students` students already.
+        """
+        if student_id is not None:
+            rules.check_student(student_id)
+        where = rules.bucket("join", client_key)
+        self._not_limited(where, self.join_limit)
+        normal = rules.normalize_code(code)
+        if normal is not None and self.room_exists(normal):
+            if student_id is not None:
+                self.join(normal, student_id)
+            return normal
+        self.allow(where, self.join_limit, self.join_window_s)
+        raise NoSuchRoom("No class has this code; check it on the teacher's screen.", code="live_no_such_room")
+
+
+def room_code(code) -> str:
+    """``code`` as a store's key part.
+
+    Raises:
+        NoSuchRoom: it cannot be a room code.
+    """
+    normal = rules.normalize_code(code)
+    if normal is None:
+        raise NoSuchRoom("No class has this code; check it on the teacher's screen.", code="live_no_such_room")
+    return normal
+
+
+def no_room() -> NoSuchRoom:
+    """The error of a room that is not there (closed or expired)."""
+    return NoSuchRoom("This class is closed or has expired.", code="live_room_closed")

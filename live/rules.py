@@ -1,0 +1,219 @@
+"""What a live class accepts, and its limits: room codes, teacher secrets, pages and their parameters,
+questions, answers, measured results and student ids. Pure functions; both stores call them before they write."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import re
+import secrets
+
+from .errors import InvalidAnswer, InvalidRequest
+
+ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: a code read off a projector is typed right
+CODE_LENGTH = 6  # 31**6, about 887 million codes
+TTL_S = 12 * 3600  # a room forgotten 12 h after its last activity
+PRESENT_S = 10.0  # a student is present when seen this recently (heartbeats come more often)
+KEEP_S = 3600.0  # a student not seen for an hour leaves the room (and frees a seat)
+MAX_STUDENTS = 500
+JOIN_LIMIT, JOIN_WINDOW_S = 10, 60.0  # wrong room codes per client per minute
+TEACHER_LIMIT, TEACHER_WINDOW_S = 5, 60.0  # wrong teacher tokens per client per minute
+MAX_ANSWER_CHARS = 80
+MAX_CHOICES = 20
+MAX_PARAMS = 64
+MAX_PARAM_CHARS = 4000  # a sentence in a link: the classroom's max_chars (2000 by default) with room to spare
+MAX_STATE_BYTES = 32_000
+MAX_QUESTION_BYTES = 4096
+MAX_MEASURED_BYTES = 4096
+
+_PAGE = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_PARAM_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_STUDENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def new_code() -> str:
+    """A random room code: :data:`CODE_LENGTH` characters of :data:`ALPHABET` (``secrets``)."""
+    return "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def normalize_code(text) -> str | None:
+    """``text`` as a room code (upper case, spaces and dashes dropped), or None when it cannot be one."""
+    if not isinstance(text, str) or len(text) > 40:
+        return None
+    code = re.sub(r"[\s-]", "", text).upper()
+    return code if len(code) == CODE_LENGTH and all(c in ALPHABET for c in code) else None
+
+
+def hash_secret(secret: str) -> str:
+    """What a store keeps of a teacher secret: its SHA-256, hex (the secret itself is never stored)."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def secret_matches(given, stored_hash: str | None) -> bool:
+    """Whether ``given`` is the secret whose hash is ``stored_hash`` (constant time; False for a missing or
+    non-string secret, or a room without one)."""
+    if not isinstance(given, str) or not given or not stored_hash:
+        return False
+    return hmac.compare_digest(hash_secret(given), stored_hash)
+
+
+def token_matches(given, server_token: str) -> bool:
+    """Whether ``given`` is the server's teacher token (constant time; False for a missing or non-string one)."""
+    if not isinstance(given, str) or not given:
+        return False
+    return hmac.compare_digest(given.encode("utf-8"), server_token.encode("utf-8"))
+
+
+def bucket(kind: str, client_key) -> str:
+    """The rate-limit bucket of ``kind`` (``join``, ``teacher``) for a client: a hash, so any key (an address, a
+    session id) makes a short, safe name."""
+    return f"{kind}:{hashlib.sha256(str(client_key).encode('utf-8')).hexdigest()[:32]}"
+
+
+def _encoded(value, limit: int) -> str | None:
+    """``value`` as JSON, or None when it is not plain data or takes more than ``limit`` bytes."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+    return text if len(text.encode("utf-8")) <= limit else None
+
+
+def check_state(page, params) -> tuple[str, dict[str, str]]:
+    """``(page, params)`` checked: a page name (lower case, digits, ``_``) and ``{str: str}`` of at most
+    :data:`MAX_PARAMS` keys, each value at most :data:`MAX_PARAM_CHARS` characters. Returns a copy.
+
+    Raises:
+        InvalidRequest: anything else.
+    """
+    if not isinstance(page, str) or not _PAGE.fullmatch(page):
+        raise InvalidRequest("The page name must be lower-case letters, digits or '_' (at most 40).",
+                             code="live_invalid_page")
+    params = {} if params is None else params
+    if (not isinstance(params, dict) or len(params) > MAX_PARAMS
+            or not all(isinstance(k, str) and _PARAM_KEY.fullmatch(k) and isinstance(v, str)
+                       and len(v) <= MAX_PARAM_CHARS for k, v in params.items())):
+        raise InvalidRequest(f"A page's parameters must be at most {MAX_PARAMS} names with text values of at most "
+                             f"{MAX_PARAM_CHARS} characters.", code="live_invalid_params", limit=MAX_PARAMS,
+                             chars=MAX_PARAM_CHARS)
+    if _encoded([page, params], MAX_STATE_BYTES) is None:
+        raise InvalidRequest(f"A page's state is at most {MAX_STATE_BYTES} bytes.", code="live_state_too_large",
+                             limit=MAX_STATE_BYTES)
+    return page, dict(params)
+
+
+def answer_value(value):
+    """An answer as it is counted: a string stripped (1 to :data:`MAX_ANSWER_CHARS` characters, no control
+    characters) or a finite number (a whole float as an int).
+
+    Raises:
+        InvalidAnswer: anything else (bool, None, lists, NaN, ...).
+    """
+    if isinstance(value, str):
+        value = value.strip()
+        if not value or len(value) > MAX_ANSWER_CHARS or _CONTROL.search(value):
+            raise InvalidAnswer(f"An answer is 1 to {MAX_ANSWER_CHARS} characters of text.",
+                                code="live_answer_length", max_chars=MAX_ANSWER_CHARS)
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise InvalidAnswer("An answer must be a finite number.", code="live_answer_type")
+            if value.is_integer() and abs(value) < 2 ** 53:
+                return int(value)
+        elif abs(value) >= 2 ** 53:
+            raise InvalidAnswer("An answer must be a number of at most 15 digits.", code="live_answer_type")
+        return value
+    raise InvalidAnswer("An answer must be a short text or a number.", code="live_answer_type")
+
+
+def check_question(question) -> dict:
+    """A question checked and copied: a JSON object of at most :data:`MAX_QUESTION_BYTES`, without an ``id`` key
+    (the store gives it one); its ``choices``, when present, 2 to :data:`MAX_CHOICES` distinct answers
+    (:func:`answer_value`).
+
+    Raises:
+        InvalidRequest: anything else.
+    """
+    text = _encoded(question, MAX_QUESTION_BYTES) if isinstance(question, dict) and "id" not in question else None
+    if text is None:
+        raise InvalidRequest(f"A question is a JSON object of at most {MAX_QUESTION_BYTES} bytes, without an 'id' "
+                             "(the room numbers its questions).", code="live_invalid_question",
+                             limit=MAX_QUESTION_BYTES)
+    copy = json.loads(text)
+    if "choices" in copy:
+        choices = copy["choices"]
+        if not isinstance(choices, list) or not 2 <= len(choices) <= MAX_CHOICES:
+            raise InvalidRequest(f"A question's choices are a list of 2 to {MAX_CHOICES} answers.",
+                                 code="live_invalid_choices", max_choices=MAX_CHOICES)
+        try:
+            values = [answer_value(c) for c in choices]
+        except InvalidAnswer:
+            raise InvalidRequest(f"A question's choices are a list of 2 to {MAX_CHOICES} answers.",
+                                 code="live_invalid_choices", max_choices=MAX_CHOICES) from None
+        if len({value_key(v) for v in values}) != len(values):
+            raise InvalidRequest(f"A question's choices are a list of 2 to {MAX_CHOICES} answers.",
+                                 code="live_invalid_choices", max_choices=MAX_CHOICES)
+        copy["choices"] = values
+    return copy
+
+
+def check_answer(value, question: dict):
+    """:func:`answer_value` of ``value``, which must also be one of the question's ``choices`` if it has some.
+
+    Raises:
+        InvalidAnswer: not a valid answer, or not one of the choices.
+    """
+    value = answer_value(value)
+    if "choices" in question and value_key(value) not in {value_key(c) for c in question["choices"]}:
+        raise InvalidAnswer("This answer is not one of the question's choices.", code="live_answer_not_a_choice")
+    return value
+
+
+def check_measured(measured):
+    """What the model measured, shown with the revealed counts: plain JSON data of at most
+    :data:`MAX_MEASURED_BYTES`. Returns a copy.
+
+    Raises:
+        InvalidRequest: anything else.
+    """
+    text = _encoded(measured, MAX_MEASURED_BYTES)
+    if text is None:
+        raise InvalidRequest(f"What the model measured is shown as plain data of at most {MAX_MEASURED_BYTES} "
+                             "bytes.", code="live_invalid_measured", limit=MAX_MEASURED_BYTES)
+    return json.loads(text)
+
+
+def check_student(student_id) -> str:
+    """``student_id`` (1 to 64 letters, digits, ``_`` or ``-``, e.g. ``secrets.token_urlsafe(16)``).
+
+    Raises:
+        InvalidRequest: anything else.
+    """
+    if not isinstance(student_id, str) or not _STUDENT.fullmatch(student_id):
+        raise InvalidRequest("A student id is 1 to 64 letters, digits, '_' or '-'.", code="live_invalid_student")
+    return student_id
+
+
+def check_question_id(question_id) -> int | None:
+    """``question_id`` as the positive int the stores use, or None when it cannot be one."""
+    if isinstance(question_id, bool) or not isinstance(question_id, int) or question_id < 1:
+        return None
+    return question_id
+
+
+def value_key(value) -> str:
+    """An answer as a dictionary key that keeps its type (``3`` and ``"3"`` are different answers)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def counts_of(values) -> dict:
+    """``{answer: how many}`` of answer values (:func:`answer_value`), most frequent first."""
+    tally: dict[str, list] = {}
+    for value in values:
+        key = value_key(value)
+        tally.setdefault(key, [value, 0])[1] += 1
+    return {value: n for value, n in sorted(tally.values(), key=lambda vn: (-vn[1], value_key(vn[0])))}

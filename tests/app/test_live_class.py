@@ -1,0 +1,360 @@
+"""A live class in the app (issue 29): one AppTest as the teacher and two as students in one process, sharing the
+process's room store (live.MemoryStore). The teacher opens a room on the Class page; the students join (a typed
+code, a link's ?room=); the teacher's page, model, sentence, layer and heads switched off reach the students on
+their next run; a detached student stays where they are and rejoining jumps to the teacher's page; a question is
+answered by both and revealed with the class's counts beside the model's answer; a lesson is stepped through in
+Turkish and English and the session saved as a lesson; and no student session can act as the teacher.
+
+A student's page follows from the sidebar's poll (views/live_sections/room.py: ``poll``), which a fragment runs
+every second in a browser and every full run runs inline first: here ``AppTest.run`` is that full run."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import live
+from live import lessons as L
+from views import shared
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+TOKEN = "teacher-token-for-tests"
+TEXT = "The cat chased the mouse"
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch):
+    """The server's teacher token, and a fresh in-memory store for each test: every AppTest has the same session id
+    ("test session id"), so the join rate limit, counted per session, would carry over from test to test."""
+    monkeypatch.setenv("DIKKAT_TEACHER_TOKEN", TOKEN)
+    monkeypatch.delenv("DIKKAT_REDIS_URL", raising=False)
+    monkeypatch.delenv("REPLICAS", raising=False)
+    monkeypatch.setattr(live, "_stores", {})
+
+
+def _run(what) -> AppTest:
+    """Run the app (an AppTest, or a widget of one just set or clicked) and check it raised nothing."""
+    at = what.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def _app(lang: str = "en", **query) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.session_state["lang"] = lang
+    at.session_state["model_key"] = "minilm-l6"
+    at.session_state["text"] = TEXT
+    for key, value in query.items():
+        at.query_params[key] = value
+    return _run(at)
+
+
+def _title(at: AppTest, page: str) -> bool:
+    key = {"pruning": "prune_title", "kvcache": "kv_title", "positions": "pos_title"}.get(page, f"{page}_title")
+    return bool(at.title) and at.title[0].value == shared._strings()[key][at.session_state["lang"]]
+
+
+def _said(at: AppTest) -> str:
+    """Everything the sidebar and the page wrote as markdown, captions and messages."""
+    parts = [str(e.value) for kind in ("markdown", "caption", "error", "info", "warning") for e in at.get(kind)]
+    parts += [str(e.value) for kind in ("markdown", "caption", "error") for e in at.sidebar.get(kind)]
+    return "\n".join(parts)
+
+
+def _teacher(lang: str = "en") -> tuple[AppTest, str]:
+    at = _app(lang)
+    at.switch_page("views/live.py")
+    _run(at)
+    at.text_input(key="live_token").input(TOKEN)
+    _run(at.button(key="live_open").click())
+    code = at.session_state["_live_code"]
+    assert not [w for w in at.text_input if w.key == "live_token"]  # the token is never drawn again
+    assert at.session_state["live_token"] == "" if "live_token" in at.session_state else True
+    assert TOKEN not in _said(at)
+    assert f"?room={code}" in _said(at).replace("\\", "")  # the students' link, beside its QR code
+    assert at.get("image"), "no QR code"
+    assert _class_in_link(at) == {}  # nothing of the class in the teacher's link
+    return at, code
+
+
+def _class_in_link(at: AppTest) -> dict:
+    """What the session's link holds beyond the page's own parameters (the sidebar's and the language)."""
+    page = {k for keys in L.PARAMS.values() for k in keys} | set(L.SIDEBAR) | {"lang"}
+    held = {k: v for k, v in dict(at.query_params).items() if k not in page}
+    secret = at.session_state["_live_secret"] if "_live_secret" in at.session_state else None
+    assert not secret or all(secret not in str(v) for v in dict(at.query_params).values())
+    return held
+
+
+def _join_typed(lang: str, code: str) -> AppTest:
+    at = _app(lang)
+    at.text_input(key="live_code_input").input(code.lower())
+    return _run(at.button(key="live_join").click())
+
+
+def _store() -> live.MemoryStore:
+    store = live.store_from_env()
+    assert isinstance(store, live.MemoryStore)
+    return store
+
+
+def _answer(at: AppTest, value: str) -> None:
+    qid = at.session_state["_live_state"]["question"]["id"]
+    at.radio(key=f"live_pick_{qid}").set_value(value)
+    _run(at.button(key="live_send").click())
+
+
+def _bars(at: AppTest) -> dict[str, int]:
+    """The revealed figure's bars: label -> count (plotly JSON of the chart; tests/plotly_json.py decodes arrays)."""
+    from plotly_json import decode
+
+    charts = [json.loads(c.proto.spec) for c in at.sidebar.get("plotly_chart")]
+    assert charts, "no results chart"
+    fig = charts[-1]
+    bar = fig["data"][0]
+    ticks = fig["layout"]["yaxis"]["ticktext"]
+    return {str(t).split(" ◀")[0].replace("<b>", "").replace("</b>", ""): int(x)
+            for t, x in zip(ticks, decode(bar["x"]))}
+
+
+def test_students_follow_detach_rejoin_and_answer_a_question():
+    teacher, code = _teacher("en")
+    first = _join_typed("tr", code)  # a typed code, lower case, in Turkish
+    second = _app("en", room=code)  # the teacher's link (QR code)
+    for student in (first, second):
+        assert student.session_state["_live_code"] == code and student.session_state["_live_follow"]
+        assert _class_in_link(student) == {"room": code}  # the room code is all a student's link holds
+    assert _store().present(code) == 2
+
+    # Explore -> layer 3: both students' next run shows it
+    teacher.switch_page("views/explore.py")
+    _run(teacher)
+    _run(teacher.slider(key="layer").set_value(3))
+    assert "· 2 connected" in _said(teacher)
+    for student in (first, second):
+        _run(student)
+        assert _title(student, "explore") and student.slider(key="layer").value == 3
+        assert student.text_area(key="text").value == TEXT and student.selectbox(key="model_key").value == "minilm-l6"
+    assert first.session_state["lang"] == "tr" and second.session_state["lang"] == "en"  # their own language
+
+    # Head pruning with a head switched off
+    teacher.switch_page("views/pruning.py")
+    teacher.query_params["off"] = "encoder.0.1,encoder.2.3"
+    _run(teacher)
+    for student in (first, second):
+        _run(student)
+        assert _title(student, "pruning")
+        assert sorted(map(tuple, student.session_state[shared.HEADS_OFF_KEY]["minilm-l6"])) == [
+            ("encoder", 0, 1), ("encoder", 2, 3)]
+
+    late = _app("en", room=code)  # a late joiner is on the teacher's page at once
+    assert _title(late, "pruning") and shared.HEADS_OFF_KEY in late.session_state
+
+    # the second student detaches and stays; the first follows to Q/K/V; rejoining jumps there
+    _run(second.button(key="live_detach").click())
+    assert "Exploring on your own" in _said(second)
+    teacher.switch_page("views/qkv.py")
+    _run(teacher)
+    _run(first)
+    _run(second)
+    assert _title(first, "qkv") and _title(second, "pruning")
+    _run(second.button(key="live_rejoin").click())
+    _run(second)
+    assert _title(second, "qkv") and second.session_state["_live_follow"]
+
+    # a question on the page the class sees: both answer, the teacher sees the count, reveals
+    teacher.switch_page("views/live.py")
+    _run(teacher)
+    teacher.number_input(key="live_q_layer").set_value(0)
+    teacher.number_input(key="live_q_head").set_value(2)
+    teacher.number_input(key="live_q_query").set_value(3)
+    _run(teacher.button(key="live_q_ask").click())
+    question = _store().get_state(code)["question"]
+    assert question["kind"] == "top_key" and len(question["choices"]) >= 2
+    assert "chased" in question["prompt"]["en"] and "chased" in question["prompt"]["tr"]
+    for student, pick in ((first, question["choices"][0]), (second, question["choices"][1])):
+        _run(student)
+        assert _title(student, "qkv")  # asking moves nobody
+        _answer(student, pick)
+    _run(first.radio(key=f"live_pick_{question['id']}").set_value(question["choices"][2]))
+    _run(first.button(key="live_send").click())  # changed before the reveal: still one answer
+    answers = _store()._rooms[code].questions[question["id"]].answers
+    assert set(answers) == {first.session_state["_live_student"], second.session_state["_live_student"]}
+    _run(teacher)
+    assert "2 answered" in _said(teacher)
+    _run(teacher.button(key="live_reveal_main").click())
+    results = _store().results(code, question["id"])
+    assert results["total"] == 2 and results["measured"]["answer"] in question["choices"]
+    assert not _store()._rooms[code].questions[question["id"]].answers  # who answered what is gone
+    labels = question["labels"]
+    for student, lang in ((first, "tr"), (second, "en")):
+        _run(student)
+        bars = _bars(student)
+        assert bars[labels[question["choices"][2]][lang]] == 1 and bars[labels[question["choices"][1]][lang]] == 1
+        assert sum(bars.values()) == 2
+        said = "Model:" if lang == "tr" else "The model:"
+        assert said in _said(student)
+        assert ("yanıt (adsız)" if lang == "tr" else "answers (anonymous)") in _said(student)
+    assert "The model:" in _said(teacher)
+
+
+def test_a_lesson_steps_in_each_students_language_and_saves_as_a_lesson(monkeypatch):
+    written = []
+    save = L.save_lesson
+
+    def keep(lesson, path):  # what the download button serves is the file save_lesson wrote
+        save(lesson, path)
+        written.append(Path(path).read_text(encoding="utf-8"))
+
+    monkeypatch.setattr(L, "save_lesson", keep)
+    teacher, code = _teacher("tr")
+    english = _app("en", room=code)
+    turkish = _app("tr", room=code)
+    lesson = L.load_lesson(L.LESSONS / "attention-intro.toml")
+    assert f"{lesson.title['tr']}: {len(lesson.steps)} adım" in _said(teacher)  # in the teacher's language
+    teacher.selectbox(key="live_lesson_pick").set_value(lesson.id)
+    _run(teacher.button(key="live_lesson_start").click())
+    assert _title(teacher, lesson.steps[0].page)
+    _run(teacher.button(key="live_next").click())
+    step = lesson.steps[1]
+    assert _title(teacher, step.page)
+    assert step.text["tr"][:40] in _said(teacher).replace("\\", "")
+    for student, lang in ((english, "en"), (turkish, "tr")):
+        _run(student)
+        assert _title(student, step.page) and student.session_state["lang"] == lang
+        assert step.text[lang][:40] in _said(student).replace("\\", "")
+        assert step.text[{"en": "tr", "tr": "en"}[lang]][:40] not in _said(student).replace("\\", "")
+    _run(teacher.button(key="live_previous").click())
+    step = lesson.steps[0]
+    assert step.question is not None
+    _run(teacher.button(key="live_ask_step").click())
+    question = _store().get_state(code)["question"]
+    assert question["prompt"] == step.question.prompt
+    for student in (english, turkish):
+        _run(student)
+        assert _title(student, step.page)
+        _answer(student, question["choices"][0])
+    _run(teacher.button(key="live_reveal_side").click())
+    assert _store().results(code, question["id"])["measured"]["answer"] == "2"  # tests/app/test_lesson_steps.py
+    for student in (english, turkish):
+        _run(student)
+        assert sum(_bars(student).values()) == 2
+    # the session as a lesson: the states broadcast, the question asked; a file that loads again
+    teacher.switch_page("views/live.py")
+    _run(teacher)
+    assert teacher.get("download_button"), "no download button"
+    saved = L.parse_lesson(tomllib.loads(written[-1]))
+    assert [s.page for s in saved.steps] == [lesson.steps[0].page, lesson.steps[1].page, lesson.steps[0].page]
+    assert saved.steps[-1].question is not None and saved.steps[-1].params["qkv_query"] == 3
+    assert not list(L.LESSONS.glob("class-*.toml"))  # never written into the app's lessons/
+
+
+def test_no_student_session_can_act_as_the_teacher():
+    teacher, code = _teacher("en")
+    secret = teacher.session_state["_live_secret"]
+    teacher.switch_page("views/explore.py")
+    _run(teacher)
+    version = _store().version(code)
+    # every name a link could carry; none reaches the session's teacher state
+    forged = {"room": code, "secret": secret[:10] + "x", "_live_secret": "x", "live_secret": "x", "_live_code": code,
+              "live_broadcast": "1", "student": "someone-else", "_live_student": "someone-else"}
+    student = _app("en", **forged)
+    assert student.session_state["_live_code"] == code
+    assert "_live_secret" not in student.session_state and student.session_state["_live_student"] != "someone-else"
+    assert not [b for b in student.get("toggle") if b.key == "live_broadcast"]
+    for key in ("live_reveal_side", "live_previous", "live_next", "live_ask_step"):
+        assert not [b for b in student.button if b.key == key], key
+    assert _title(student, "explore")  # it followed the teacher there
+    _run(student.checkbox(key="hide_special").check())
+    student.switch_page("views/pruning.py")
+    _run(student)
+    assert _store().version(code) == version  # a student's pages are never broadcast
+    student.switch_page("views/live.py")
+    _run(student)
+    assert not [b for b in student.button if b.key in ("live_q_ask", "live_reveal_main", "live_close")]
+    with pytest.raises(live.NotTeacher):
+        _store().set_state(code, "x", "explore", {})
+    with pytest.raises(live.NotTeacher):
+        _store().ask(code, secret[:-1], {"prompt": "?"})
+    # a wrong teacher token is refused, in the viewer's language
+    intruder = _app("tr")
+    intruder.switch_page("views/live.py")
+    _run(intruder)
+    intruder.text_input(key="live_token").input("guess")
+    _run(intruder.button(key="live_open").click())
+    assert "_live_secret" not in intruder.session_state
+    assert "Bunu yalnızca bu dersin öğretmeni yapabilir" in _said(intruder)
+    # answers go under the session's own student id, whatever the link says
+    qid = _store().ask(code, secret, {"prompt": {"en": "?", "tr": "?"}, "choices": ["a", "b"],
+                                      "labels": {"a": {"en": "A", "tr": "A"}, "b": {"en": "B", "tr": "B"}}})
+    _run(student)
+    _answer(student, "a")
+    assert set(_store()._rooms[code].questions[qid].answers) == {student.session_state["_live_student"]}
+
+
+@pytest.mark.parametrize("lang, wrong, limited", [
+    ("en", "No class has this code", "Too many wrong attempts"),
+    ("tr", "Bu kodla açık bir ders yok", "Çok fazla yanlış deneme"),
+])
+def test_wrong_codes_are_refused_and_rate_limited_in_the_viewers_language(lang, wrong, limited):
+    at = _app(lang)
+    at.text_input(key="live_code_input").input("ZZZZZZ")
+    _run(at.button(key="live_join").click())
+    assert wrong in _said(at) and "_live_code" not in at.session_state
+    for _ in range(live.MemoryStore.join_limit):
+        _run(at.button(key="live_join").click())
+    assert limited in _said(at)
+
+
+def test_broadcasting_off_keeps_the_class_where_it_is_and_a_closed_class_lets_its_students_go():
+    teacher, code = _teacher("en")
+    student = _app("en", room=code)
+    _run(teacher.toggle(key="live_broadcast").set_value(False))
+    teacher.switch_page("views/qkv.py")
+    _run(teacher)
+    assert _store().version(code) == 0 and _title(_run(student), "explore")
+    _run(teacher.toggle(key="live_broadcast").set_value(True))  # on again: the page on screen goes out
+    assert _store().get_state(code)["page"] == "qkv" and _title(_run(student), "qkv")
+    teacher.switch_page("views/live.py")
+    _run(teacher)
+    _run(teacher.button(key="live_close").click())
+    assert "_live_code" not in teacher.session_state and not _store().room_exists(code)
+    _run(student)
+    assert "_live_code" not in student.session_state
+    assert "closed or has expired" in _said(student)
+    _run(student)  # its link's room is not tried again
+    assert "_live_code" not in student.session_state and "closed or has expired" not in _said(student)
+
+
+# an image the browser would fetch, a link, HTML and LaTeX (tests/app/test_hosting_app.py)
+PAYLOAD = "![x](http://beacon.invalid/b.png) [login](http://evil.invalid) <b>bold</b> $x^2$ **loud**"
+
+
+def test_prompts_and_answers_are_shown_as_text():
+    """A question's prompt and its choices' labels reach a student's screen as the same characters: escaped for
+    Streamlit's markdown (the prompt, the radio's options, the model's answer) and for plotly (the bars' labels)."""
+    import re
+
+    teacher, code = _teacher("en")
+    student = _app("en", room=code)
+    labels = {"a": {"en": PAYLOAD, "tr": PAYLOAD}, "b": {"en": "<i>b</i>", "tr": "<i>b</i>"}}
+    qid = _store().ask(code, teacher.session_state["_live_secret"],
+                       {"prompt": {"en": PAYLOAD, "tr": PAYLOAD}, "choices": ["a", "b"], "labels": labels})
+    _run(student)
+    # the radio's options as sent to the browser (its format_func applied), and every markdown of the sidebar
+    shown = [str(o) for o in student.radio(key=f"live_pick_{qid}").options]
+    shown += [str(e.value) for e in student.sidebar.get("markdown")]
+    _answer(student, "a")
+    _store().reveal(code, teacher.session_state["_live_secret"], qid, {"answer": "a", "value": 1.0, "unit": "weight"})
+    _run(student)
+    shown += [str(e.value) for e in student.sidebar.get("markdown")]
+    assert any("beacon" in s for s in shown)
+    for text in shown:
+        for pattern in (r"(?<!\\)\]\(", r"(?<!\\)<b>", r"(?<!\\)://(beacon|evil)", r"(?<!\\)\$x", r"(?<!\\)\*\*loud"):
+            assert not re.search(pattern, text), (pattern, text)
+    ticks = json.loads(student.sidebar.get("plotly_chart")[-1].proto.spec)["layout"]["yaxis"]["ticktext"]
+    assert all("<i>" not in t and "<b>bold" not in t for t in ticks) and any("&lt;i&gt;" in t for t in ticks)

@@ -1,0 +1,1 @@
+"""The Head atlas page's parts, one module each (the page itself is ``views/atlas.py``)."""

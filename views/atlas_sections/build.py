@@ -1,0 +1,140 @@
+"""The Head atlas page's top: the corpus (shipped or uploaded), the build's settings, the build in the background and
+its progress (a fragment redrawn every second), and one line on what is on disk."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import streamlit as st
+
+import models
+from models import atlas as A
+from models.atlas import corpus as atlas_corpus
+from models.atlas import jobs
+from models.atlas.build import MAX_TOKENS, REPEATS
+from views import shared
+
+from .common import URL, duration, corpus_name, parts, t, tp
+
+CORPORA = ["en", "tr", "upload"]
+PROGRESS_S = 1.0  # the progress bar's refresh
+REFRESH_S = 15.0  # while a build runs, the atlas shown is redrawn with the new parts at most this often
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _shipped_file(language: str, stamp: tuple) -> A.Corpus:
+    return A.shipped_corpus(language)
+
+
+def _shipped(language: str) -> A.Corpus | None:
+    """The shipped corpus (read again only when its file changes), or None with a message when it is missing."""
+    path = atlas_corpus.ASSETS / f"{language}.jsonl"
+    try:
+        stat = path.stat()
+    except OSError:
+        st.warning(t("atlas_no_shipped", corpus=tp(f"atlas_corpus_{language}"), file=path.name))
+        return None
+    return _shipped_file(language, (str(path), stat.st_mtime_ns, stat.st_size))
+
+
+def _uploaded(column: str) -> A.Corpus | None:
+    """The uploaded corpus (parsed once per file and column), or None: nothing uploaded, or the engine's reason shown."""
+    file = st.session_state.get("atlas_upload")
+    if file is None:
+        st.info(t("atlas_upload_needed"))
+        return None
+    key = (file.file_id, column)
+    kept = st.session_state.get("atlas_upload_corpus")
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    try:
+        corpus = A.corpus_from_bytes(file.getvalue(), name=file.name, suffix=Path(file.name).suffix or ".txt",
+                                     column=column or None)
+    except models.DikkatError as exc:
+        shared.show_error(exc)
+        return None
+    st.session_state["atlas_upload_corpus"] = (key, corpus)
+    return corpus
+
+
+@st.fragment(run_every=PROGRESS_S)
+def _progress(folder: str, shown_parts: int) -> None:
+    """The running build's progress, time left and Stop button, redrawn every second; the whole page is run again
+    when the build ends, when its first part arrives, and at most every :data:`REFRESH_S` when more arrive."""
+    job = jobs.running(Path(folder))
+    if job is None:
+        return
+    if job.finished:
+        st.rerun()
+    if job.total:
+        text = t("atlas_progress", done=job.done, total=job.total)
+        if job.seconds_left is not None:
+            text += t("atlas_progress_left", left=duration(job.seconds_left))
+        st.progress(min(1.0, job.done / job.total), text=text)
+    else:
+        st.progress(0.0, text=t("atlas_progress_start"))
+    if not job.stopping and not job.finished and st.button(t("atlas_stop"), key="atlas_stop"):
+        job.stop()
+    if job.stopping:
+        st.caption(t("atlas_stopping"))
+    written = parts(Path(folder))
+    stale = time.monotonic() - st.session_state.get("atlas_shown_at", 0.0) > REFRESH_S
+    if written > shown_parts and (shown_parts == 0 or stale):
+        st.rerun()
+
+
+def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int]:
+    """The build's settings in an expander: ``(max_tokens, limit (0: all), repeats)``."""
+    limit = max(2, int(loaded.max_positions or MAX_TOKENS))
+    URL.bind("atlas_max_tokens", min(MAX_TOKENS, limit), kind=int, bounds=(2, limit))
+    URL.bind("atlas_limit", 0, kind=int, bounds=(0, atlas_corpus.MAX_TEXTS))
+    URL.bind("atlas_repeats", REPEATS, kind=int, bounds=(0, 1000))
+    if not 2 <= int(st.session_state.get("atlas_max_tokens") or 0) <= limit:  # a link or a model with more positions
+        st.session_state["atlas_max_tokens"] = min(MAX_TOKENS, limit)
+    with column.expander(t("atlas_settings")):
+        st.number_input(t("atlas_max_tokens"), min_value=2, max_value=limit, step=64, key="atlas_max_tokens",
+                        help=t("atlas_max_tokens_help", limit=limit))
+        st.number_input(t("atlas_limit"), min_value=0, max_value=atlas_corpus.MAX_TEXTS, step=16, key="atlas_limit",
+                        help=t("atlas_limit_help"))
+        st.number_input(t("atlas_repeats"), min_value=0, max_value=1000, step=1, key="atlas_repeats",
+                        help=t("atlas_repeats_help"), disabled=loaded.family != "decoder")
+    return (int(st.session_state["atlas_max_tokens"]), int(st.session_state["atlas_limit"]),
+            int(st.session_state["atlas_repeats"]))
+
+
+def status(loaded, corpus: A.Corpus, atlas: A.Atlas | None, job, running: bool) -> None:
+    """One line on what is on disk; the progress while a build runs; the error that ended the last one."""
+    name = corpus_name(corpus.name)
+    if atlas is not None:
+        done, total = atlas.done()
+        key = "atlas_status_complete" if atlas.complete else "atlas_status_partial"
+        st.caption(t(key, model=shared.model_name(loaded), corpus=name, done=done, total=total))
+    elif not running:
+        st.info(t("atlas_status_none", model=shared.model_name(loaded), corpus=name))
+    if running:
+        _progress(str(job.folder), parts(job.folder))
+    elif job is not None and job.error is not None and not (atlas is not None and atlas.complete):
+        if isinstance(job.error, models.DikkatError):
+            shared.show_error(job.error)
+            st.caption(t("atlas_build_failed"))
+        else:
+            st.error(t("atlas_build_crashed", reason=shared.message(f"{type(job.error).__name__}: {job.error}")))
+
+
+def corpus_and_settings(loaded: models.LoadedModel, spec) -> tuple[A.Corpus | None, tuple, list]:
+    """The corpus choice, the settings and the place of the build button, in one row above the atlas."""
+    default = "tr" if shared.lang() == "tr" and "Turkish" in (spec.languages if spec is not None else "") else "en"
+    URL.bind("atlas_corpus", default, options=CORPORA)
+    row = st.columns([5, 3, 3], vertical_alignment="bottom")
+    row[0].segmented_control(t("atlas_corpus"), CORPORA, key="atlas_corpus", required=True,
+                             format_func={c: tp(f"atlas_corpus_{c}") for c in CORPORA}.get, help=t("atlas_corpus_help"))
+    settings = _settings(loaded, row[1])
+    choice = st.session_state.get("atlas_corpus") or default
+    if choice != "upload":
+        return _shipped(choice), settings, row
+    URL.bind("atlas_column", "")
+    up, col = st.columns([3, 1])
+    up.file_uploader(t("atlas_upload"), type=["txt", "csv", "jsonl"], key="atlas_upload")
+    col.text_input(t("atlas_column"), key="atlas_column", placeholder="text", help=t("atlas_column_help"))
+    return _uploaded(str(st.session_state.get("atlas_column") or "").strip()), settings, row

@@ -1,0 +1,109 @@
+"""What the Head atlas page's parts share (the page itself is ``views/atlas.py``): its state in the link
+(:data:`URL`), the atlas of a folder, numbers and names as the page writes them, and picking a head on a grid or a
+table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from models import atlas as A
+from views import shared
+from viz import numbers as nb
+
+t, tp = shared.t, shared.t_plain
+URL = shared.UrlState(("atlas_corpus", "atlas_column", "atlas_max_tokens", "atlas_limit", "atlas_repeats",
+                       "atlas_metric", "atlas_lowest", "atlas_stack", "atlas_layer", "atlas_head"))
+VERSION_KEY = "atlas_pick_version"  # bumps after a head is picked on the grid or a table, so their selection resets
+
+
+# ---------------------------------------------------------------- the atlas on disk, numbers, names
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _atlas_object(folder: str) -> A.Atlas:
+    return A.Atlas(folder)
+
+
+def atlas_at(folder: Path) -> A.Atlas | None:
+    """One :class:`models.atlas.Atlas` per folder for every session and run (its table is computed again only when
+    new parts arrive), or None before the build has written its manifest."""
+    return _atlas_object(str(folder)) if (folder / "manifest.json").is_file() else None
+
+
+def parts(folder: Path) -> int:
+    """How many parts of the atlas are written (:func:`models.atlas.store.complete_parts`)."""
+    return len(A.store.complete_parts(folder))
+
+
+def corpus_name(name: str) -> str:
+    """A corpus as the page names it: the shipped ones by their language, a file by its name."""
+    return tp(f"atlas_corpus_{name}") if name in ("en", "tr") else name
+
+
+def value(x: float) -> str:
+    """A metric's value as the page writes it (3 decimals, the language's decimal mark; "—" for none)."""
+    return nb.num(float(x), 3, shared.lang()) if np.isfinite(x) else nb.NOT_A_NUMBER
+
+
+def interval(lo: float, hi: float) -> str:
+    return f"{value(lo)}–{value(hi)}" if np.isfinite(lo) and np.isfinite(hi) else nb.NOT_A_NUMBER
+
+
+def duration(seconds: float) -> str:
+    s = int(round(max(0.0, seconds)))
+    return tp("atlas_minutes", m=s // 60, s=s % 60) if s >= 60 else tp("atlas_seconds", s=s)
+
+
+def stack_name(stack: str) -> str:
+    return tp(f"stack_{stack}")
+
+
+# ---------------------------------------------------------------- picking a head (grid, tables)
+
+
+def _bump() -> None:
+    st.session_state[VERSION_KEY] = st.session_state.get(VERSION_KEY, 0) + 1
+
+
+def _pick(stack: str, layer: int, head: int) -> None:
+    st.session_state["atlas_stack"] = stack
+    st.session_state["atlas_layer"] = int(layer)
+    st.session_state["atlas_head"] = int(head)
+
+
+def on_grid(stack: str, key: str, layers: int, heads: int) -> None:
+    """A click on a grid cell (its x is the head, y the layer): open that head."""
+    event = st.session_state.get(key) or {}
+    points = (event.get("selection") or {}).get("points") or []
+    for point in points[:1]:
+        try:
+            layer, head = int(round(float(point["y"]))), int(round(float(point["x"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if 0 <= layer < layers and 0 <= head < heads:
+            _pick(stack, layer, head)
+    _bump()
+
+
+def on_row(key: str, heads: list[tuple[str, int, int]]) -> None:
+    """A row chosen in a table of heads: open that head."""
+    event = st.session_state.get(key) or {}
+    rows = (event.get("selection") or {}).get("rows") or []
+    if rows and 0 <= int(rows[0]) < len(heads):
+        _pick(*heads[int(rows[0])])
+    _bump()
+
+
+def heads_frame(df: pd.DataFrame, multi: bool, column: str, value_title: str) -> tuple[pd.DataFrame, list]:
+    """A table of heads (stack when there are several, layer, head, a value) and the heads in its row order."""
+    shown = pd.DataFrame(index=range(len(df)))
+    if multi:
+        shown[tp("atlas_col_stack")] = [stack_name(s) for s in df["stack"]]
+    shown[tp("atlas_col_layer")] = df["layer"].to_numpy(dtype=int)
+    shown[tp("atlas_col_head")] = df["head"].to_numpy(dtype=int)
+    shown[value_title] = df[column].to_numpy(dtype=float)
+    return shown, [(s, int(a), int(b)) for s, a, b in zip(df["stack"], df["layer"], df["head"])]

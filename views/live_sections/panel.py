@@ -1,0 +1,130 @@
+"""The sidebar's part of a live class (issue 29), on every page: a student joins with the room code (typed, or from
+the ``?room=`` of the teacher's link or QR code), follows the teacher, detaches to explore and rejoins, reads the
+lesson step and answers the question; the teacher sees the room, how many are connected and answered, and leads
+the lesson. On a server without a teacher token, and without a room in the link, it shows nothing.
+
+A fragment polls the room every second (:func:`views.live_sections.room.poll`; the teacher's every two): when the
+room changed, the whole app runs again and a following student's page moves (``app.py``:
+:func:`~views.live_sections.room.follow`). On a full run the fragment's body runs inline first, so a run that is
+not the fragment's (a click, a test's ``AppTest.run``) follows the room too.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import live
+from views.shared import t
+
+from . import asking, room, steps
+
+
+def live_panel() -> None:
+    """Draw the panel in the sidebar (``views/shared/sidebar.py`` calls it inside ``st.sidebar``)."""
+    if room.is_teacher():
+        _teacher()
+    elif room.is_student():
+        _student()
+    else:
+        _join()
+
+
+# ------------------------------------------------------------------------------------------- joining
+
+
+def _join_typed() -> None:
+    try:
+        room.join(str(st.session_state.get("live_code_input") or ""))
+    except live.LiveError as exc:
+        room.keep_error(exc)
+
+
+def _join() -> None:
+    linked = st.query_params.get(room.ROOM)
+    if not linked and not room.teaching_possible() and "_live_error" not in st.session_state:
+        return
+    if linked and st.session_state.get("_live_tried") != linked:  # a link's room: tried once, on its first run
+        st.session_state["_live_tried"] = linked
+        st.session_state.setdefault("live_code_input", linked[:12])
+        try:
+            room.join(linked)
+        except live.LiveError as exc:
+            room.keep_error(exc)
+        else:
+            _student()
+            return
+    with st.expander(t("live_join_title"), expanded=bool(linked) or "_live_error" in st.session_state):
+        room.show_error()
+        st.text_input(t("live_code_label"), key="live_code_input", placeholder="ABC123")
+        st.button(t("live_join"), key="live_join", on_click=_join_typed, type="primary")
+
+
+# ------------------------------------------------------------------------------------------- a student
+
+
+@st.fragment(run_every=1)
+def _student_poll() -> None:
+    """Every second: heartbeat and the room's version; a change draws the app again (its page may move)."""
+    if room.poll() and room.in_fragment_run():
+        st.rerun()
+
+
+def _student() -> None:
+    _student_poll()
+    if not room.is_student():  # the room closed meanwhile
+        _join()
+        return
+    if st.query_params.get(room.ROOM) != room.code():  # a reload (a new session) finds the room again
+        st.query_params[room.ROOM] = room.code()
+    state = st.session_state.get("_live_state") or {}
+    with st.container(border=True, key="live_panel"):
+        if room.following():
+            st.markdown(t("live_following", code=room.code()))
+            st.button(t("live_detach"), key="live_detach", on_click=room.set_following, args=(False,),
+                      help=t("live_detach_help"))
+        else:
+            st.markdown(t("live_exploring", code=room.code()))
+            st.button(t("live_rejoin"), key="live_rejoin", on_click=room.set_following, args=(True,), type="primary",
+                      help=t("live_rejoin_help"))
+        room.show_error()
+        if state.get("page") is None:
+            st.caption(t("live_waiting"))
+        asking.student(state)  # the question first: it is what a student acts on
+        steps.show_step((state.get("params") or {}).get(room.STEP))
+        st.button(t("live_leave"), key="live_leave", on_click=room.leave, type="tertiary")
+
+
+# ------------------------------------------------------------------------------------------- the teacher
+
+
+@st.fragment(run_every=2)
+def _teacher_counts() -> None:
+    """Every two seconds: how many students are connected and, while a question is open, how many answered."""
+    try:
+        present = room.store().present(room.code())
+        state = room.store().get_state(room.code()) or {}
+    except live.LiveError:
+        return
+    line = t("live_teacher_counts", code=room.code(), n=present)
+    answered = asking.answered(state)
+    if answered is not None:
+        line += " · " + t("live_answered_count", n=answered)
+    st.markdown(line)
+
+
+def _teacher() -> None:
+    if "live_broadcast" not in st.session_state:
+        st.session_state["live_broadcast"] = True
+    with st.container(border=True, key="live_panel"):
+        _teacher_counts()
+        st.toggle(t("live_broadcast"), key="live_broadcast", help=t("live_broadcast_help"))
+        room.show_error()
+        steps.teacher_nav()
+        try:
+            state = room.store().get_state(room.code()) or {}
+        except live.LiveError as exc:
+            room.keep_error(exc)
+            return
+        asking.teacher(state, where="side")
+        if not state.get("question"):
+            st.caption(t("live_teacher_hint"))

@@ -1,0 +1,282 @@
+"""A session's part in a live class (issue 29): the teacher who opened a room, or a student who joined one, and
+how a student's page follows the teacher's.
+
+What lives where:
+
+* the teacher's secret, the room code, the student's id: this session's Session State only (server side; never
+  in the URL, never shown). The only thing of a class in a URL is ``?room=CODE`` on a student's link;
+* the room's state (the page the class follows and its link's parameters, the question): the store
+  (:func:`live.store_from_env`: one process's memory, or the Redis every replica shares).
+
+Following: :func:`poll` (the sidebar's fragment every second, and inline on every full run) reads the room's
+version; when it grew and the student follows, the new page and parameters become a pending move (``_live_goto``).
+``app.py`` calls :func:`follow` after ``st.navigation``: it drops the page's widget values from Session State (and
+the link values :mod:`views.shared.urlstate` keeps for a page visited again), so the page's ``url_init`` reads the
+teacher's, and opens the page with ``st.switch_page(..., query_params=...)``. Broadcasting: :func:`broadcasting`
+wraps the page's run in ``app.py``; when the page has run (or stopped), the teacher's page and link are pushed with
+``set_state`` if they changed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import contextmanager
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+import live
+import models
+from live import lessons as L
+from models import pruning
+from views import hosting, shared
+
+ROOM = "room"  # the query parameter of a student's link: the room code, nothing else of a class
+STEP = "lesson_step"  # a broadcast parameter only: "<lesson id>:<step index from 0>"
+OWN = ("lang", ROOM)  # each student's own: never broadcast, never taken from the teacher
+DEFAULT_PAGE = "explore"  # app.py's default page, whose url_path is ""
+DESK = "live"  # the Class page: the teacher's desk, not broadcast
+FOLLOWED = frozenset(L.PAGES)  # the pages a class follows (app.py: views/<page>.py)
+PILLS = "prune_pills|"  # views/pruning.py: the grid rows' widget keys start so
+PRUNE_READ = "_prune_off_read"  # views/pruning.py reads ?off= once per session unless this is gone
+
+
+def store() -> live.RoomStore:
+    """This process's store (:func:`live.store_from_env`). Raises :class:`live.LiveUnavailable`."""
+    return live.store_from_env()
+
+
+def client_key() -> str:
+    """Who asks, for the store's rate limits: this browser session's id."""
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else "none"
+
+
+def code() -> str | None:
+    """The room this session teaches or has joined."""
+    return st.session_state.get("_live_code")
+
+
+def is_teacher() -> bool:
+    return bool(st.session_state.get("_live_secret")) and code() is not None
+
+
+def is_student() -> bool:
+    return code() is not None and not st.session_state.get("_live_secret")
+
+
+def following() -> bool:
+    return is_student() and bool(st.session_state.get("_live_follow", True))
+
+
+def teaching_possible() -> bool:
+    """Whether this server can hold a class: a teacher token is set (else no room can be opened here)."""
+    return bool(live.teacher_token())
+
+
+def keep_error(exc: Exception | None) -> None:
+    """Keep an error for the panel to show (in the viewer's language) on its next draw."""
+    st.session_state["_live_error"] = exc
+
+
+def show_error(container=None) -> None:
+    """The kept error, translated (:func:`views.shared.error_text`: ``errmsg_<code>``), then forgotten."""
+    exc = st.session_state.pop("_live_error", None)
+    if exc is not None:
+        (container or st).error(shared.error_text(exc))
+
+
+# -------------------------------------------------------------------------------------------- the teacher
+
+
+def open_room(token: str) -> None:
+    """Open a room with the server's teacher token; the secret goes to this session's state only."""
+    room, secret = store().create_room(token, client_key=client_key())
+    for key in [k for k in st.session_state if str(k).startswith("_live_")]:
+        del st.session_state[key]
+    st.session_state.update({"_live_code": room, "_live_secret": secret, "_live_record": []})
+
+
+def close_room() -> None:
+    """End the class (the store forgets it) and this session's part in it."""
+    try:
+        store().close_room(code(), st.session_state.get("_live_secret"))
+    finally:
+        forget()
+
+
+def forget() -> None:
+    """Drop this session's part in a room (teacher or student)."""
+    for key in ("_live_code", "_live_secret", "_live_sent", "_live_seen", "_live_state", "_live_applied",
+                "_live_goto", "_live_step", "_live_lesson"):
+        st.session_state.pop(key, None)
+
+
+def secret() -> str | None:
+    return st.session_state.get("_live_secret")
+
+
+def page_name(page) -> str:
+    """The app page ``page`` (an ``st.Page``) is: its URL path, the default page's being ``""``."""
+    return page.url_path or DEFAULT_PAGE
+
+
+def teacher_params() -> dict[str, str]:
+    """What the teacher's page shows, as a link: the URL's parameters (less the viewer's own), the sidebar's model
+    and sentence always (their defaults follow each viewer's language), the heads switched off on the Head
+    pruning page for this model (``off``), and the lesson step being taught."""
+    params = {k: v for k, v in st.query_params.to_dict().items() if k not in OWN}
+    for key in L.SIDEBAR:
+        if isinstance(st.session_state.get(key), str):
+            params[key] = hosting.clip(st.session_state[key])
+    off = shared.heads_off(params.get("model_key", ""))
+    if off:
+        params["off"] = pruning.heads_to_text(off)
+    else:
+        params.pop("off", None)
+    step = st.session_state.get("_live_step")
+    if step is not None:
+        params[STEP] = f"{step[0]}:{step[1]}"
+    return params
+
+
+def broadcast(name: str) -> None:
+    """Push the teacher's page ``name`` and :func:`teacher_params` when they changed since the last push (and
+    broadcasting is on); record it for "Save this session as a lesson"."""
+    if not is_teacher() or not st.session_state.get("live_broadcast", True) or name not in FOLLOWED:
+        return
+    params = teacher_params()
+    if st.session_state.get("_live_sent") == (name, params):
+        return
+    try:
+        store().set_state(code(), secret(), name, params)
+    except live.NoSuchRoom as exc:
+        forget()
+        keep_error(exc)
+        return
+    except live.LiveError as exc:
+        keep_error(exc)
+        return
+    st.session_state["_live_sent"] = (name, params)
+    record = st.session_state.setdefault("_live_record", [])
+    if not record or (record[-1]["page"], record[-1]["params"]) != (name, params):
+        record.append({"page": name, "params": dict(params), "question": None})
+
+
+@contextmanager
+def broadcasting(page):
+    """``app.py``: ``with broadcasting(page): page.run()``: after the page's run, also one that stopped early
+    (``st.stop``), the teacher's page goes to the class (:func:`broadcast`); a rerun asked mid-way does not."""
+    try:
+        yield
+    except StopException:
+        broadcast(page_name(page))
+        raise
+    broadcast(page_name(page))
+
+
+# -------------------------------------------------------------------------------------------- a student
+
+
+def join(typed: str) -> None:
+    """Join the room ``typed`` names (rate limited per session: the store counts wrong codes), and follow it; the
+    student id is made once per session, kept server side. Raises :class:`live.LiveError`."""
+    student = st.session_state.setdefault("_live_student", secrets.token_urlsafe(16))
+    room = store().join_attempt(typed, client_key(), student_id=student)
+    forget()
+    st.session_state.update({"_live_code": room, "_live_follow": True})
+
+
+def leave() -> None:
+    forget()
+    if ROOM in st.query_params:
+        del st.query_params[ROOM]
+
+
+def set_following(on: bool) -> None:
+    """Detach (explore freely) or rejoin: rejoining moves to the room's current state at once."""
+    st.session_state["_live_follow"] = on
+    if on:
+        st.session_state.pop("_live_applied", None)
+        st.session_state.pop("_live_seen", None)
+
+
+def poll() -> bool:
+    """A student's look at the room: a heartbeat (the teacher's count), its version, and when that grew its state;
+    a following student whose room shows another page or link gets a pending move (:func:`follow`).
+
+    Returns:
+        whether the page must be drawn again (the state or the question changed, or the room is gone).
+    """
+    if not is_student():
+        return False
+    room, student = code(), st.session_state.get("_live_student")
+    try:
+        rooms = store()
+        rooms.heartbeat(room, student)
+        version = rooms.version(room)
+        if version == st.session_state.get("_live_seen"):
+            return False
+        state = rooms.get_state(room)
+    except live.NoSuchRoom as exc:
+        leave()
+        keep_error(exc)
+        return True
+    except live.LiveError as exc:
+        keep_error(exc)
+        return False
+    if state is None:
+        leave()
+        return True
+    st.session_state["_live_seen"] = state["version"]
+    st.session_state["_live_state"] = state
+    target = (state["page"], state["params"])
+    if following() and state["page"] in FOLLOWED and st.session_state.get("_live_applied") != target:
+        st.session_state["_live_applied"] = target
+        st.session_state["_live_goto"] = target
+    return True
+
+
+def in_fragment_run() -> bool:
+    """Whether this run redraws fragments only (a fragment's timer or widget), not the whole page."""
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
+
+
+def go(name: str, params: dict[str, str]) -> None:
+    """Ask for a move to page ``name`` with ``params`` (a lesson step of the teacher's own): made by :func:`follow`
+    on this run or, from a fragment, the next full one."""
+    st.session_state["_live_goto"] = (name, dict(params))
+
+
+def _heads_off(name: str, model: str, params: dict[str, str]) -> None:
+    """The heads the teacher switched off (``off``), set as the Head pruning page keeps them for ``model``."""
+    for key in [k for k in st.session_state if str(k).startswith(PILLS)]:
+        del st.session_state[key]
+    st.session_state.pop(PRUNE_READ, None)
+    spec = models.CATALOG.get(model)
+    if spec is None:
+        return
+    heads = pruning.heads_from_text(params.get("off", ""), L._stacks(spec))
+    st.session_state.setdefault(shared.HEADS_OFF_KEY, {})[model] = sorted([list(h) for h in heads])
+
+
+def follow(page) -> None:
+    """``app.py``, after ``st.navigation``: make a pending move (:func:`poll`, :func:`go`). The page's widget values
+    and the link values kept for it are dropped, so its ``url_init`` reads the new link; then the page opens with
+    it (the viewer's language and, for a student, ``?room=`` kept)."""
+    goto = st.session_state.pop("_live_goto", None)
+    if not goto or goto[0] not in FOLLOWED:
+        return
+    name, params = goto
+    for key in {*L.SIDEBAR, *L.PARAMS.get(name, {}), *params} - set(OWN):
+        st.session_state.pop(key, None)
+        shared.url_drop(key)
+    _heads_off(name, params.get("model_key", ""), params)
+    query = {k: v for k, v in params.items() if k != STEP and (k != "off" or name == "pruning")}
+    if shared.lang() != "en":
+        query["lang"] = shared.lang()
+    if is_student():
+        query[ROOM] = code()
+    st.switch_page(f"views/{name}.py", query_params=query)
