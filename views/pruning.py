@@ -202,8 +202,7 @@ if len(stack_names) > 1:
         or main_stack
 n_layers, n_heads = stacks[grid_stack]
 
-# a larger text size (projector mode) widens the grid's column: 12 heads' pills in one row still fit
-left, right = st.columns([1.25, 1] if shared.factor() > 1 else [1, 1], gap="large")
+left, right = st.columns([1, 1], gap="large")
 
 with left:
     st.subheader(t("prune_heads"))
@@ -222,7 +221,9 @@ with left:
             key = _pill_key(name, grid_stack, layer)
             if key not in st.session_state:
                 st.session_state[key] = [h for h in range(n_heads) if (grid_stack, layer, h) not in off]
-            label_col, pills_col = st.columns([1.5, 10.5], vertical_alignment="center", gap="small")
+            # a narrow label column: 12 heads' pills fit one row of the half page at 1280 px (their numbers larger in
+            # projector mode, the pills not)
+            label_col, pills_col = st.columns([1.2, 10.8], vertical_alignment="center", gap="xsmall")
             label_col.markdown(f"**{t('prune_layer_label', layer=layer)}**")
             pills_col.pills(t("prune_layer_label", layer=layer), list(range(n_heads)), selection_mode="multi",
                             key=key, format_func=lambda h: f"{h}", label_visibility="collapsed",
