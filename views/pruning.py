@@ -63,16 +63,9 @@ def _toggle(name: str, stacks: dict, head: tuple) -> None:
 
 def _on_grid_click(name: str, stacks: dict, stack: str, key: str) -> None:
     """A click on a cell of an importance grid: toggle that head (the cell's x is the head, y the layer)."""
-    state = st.session_state.get(key) or {}
-    points = (state.get("selection") or {}).get("points") or []
-    layers, heads = stacks[stack]
-    for point in points[:1]:
-        try:
-            layer, head = int(round(float(point["y"]))), int(round(float(point["x"])))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if 0 <= layer < layers and 0 <= head < heads:
-            _toggle(name, stacks, (stack, layer, head))
+    cell = shared.grid_cell(key, *stacks[stack])
+    if cell is not None:
+        _toggle(name, stacks, (stack, *cell))
     st.session_state[VERSION_KEY] = st.session_state.get(VERSION_KEY, 0) + 1
 
 

@@ -263,9 +263,8 @@ def test_closing_a_room_forgets_it(store, room):
         assert not [k for k in _keys(store) if "{" in k], _keys(store)
 
 
+@pytest.mark.parametrize("kind", ["memory"])  # Redis expires keys itself: test_every_redis_key_has_a_ttl
 def test_a_room_expires_after_its_ttl_without_activity(new_store, kind, clock):
-    if kind == "redis":
-        pytest.skip("Redis expires keys itself: test_every_redis_key_has_a_ttl checks they all have one")
     store = new_store(ttl_s=100)
     code, secret = store.create_room(TOKEN)
     clock.advance(60)
@@ -492,9 +491,8 @@ def test_allow_counts_hits_in_a_window(store, clock):
 
 # ---- Redis: a restarted replica, TTLs, two processes ------------------------------------------------------------
 
+@pytest.mark.parametrize("kind", ["redis"])  # a MemoryStore dies with its process
 def test_a_restarted_replica_sees_the_same_room(new_store, kind, clock):
-    if kind == "memory":
-        pytest.skip("one process: a MemoryStore dies with it")
     first = new_store()
     code, secret = first.create_room(TOKEN)
     first.set_state(code, secret, *PAGE)
@@ -511,9 +509,8 @@ def test_a_restarted_replica_sees_the_same_room(new_store, kind, clock):
     assert again.results(code, qid)["counts"] == {"uyudu": 1}
 
 
+@pytest.mark.parametrize("kind", ["redis"])
 def test_every_redis_key_has_a_ttl(new_store, kind, clock):
-    if kind == "memory":
-        pytest.skip("Redis keys only")
     store = new_store(ttl_s=3600)
     code, secret = store.create_room(TOKEN)
     store.set_state(code, secret, *PAGE)

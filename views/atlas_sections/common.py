@@ -77,15 +77,9 @@ def _pick(stack: str, layer: int, head: int) -> None:
 
 def on_grid(stack: str, key: str, layers: int, heads: int) -> None:
     """A click on a grid cell (its x is the head, y the layer): open that head."""
-    event = st.session_state.get(key) or {}
-    points = (event.get("selection") or {}).get("points") or []
-    for point in points[:1]:
-        try:
-            layer, head = int(round(float(point["y"]))), int(round(float(point["x"])))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if 0 <= layer < layers and 0 <= head < heads:
-            _pick(stack, layer, head)
+    cell = shared.grid_cell(key, layers, heads)
+    if cell is not None:
+        _pick(stack, *cell)
     _bump()
 
 

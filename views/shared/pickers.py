@@ -76,3 +76,17 @@ def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, ur
     layer = int(st.session_state.get(layer_key) or 0) if n_layers > 1 else 0
     head = st.session_state.get(head_key, head_default)
     return min(layer, n_layers - 1), (None if head == MEAN else min(int(head), n_heads - 1))
+
+
+def grid_cell(key: str, layers: int, heads: int) -> tuple[int, int] | None:
+    """The ``(layer, head)`` of the first point clicked on a layer x head grid chart (Session State ``key``: the
+    chart's selection; a cell's x is the head, y the layer), or None (no click, or a point off the grid)."""
+    event = st.session_state.get(key) or {}
+    for point in ((event.get("selection") or {}).get("points") or [])[:1]:
+        try:
+            layer, head = int(round(float(point["y"]))), int(round(float(point["x"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if 0 <= layer < layers and 0 <= head < heads:
+            return layer, head
+    return None
