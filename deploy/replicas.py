@@ -38,7 +38,7 @@ from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # imported from elsewhere (tests, benches)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch import ROOT, streamlit_command  # noqa: E402  (deploy/launch.py: the flags of `make serve`)
+from launch import ROOT, start_ahead, streamlit_command  # noqa: E402  (deploy/launch.py: the flags of `make serve`)
 
 NGINX_CONF = """\
 worker_processes 1;
@@ -121,6 +121,7 @@ class Cluster:
     env: dict = field(default_factory=dict)
     nginx: subprocess.Popen | None = None
     folder: Path | None = None
+    ahead: subprocess.Popen | None = None  # python -m models ahead in the background (launch.start_ahead)
 
     @property
     def procs(self) -> list[subprocess.Popen]:
@@ -162,6 +163,7 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
                 cluster.replicas.append(subprocess.Popen(cluster.commands[-1], cwd=ROOT, env=env))
             for proc, backend in zip(cluster.replicas, backends):
                 wait_healthy(f"http://{backend}", proc)
+            cluster.ahead = start_ahead(env, python)  # once for all replicas: they read what it keeps
         cluster.folder = Path(tempfile.mkdtemp(prefix="dikkat-nginx-"))
         cluster.folder.chmod(0o755)  # nginx's workers (user nobody when started as root) write inside
         conf = cluster.folder / "nginx.conf"
@@ -176,7 +178,7 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
 
 def stop(cluster: Cluster) -> None:
     """Terminate nginx and the replicas, killing any that does not exit within 15 s; remove nginx's folder."""
-    procs = cluster.procs
+    procs = cluster.procs + ([cluster.ahead] if cluster.ahead is not None else [])
     for proc in reversed(procs):
         if proc.poll() is None:
             proc.terminate()

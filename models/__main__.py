@@ -1,5 +1,6 @@
 """Command line: ``python -m models list``, ``python -m models analyze --model KEY --text "..."`` and
-``python -m models atlas --model KEY --corpus en`` (a head atlas, resumable, with its causal labels)."""
+``python -m models atlas --model KEY --corpus en`` (a head atlas, resumable, with its causal labels) and
+``python -m models ahead`` (the bundled models' experiments and pruning curves, kept on disk: :mod:`models.ahead`)."""
 
 from __future__ import annotations
 
@@ -42,12 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     at.add_argument("--labels", action="store_true", help="also run the causal tests of the labels")
     at.add_argument("--top", default="previous", help="metric to rank the heads by in the output")
     at.add_argument("--device", default="auto")
+    ah = sub.add_parser("ahead", help="compute the experiments and pruning curves of the bundled models ahead")
+    ah.add_argument("--model", action="append", default=[], help="only this catalog model (repeatable)")
+    ah.add_argument("--force", action="store_true", help="compute again what is on disk already")
+    ah.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
 
     from . import DikkatError, analyze, list_models, load
 
     if args.cmd == "atlas":
         return _atlas(args)
+    if args.cmd == "ahead":
+        return _ahead(args)
 
     if args.cmd == "list":
         for spec in list_models():
@@ -120,6 +127,17 @@ def _atlas(args) -> int:
         out["labels"] = json.loads(labels.to_json(orient="records"))
     print(json.dumps(out, ensure_ascii=False, indent=1))
     return 0
+
+
+def _ahead(args) -> int:
+    """``python -m models ahead``: one line per result on stderr, the counts as JSON on stdout; 2 if any failed."""
+    from . import ahead
+
+    jobs = [j for j in ahead.default_jobs() if not args.model or j.model in args.model]
+    counts = ahead.compute_ahead(jobs, device=args.device, force=args.force, release=True,
+                                 log=lambda line: print(f"ahead: {line}", file=sys.stderr, flush=True))
+    print(json.dumps({**counts, "root": str(ahead.root())}))
+    return 2 if counts["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
-"""Shared fixtures: tiny random models (built once per session) and the bundled real models."""
+"""Shared fixtures: tiny random models (built once per session), the bundled real models, and a Redis of the tests' own
+(the live class's shared store, tests/deploy and tests/app)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +19,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# results computed ahead (models/ahead.py) in a folder of this run: what `make ahead` kept on this machine does not
+# change what a test sees, and no test writes into the user's cache
+os.environ.setdefault("DIKKAT_AHEAD_ROOT", tempfile.mkdtemp(prefix="dikkat-ahead-"))
+os.environ.setdefault("DIKKAT_AHEAD", "0")  # a server a test starts computes nothing in the background
 
 import models  # noqa: E402
 from tiny import build_tiny  # noqa: E402
@@ -54,6 +64,45 @@ def minilm():
 @pytest.fixture(scope="session")
 def smollm2():
     return models.load("smollm2-135m", device="cpu")
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free just now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """``redis://127.0.0.1:PORT/0`` of a ``redis-server`` started for this test run (Debian's, `make redis`), on a
+    free port, nothing written to disk; stopped at the end. Tests keep apart by key prefix or database number."""
+    import redis
+
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(exe).exists():
+        pytest.fail("redis-server is missing: `make redis` (Debian: apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.time() + 15
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                pytest.fail(f"redis-server did not start on port {port}")
+            time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=15)
 
 
 # Tests live in one folder per tier; the folder is the marker (declared in pyproject.toml): `pytest -m engine`,

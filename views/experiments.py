@@ -2,7 +2,9 @@
 numbers next to ours and what differs.
 
 Glue only: the numbers come from ``models.experiments``, the figures from ``viz.experiments`` and ``viz.pruning``.
-A result is computed once per process for all sessions (the shared byte-bounded cache) and drawn from there.
+A result is computed once for all sessions and kept in the shared byte-bounded cache and on disk
+(:mod:`models.ahead`: ``make ahead`` and a classroom server's first start compute every one ahead); a page reads it
+from there before offering to run it, and in classroom mode never runs it again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 import models
+from models import ahead
 from models import experiments as E
 from models.experiments.verdicts import verdicts
 from views import hosting, shared
@@ -226,7 +229,10 @@ if loaded is None:
     st.stop()
 
 cache_key = ("experiments", which, name)
+job = ahead.experiment_job(which, name)
 result = shared.CACHE.get(cache_key)
+if result is None:
+    result = shared.kept(cache_key, job, loaded)  # computed ahead (`make ahead`, or a classroom server's first start)
 if result is None:
     try:
         seconds = _estimate(which, name)
@@ -248,7 +254,8 @@ if again and st.button(t("exp_run") if result is None else t("exp_run_again"), k
     try:
         if result is not None:
             shared.CACHE.discard(cache_key)
-        result = shared.CACHE.get_or_create(cache_key, lambda: E.run(which, loaded, progress=progress))
+        result = shared.CACHE.get_or_create(cache_key, lambda: shared.run_and_keep(
+            job, loaded, lambda: E.run(which, loaded, progress=progress)))
     except models.DikkatError as exc:
         shared.show_error(exc)
         result = None
@@ -258,4 +265,6 @@ if again and st.button(t("exp_run") if result is None else t("exp_run_again"), k
 
 if result is not None:
     SHOW[which](result, loaded)
-    st.caption(t("exp_took", seconds=float(result.seconds)) + (" " + t("exp_shared") if not again else ""))
+    since = shared.kept_since(job, loaded)
+    st.caption(t("exp_took", seconds=float(result.seconds)) + (" " + t("exp_shared") if not again else "")
+               + (" " + t("exp_kept", when=since) if since else ""))

@@ -15,8 +15,8 @@ import pandas as pd
 import streamlit as st
 
 import models
-from models import pruning
-from views import shared
+from models import ahead, pruning
+from views import hosting, shared
 from viz import numbers as vnum
 from viz import pruning as vp
 from viz import text as vtext
@@ -24,8 +24,8 @@ from viz import text as vtext
 t = shared.t
 OFF_KEY = shared.HEADS_OFF_KEY  # model name -> sorted list of [stack, layer, head] switched off
 VERSION_KEY = "prune_click_version"  # bumps after a click on a grid so the chart's selection resets
-CURVE_KEY = "prune_curve"  # (model, texts) -> PruningCurve
-RANDOM_ORDERS = 3
+CURVE_KEY = "prune_curve"  # shared.CACHE[(CURVE_KEY, model, texts)] -> PruningCurve
+RANDOM_ORDERS = ahead.RANDOM_ORDERS  # the curve's random orders, as `make ahead` computes it
 
 
 # ---------------------------------------------------------------- state: which heads are off
@@ -387,22 +387,32 @@ st.subheader(t("prune_curve"))
 set_texts = [s["text"] for s in sentence_set()]
 st.caption(t("prune_curve_intro", n=len(set_texts), orders=RANDOM_ORDERS))
 st.caption(t("prune_curve_reference"))
-curves = st.session_state.setdefault(CURVE_KEY, {})
-curve_id = (name, tuple(set_texts))
-if st.button(t("prune_compute_curve"), key="prune_btn_curve"):
+# one curve per (model, texts) for every session, kept on disk (models.ahead: `make ahead`, a classroom server's first
+# start, or the first run here) so that no student and no replica computes it again
+curve_key = (CURVE_KEY, name, tuple(set_texts))
+curve_job = ahead.curve_job(name, set_texts, random_orders=RANDOM_ORDERS)
+curve = shared.CACHE.get(curve_key) or shared.kept(curve_key, curve_job, loaded)
+# a class shares one curve: in classroom mode a curve that is there is not computed again
+if (curve is None or not hosting.current().classroom) and st.button(
+        t("prune_compute_curve") if curve is None else t("prune_compute_curve_again"), key="prune_btn_curve"):
     bar = st.progress(0.0, text=t("prune_curve_progress"))
-    try:
+
+    def run_curve() -> pruning.PruningCurve:
         importance = pruning.gradient_importance(loaded, set_texts,
                                                  progress=lambda f: bar.progress(0.2 * f, text=t("prune_curve_progress")))
         result = pruning.pruning_curve(
             loaded, set_texts, importance, random_orders=RANDOM_ORDERS,
             progress=lambda f: bar.progress(0.2 + 0.8 * f, text=t("prune_curve_progress")))
-        # the whole run's time (importance + curve), as the estimate counts it
-        curves[curve_id] = dataclasses.replace(result, seconds=importance.seconds + result.seconds)
+        # the whole run's time (importance + curve), as the estimate counts it (models.ahead.compute does the same)
+        return dataclasses.replace(result, seconds=importance.seconds + result.seconds)
+
+    try:
+        if curve is not None:
+            shared.CACHE.discard(curve_key)
+        curve = shared.CACHE.get_or_create(curve_key, lambda: shared.run_and_keep(curve_job, loaded, run_curve))
     except models.DikkatError as exc:
         shared.show_error(exc)
     bar.empty()
-curve = curves.get(curve_id)
 if curve is None:
     try:
         estimate = _curve_estimate(name, tuple(set_texts))
@@ -418,4 +428,7 @@ else:
     st.caption(t("prune_curve_time", seconds=curve.seconds, n40=int(curve.n_pruned[i40]),
                  v40=float(curve.by_importance[i40]), r40=float(curve.random_mean[i40]),
                  v0=float(curve.by_importance[0])))
+    since = shared.kept_since(curve_job, loaded)
+    if since:
+        st.caption(t("prune_curve_kept", when=since))
 st.caption(t("prune_background"))  # the literature, below the lab (the grid comes first on the screen)

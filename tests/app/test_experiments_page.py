@@ -95,6 +95,7 @@ def test_a_class_shares_one_run_and_cannot_start_it_again(minilm, monkeypatch, t
     config.write_text("max_chars = 200\n", encoding="utf-8")
     monkeypatch.setenv("DIKKAT_MODE", "classroom")
     monkeypatch.setenv("DIKKAT_CLASSROOM_CONFIG", str(config))
+    monkeypatch.setenv("DIKKAT_AHEAD_ROOT", str(tmp_path / "ahead"))  # nothing computed ahead yet
     hosting.current.cache_clear()
     try:
         shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
@@ -106,8 +107,17 @@ def test_a_class_shares_one_run_and_cannot_start_it_again(minilm, monkeypatch, t
         _clean(at)
         assert not [b for b in at.button if b.key == "exp_run_clark"]  # the next one sees the result, no button
         assert any("Every session on this server sees this run." in c.value for c in at.caption)
+        # another process (a replica, the next start) reads the run from disk and does not run it again
+        shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
+        at = open_linked("views/experiments.py", "minilm-l6", {"exp_which": "clark"}, "The cat chased the mouse.")
+        _clean(at)
+        assert not [b for b in at.button if b.key == "exp_run_clark"]
+        kept = [c.value for c in at.caption if "Kept on disk since" in c.value]
+        assert kept and "This run took" in kept[0]
+        assert ("experiments", "clark", "minilm-l6") in shared.CACHE
     finally:
         hosting.current.cache_clear()
+        shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
 
 
 def test_the_sidebar_names_the_model_the_page_uses(smollm2):

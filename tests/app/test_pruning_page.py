@@ -226,3 +226,25 @@ def test_layer_preset_adds_and_heads_off_live_in_the_url(minilm):
     _ok(again)
     assert _off_in_grid(again) == {(layer, h) for layer in (3, 5) for h in range(12)}
     assert _count(again).startswith("24 of 72")
+
+
+def test_the_curve_is_computed_once_for_every_session_and_kept_on_disk(tiny_folder, monkeypatch, tmp_path):
+    """Issue 29 point 5: the curve lived in each session's state, so every student computed it again; now one run
+    serves every session of the process, and another process (a replica, the next start) reads it from disk."""
+    from views import shared
+
+    monkeypatch.setenv("DIKKAT_AHEAD_ROOT", str(tmp_path / "ahead"))
+    folder = str(tiny_folder("gpt2"))
+    at = _page("minilm-l6", "kedi fareyi kovaladı", custom=folder)
+    assert not any("at 40 %" in c.value for c in at.caption)
+    at.button(key="prune_btn_curve").click().run()
+    _ok(at)
+    first = [c.value for c in at.caption if "at 40 %" in c.value]
+    assert first
+    other = _page("minilm-l6", "the cat chased the mouse", custom=folder)  # another student: no click
+    assert [c.value for c in other.caption if "at 40 %" in c.value] == first
+    assert any("Kept on disk since" in c.value for c in other.caption)
+    for key in [k for k in shared.CACHE.sizes() if isinstance(k, tuple) and k and k[0] == "prune_curve"]:
+        shared.CACHE.discard(key)
+    third = _page("minilm-l6", "the cat chased the mouse", custom=folder)  # a new process: read from disk
+    assert [c.value for c in third.caption if "at 40 %" in c.value] == first

@@ -11,7 +11,8 @@ views and other results of every page share one cache bounded by bytes (:data:`C
 ``DIKKAT_CACHE_GIB``, default 4 GiB), so an analysis is stored once for all pages.
 """
 from .cache import (  # noqa: F401
-    CACHE, HEADS_OFF_KEY, analysis_ui, cached, get_analysis, get_flow, get_model, heads_off, load_model_ui, reads_text, truncation_text,
+    CACHE, HEADS_OFF_KEY, analysis_ui, cached, get_analysis, get_flow, get_model, heads_off, kept, kept_since, load_model_ui,
+    reads_text, run_and_keep, truncation_text,
 )
 from .fields import text_field  # noqa: F401
 from .output import (  # noqa: F401

@@ -10,7 +10,7 @@ from collections import OrderedDict
 import streamlit as st
 
 import models
-from models import budget
+from models import ahead, budget
 
 from .. import hosting
 from .output import message, model_name, show_error
@@ -57,6 +57,32 @@ def cached(fn):
         return value
 
     return wrapper
+
+
+def kept(cache_key, job: ahead.Job, loaded: models.LoadedModel):
+    """The result of ``job`` computed ahead (:mod:`models.ahead`: ``make ahead``, or a classroom server's first
+    start) for ``loaded``, put into :data:`CACHE` under ``cache_key`` for every session; None when none is kept."""
+    value = ahead.load(job, loaded)
+    if value is not None:
+        CACHE.put(cache_key, value)
+    return value
+
+
+def kept_since(job: ahead.Job, loaded: models.LoadedModel) -> str | None:
+    """When ``job``'s result for ``loaded`` was kept on disk (``YYYY-MM-DD HH:MM``, local time), or None."""
+    when = ahead.saved_at(job, loaded)
+    return None if when is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(when))
+
+
+def run_and_keep(job: ahead.Job, loaded: models.LoadedModel, run):
+    """``run()``'s result, also kept on disk for ``job`` (:func:`models.ahead.save`) so that another process (a
+    replica, the next start) reads it instead of computing it again; a disk that refuses is not an error."""
+    value = run()
+    try:
+        ahead.save(job, loaded, value)
+    except OSError:
+        pass
+    return value
 
 
 def get_model(name: str) -> models.LoadedModel:
