@@ -150,6 +150,9 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
     if nginx is None:
         raise SystemExit("Dikkat: nginx is not installed (Debian: sudo apt-get install nginx).")
     env = dict(os.environ, DIKKAT_MODE=os.environ.get("DIKKAT_MODE", "classroom"))
+    # the replicas serve behind this nginx only (127.0.0.1): the live class's rate limits then read the client's
+    # address from the X-Forwarded-For entry nginx writes (live.config.behind_proxy)
+    env.setdefault("REPLICAS", str(replicas))
     # the cores shared out: replicas that each start one torch thread per core would fight over them
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, replicas))))
     # one cookie secret for every replica (Streamlit signs its XSRF cookie with it)

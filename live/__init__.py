@@ -6,9 +6,10 @@ Pure Python (no Streamlit, no torch): the app's pages call it. ``store_from_env(
 REPLICAS=N``; both have the operations of :class:`RoomStore`::
 
     store = live.store_from_env()
-    code, secret = store.create_room(live.teacher_token(), client_key=session_id)   # the teacher's session
+    who = live.rules.client_key(session_id, remote_ip, forwarded_for, behind_proxy)  # an address, not a session
+    code, secret = store.create_room(live.teacher_token(), client_key=who)          # the teacher's session
     store.set_state(code, secret, "explore", {"text": "Kedi uyudu.", "layer": "2"})
-    code = store.join_attempt(typed, client_key=session_id, student_id=sid)          # a student's session
+    code = store.join_attempt(typed, client_key=who, student_id=sid)                # a student's session
     if store.version(code) != seen:
         state = store.get_state(code)
 

@@ -5,7 +5,8 @@
   :mod:`views.hosting` reads): who may open a room on this server.
 * ``DIKKAT_REDIS_URL`` (``redis://host:port/0``): the Redis every app process of a class shares
   (``make serve REPLICAS=N`` starts one and sets it); ``REPLICAS`` > 1 without it is refused, since each process
-  would hold a class of its own.
+  would hold a class of its own. ``REPLICAS`` > 1 also says the app runs behind Dikkat's own nginx, whose
+  ``X-Forwarded-For`` names each client's address (:func:`behind_proxy`, :func:`live.rules.client_address`).
 """
 
 from __future__ import annotations
@@ -54,3 +55,11 @@ def replicas(environ: Mapping[str, str] | None = None) -> int:
         return max(1, int(env.get("REPLICAS", "1")))
     except ValueError:
         return 1
+
+
+def behind_proxy(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this app process serves behind Dikkat's own nginx: ``REPLICAS`` > 1 (``make serve REPLICAS=N``
+    passes it on to the replicas that ``deploy/replicas.py`` starts on 127.0.0.1, where only that nginx reaches
+    them). Then the last ``X-Forwarded-For`` entry, which nginx writes, is the client's address
+    (:func:`live.rules.client_address`)."""
+    return replicas(environ) > 1

@@ -78,6 +78,24 @@ class MemoryStore(BaseStore):
             self._rooms[code] = _Room(secret_hash=secret_hash, touched=now)
             return True
 
+    def _rekey(self, code: str, secret_hash: str) -> bool:
+        with self._lock:
+            try:
+                room = self._room(code)
+            except LookupError:
+                return False
+            room.secret_hash = secret_hash
+            return True
+
+    def teaches(self, code: str, secret: str) -> bool:
+        """Whether ``secret`` is the room's teacher secret now (False once :meth:`resume_room` gave it another).
+
+        Raises:
+            NoSuchRoom: the room is closed or expired.
+        """
+        with self._lock:
+            return rules.secret_matches(secret, self._room(code, touch=False).secret_hash)
+
     def room_exists(self, code: str) -> bool:
         """Whether a room has this code (False for a closed or expired one, or a string that is no code)."""
         with self._lock:

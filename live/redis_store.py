@@ -8,7 +8,8 @@ current question and whether it is revealed), ``{CODE}:presence`` (sorted set: s
 what was measured),
 ``{CODE}:qseq`` (the last question id) and ``{CODE}:answers:<id>`` (hash: student id -> answer, deleted at the
 reveal). Every key has a TTL (``ttl_s``, 12 h), set when it is written and refreshed on the room's activity; the
-rate-limit buckets (``rl:<bucket>``) expire with their window. Redis errors become
+rate-limit buckets (``rl:<bucket>``: a client's, and ``rl:join:server`` that every replica counts in) expire with
+their window. Redis errors become
 :class:`~live.errors.LiveUnavailable`.
 """
 
@@ -116,6 +117,24 @@ class RedisStore(BaseStore):
         pipe.expire(state, self._ttl())
         pipe.execute()
         return True
+
+    @_available
+    def _rekey(self, code: str, secret_hash: str) -> bool:
+        # only an existing key is replaced, its TTL kept: a room that expired meanwhile stays gone
+        if not self.redis.set(self._key(code, "secret"), secret_hash, xx=True, keepttl=True):
+            return False
+        self._touched.pop(code, None)
+        self._touch(code)
+        return True
+
+    @_available
+    def teaches(self, code: str, secret: str) -> bool:
+        """As :meth:`live.memory.MemoryStore.teaches` (one Redis read); also LiveUnavailable."""
+        code = room_code(code)
+        stored = self.redis.get(self._key(code, "secret"))
+        if stored is None:
+            raise no_room()
+        return rules.secret_matches(secret, stored)
 
     @_available
     def room_exists(self, code: str) -> bool:

@@ -1,10 +1,42 @@
 """What a live class accepts, and its limits: room codes, teacher secrets, pages and their parameters,
-questions, answers, measured results and student ids. Pure functions; both stores call them before they write."""
+questions, answers, measured results, student ids, and who a client is for the rate limits. Pure functions; both
+stores call them before they write.
+
+Guessing a room code (issue 29: "room codes are not guessable by enumeration at 30 tries/s"). A code is one of
+``N = 31**6 = 887,503,681``; with ``R`` rooms open, one guess hits with probability ``R / N``, so an attacker needs
+``N / R`` guesses on average (geometric law; drawing without repeats, ``(N + 1) / (R + 1)``, the same to 1 %), and
+``k`` guesses hit at least one room with probability ``1 - (1 - R / N) ** k``. Wrong codes are counted twice
+(:meth:`live.base.BaseStore.join_attempt`), and each bucket, once full, refuses every code, right or wrong, until
+its window ends (so the limit tells nothing):
+
+* per client address, :data:`JOIN_LIMIT` per :data:`JOIN_WINDOW_S` (150 per 10 minutes): opening new browser
+  sessions does not reset it. A real class never gets there: 30 students behind one school router (one address)
+  with 3 typos each make 90;
+* for the whole server (every replica: one Redis key), :data:`SERVER_JOIN_LIMIT` per :data:`SERVER_JOIN_WINDOW_S`
+  (600 per 10 minutes, 1 per second on average): however many addresses an attacker has. Enough for four such
+  classes joining within the same 10 minutes with 5 typos per student (600).
+
+What a bot trying 30 codes a second gets (one address: 0.25 tries/s; any number of addresses: 1 try/s):
+
+=====================  =============  ==============================  ==============================
+rooms open ``R``        tries needed   at 30/s, no limit               at 1/s (the server's bucket)
+=====================  =============  ==============================  ==============================
+1                       887.5 million  342 days; 0.15 % in 12 h        28 years; 0.005 % in 12 h
+10                      88.75 million  34 days; 1.4 % in 12 h          2.8 years; 0.049 % in 12 h
+100                     8.875 million  3.4 days; 14 % in 12 h          103 days; 0.49 % in 12 h
+=====================  =============  ==============================  ==============================
+
+(12 h: a room's life without activity, :data:`TTL_S`; from one address, 0.25 tries/s, ten rooms take 11 years.)
+The price of the server's bucket: a flood of wrong codes from many addresses also keeps real students from joining
+until it stops (students already in a room, and their teacher, are not affected: following and answering do not
+go through a typed code).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import math
 import re
@@ -18,8 +50,10 @@ TTL_S = 12 * 3600  # a room forgotten 12 h after its last activity
 PRESENT_S = 10.0  # a student is present when seen this recently (heartbeats come more often)
 KEEP_S = 3600.0  # a student not seen for an hour leaves the room (and frees a seat)
 MAX_STUDENTS = 500
-JOIN_LIMIT, JOIN_WINDOW_S = 10, 60.0  # wrong room codes per client per minute
-TEACHER_LIMIT, TEACHER_WINDOW_S = 5, 60.0  # wrong teacher tokens per client per minute
+JOIN_LIMIT, JOIN_WINDOW_S = 150, 600.0  # wrong room codes per client address per 10 minutes (see above)
+SERVER_JOIN_LIMIT, SERVER_JOIN_WINDOW_S = 600, 600.0  # wrong room codes on the whole server per 10 minutes
+SERVER_JOIN_BUCKET = "join:server"  # its bucket (a client's is "join:<hash>", never this)
+TEACHER_LIMIT, TEACHER_WINDOW_S = 5, 60.0  # wrong teacher tokens per client address per minute
 MAX_ANSWER_CHARS = 80
 MAX_CHOICES = 20
 MAX_PARAMS = 64
@@ -68,9 +102,87 @@ def token_matches(given, server_token: str) -> bool:
 
 
 def bucket(kind: str, client_key) -> str:
-    """The rate-limit bucket of ``kind`` (``join``, ``teacher``) for a client: a hash, so any key (an address, a
-    session id) makes a short, safe name."""
+    """The rate-limit bucket of ``kind`` (``join``, ``teacher``) for a client: a hash, so any key (an address,
+    :func:`client_address`; a session id where there is none) makes a short, safe name."""
     return f"{kind}:{hashlib.sha256(str(client_key).encode('utf-8')).hexdigest()[:32]}"
+
+
+# the peers whose X-Forwarded-For header uvicorn (the server under Streamlit 1.67) believes: its FORWARDED_ALLOW_IPS
+# default, which Dikkat leaves as it is
+FORWARDED_ALLOW = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+LOOPBACK_CLIENT = "loopback"  # the key of every client whose address a proxy of this machine claims, unchecked
+
+
+def _forwarded_host(entry: str) -> str:
+    """One X-Forwarded-For entry without its port, as uvicorn reads it (``[::1]:80`` -> ``::1``, ``1.2.3.4:5`` ->
+    ``1.2.3.4``)."""
+    entry = entry.strip()
+    if entry.startswith("[") and "]" in entry:
+        return entry[1:entry.index("]")]
+    if entry.count(":") == 1:
+        return entry.split(":")[0]
+    return entry
+
+
+def _allowed(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host) in FORWARDED_ALLOW
+    except ValueError:
+        return False
+
+
+def client_address(remote_ip, forwarded_for, behind_proxy: bool) -> str | None:
+    """Who a client is for the rate limits: an address that a new browser session does not change.
+
+    Streamlit 1.67 serves through uvicorn, whose ``ProxyHeadersMiddleware`` replaces the TCP peer by the rightmost
+    ``X-Forwarded-For`` entry that is not 127.0.0.1 or ::1 (:data:`FORWARDED_ALLOW`) when the peer is one of them:
+    ``remote_ip`` (Streamlit's ``client_context.remote_ip``) is the peer, unless the peer is on this machine and
+    sent that header. Dikkat's nginx (``deploy/replicas.py``, ``make serve REPLICAS>1``) sets
+    ``X-Forwarded-For $proxy_add_x_forwarded_for``: whatever the client sent, then the address that connected to
+    nginx; only that last entry is nginx's own. So:
+
+    * no header: ``remote_ip``, the peer;
+    * a header uvicorn did not take (``remote_ip`` is not the entry it would take): the peer was elsewhere and its
+      header is ignored: ``remote_ip``;
+    * a header uvicorn took, with ``behind_proxy`` (:func:`live.config.behind_proxy`: the replicas behind Dikkat's
+      nginx, which listen on 127.0.0.1 only, so their every peer is that nginx): the header's last entry, the
+      address nginx saw (not uvicorn's pick, which for a client on this machine going through nginx would be an
+      entry the client wrote);
+    * a header uvicorn took without ``behind_proxy``: the peer is on this machine but is not Dikkat's nginx
+      (``make run`` reached through a tunnel, say), so the header may be anyone's words: every such client is
+      :data:`LOOPBACK_CLIENT`, one client (the server-wide bucket holds in any case).
+
+    Args:
+        remote_ip: the address Streamlit has for the connection, or None when it has none (no browser: AppTest).
+        forwarded_for: the ``X-Forwarded-For`` header's values joined by ``,`` (``""`` or None when absent).
+        behind_proxy: whether the app runs behind Dikkat's own nginx.
+
+    Returns:
+        an address (at most 64 characters), :data:`LOOPBACK_CLIENT`, or None when ``remote_ip`` is None.
+    """
+    if not isinstance(remote_ip, str) or not remote_ip:
+        return None
+    entries = [_forwarded_host(e) for e in str(forwarded_for or "").split(",")]
+    entries = [e for e in entries if e]
+    if not entries:
+        return remote_ip[:64]
+    taken = next((e for e in reversed(entries) if not _allowed(e)), entries[0])  # what uvicorn takes
+    if remote_ip != taken:
+        return remote_ip[:64]
+    return entries[-1][:64] if behind_proxy else LOOPBACK_CLIENT
+
+
+def client_key(session_id, remote_ip, forwarded_for, behind_proxy: bool) -> str:
+    """The key the stores count a client's wrong codes and tokens under: ``ip:<address>``
+    (:func:`client_address`), the same for every browser session from that address; ``session:<id>`` only where
+    there is no address (no browser connection: AppTest).
+
+    Args:
+        session_id: the Streamlit session's id.
+        remote_ip, forwarded_for, behind_proxy: as :func:`client_address`.
+    """
+    address = client_address(remote_ip, forwarded_for, behind_proxy)
+    return f"ip:{address}" if address else f"session:{session_id}"
 
 
 def _encoded(value, limit: int) -> str | None:

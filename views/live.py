@@ -1,6 +1,7 @@
 """Class page (issue 29): the teacher's desk of a live class. The teacher types the server's teacher token (never
 shown back, never in a link) and opens a room: a big room code and a QR code of the app's address with
-``?room=CODE`` for the projector; picks a lesson, asks questions about the page on screen, reveals the class's
+``?room=CODE`` for the projector (the teacher's own page holds ``?teach=CODE``: after a reload the sidebar asks for
+the token again and the teacher leads the same class, :mod:`views.live_sections.room`); picks a lesson, asks questions about the page on screen, reveals the class's
 answers beside the model's, saves the session as a lesson. Students join in the sidebar (every page) and see the
 question and the results there; here they read how to join.
 
@@ -122,8 +123,13 @@ def _start() -> None:
     if not room.teaching_possible():
         st.info(t("live_no_token"))
         return
-    st.text_input(t("live_token"), key="live_token", type="password", help=t("live_token_help"))
-    st.button(t("live_open"), key="live_open", on_click=_open, type="primary")
+    resuming = None if room.is_student() else room.linked_teach()
+    if resuming:  # the sidebar asks for the token (one field): lead this class again there, or open a new one here
+        st.info(t("live_resume_here", code=resuming))
+    else:
+        st.text_input(t("live_token"), key="live_token", type="password", help=t("live_token_help"))
+    st.button(t("live_open_new") if resuming else t("live_open"), key="live_open", on_click=_open,
+              type="secondary" if resuming else "primary")
 
 
 if room.is_teacher():

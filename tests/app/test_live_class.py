@@ -1,9 +1,12 @@
 """A live class in the app (issue 29): one AppTest as the teacher and two as students in one process, sharing the
-process's room store (live.MemoryStore). The teacher opens a room on the Class page; the students join (a typed
-code, a link's ?room=); the teacher's page, model, sentence, layer and heads switched off reach the students on
-their next run; a detached student stays where they are and rejoining jumps to the teacher's page; a question is
-answered by both and revealed with the class's counts beside the model's answer; a lesson is stepped through in
-Turkish and English and the session saved as a lesson; and no student session can act as the teacher.
+process's room store: every test runs twice, on the one-process store (live.MemoryStore) and on a real Redis
+(live.RedisStore, as the replicas of `make serve REPLICAS=N` share it; ``redis_url`` in tests/conftest.py). The
+teacher opens a room on the Class page; the students join (a typed code, a link's ?room=); the teacher's page,
+model, sentence, layer and heads switched off reach the students on their next run; a detached student stays where
+they are and rejoining jumps to the teacher's page; a question is answered by both and revealed with the class's
+counts beside the model's answer; a lesson is stepped through in Turkish and English and the session saved as a
+lesson; no student session can act as the teacher; and a teacher who reloads the page leads the same class again
+with the teacher token, while the same link without it makes a student at most.
 
 A student's page follows from the sidebar's poll (views/live_sections/room.py: ``poll``), which a fragment runs
 every second in a browser and every full run runs inline first: here ``AppTest.run`` is that full run."""
@@ -15,6 +18,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import redis
 from streamlit.testing.v1 import AppTest
 
 import live
@@ -26,14 +30,24 @@ TOKEN = "teacher-token-for-tests"
 TEXT = "The cat chased the mouse"
 
 
-@pytest.fixture(autouse=True)
-def _token(monkeypatch):
-    """The server's teacher token, and a fresh in-memory store for each test: every AppTest has the same session id
-    ("test session id"), so the join rate limit, counted per session, would carry over from test to test."""
+@pytest.fixture(autouse=True, params=["memory", "redis"])
+def store_kind(request, monkeypatch):
+    """The server's teacher token, and a fresh store for each test: one process's memory, or an emptied database of
+    the tests' Redis (``DIKKAT_REDIS_URL``, as ``make serve REPLICAS=N`` sets it). Every AppTest has the same
+    session id and no address (one client), so the rate limits would carry over from test to test."""
     monkeypatch.setenv("DIKKAT_TEACHER_TOKEN", TOKEN)
-    monkeypatch.delenv("DIKKAT_REDIS_URL", raising=False)
     monkeypatch.delenv("REPLICAS", raising=False)
     monkeypatch.setattr(live, "_stores", {})
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url").rsplit("/", 1)[0] + "/1"  # tests/deploy use database 0
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
+        monkeypatch.setenv("DIKKAT_REDIS_URL", url)
+    else:
+        monkeypatch.delenv("DIKKAT_REDIS_URL", raising=False)
+    yield request.param
+    used = live.store_from_env()
+    assert isinstance(used, {"memory": live.MemoryStore, "redis": live.RedisStore}[request.param]), used
 
 
 def _run(what) -> AppTest:
@@ -77,7 +91,7 @@ def _teacher(lang: str = "en") -> tuple[AppTest, str]:
     assert TOKEN not in _said(at)
     assert f"?room={code}" in _said(at).replace("\\", "")  # the students' link, beside its QR code
     assert at.get("image"), "no QR code"
-    assert _class_in_link(at) == {}  # nothing of the class in the teacher's link
+    assert _class_in_link(at) == {"teach": code}  # of the class, only its code in the teacher's link
     return at, code
 
 
@@ -96,10 +110,17 @@ def _join_typed(lang: str, code: str) -> AppTest:
     return _run(at.button(key="live_join").click())
 
 
-def _store() -> live.MemoryStore:
-    store = live.store_from_env()
-    assert isinstance(store, live.MemoryStore)
-    return store
+def _store() -> live.RoomStore:
+    """The store the app's sessions share (the test's kind: :func:`store_kind`)."""
+    return live.store_from_env()
+
+
+def _answered(code: str, qid: int) -> set[str]:
+    """The student ids the store holds an answer of (before the reveal), whichever store it is."""
+    store = _store()
+    if isinstance(store, live.RedisStore):
+        return set(store.redis.hkeys(store._key(code, f"answers:{qid}")))
+    return set(store._rooms[code].questions[qid].answers)
 
 
 def _answer(at: AppTest, value: str) -> None:
@@ -182,14 +203,14 @@ def test_students_follow_detach_rejoin_and_answer_a_question():
         _answer(student, pick)
     _run(first.radio(key=f"live_pick_{question['id']}").set_value(question["choices"][2]))
     _run(first.button(key="live_send").click())  # changed before the reveal: still one answer
-    answers = _store()._rooms[code].questions[question["id"]].answers
-    assert set(answers) == {first.session_state["_live_student"], second.session_state["_live_student"]}
+    assert _answered(code, question["id"]) == {first.session_state["_live_student"],
+                                               second.session_state["_live_student"]}
     _run(teacher)
     assert "2 answered" in _said(teacher)
     _run(teacher.button(key="live_reveal_main").click())
     results = _store().results(code, question["id"])
     assert results["total"] == 2 and results["measured"]["answer"] in question["choices"]
-    assert not _store()._rooms[code].questions[question["id"]].answers  # who answered what is gone
+    assert not _answered(code, question["id"])  # who answered what is gone
     labels = question["labels"]
     for student, lang in ((first, "tr"), (second, "en")):
         _run(student)
@@ -293,21 +314,26 @@ def test_no_student_session_can_act_as_the_teacher():
                                       "labels": {"a": {"en": "A", "tr": "A"}, "b": {"en": "B", "tr": "B"}}})
     _run(student)
     _answer(student, "a")
-    assert set(_store()._rooms[code].questions[qid].answers) == {student.session_state["_live_student"]}
+    assert _answered(code, qid) == {student.session_state["_live_student"]}
 
 
 @pytest.mark.parametrize("lang, wrong, limited", [
     ("en", "No class has this code", "Too many wrong attempts"),
     ("tr", "Bu kodla açık bir ders yok", "Çok fazla yanlış deneme"),
 ])
-def test_wrong_codes_are_refused_and_rate_limited_in_the_viewers_language(lang, wrong, limited):
+def test_wrong_codes_are_refused_and_rate_limited_in_the_viewers_language(lang, wrong, limited, monkeypatch):
+    monkeypatch.setattr(live.BaseStore, "join_limit", 3)  # a class's limit is 150 (live/rules.py): 150 runs here
     at = _app(lang)
     at.text_input(key="live_code_input").input("ZZZZZZ")
     _run(at.button(key="live_join").click())
     assert wrong in _said(at) and "_live_code" not in at.session_state
-    for _ in range(live.MemoryStore.join_limit):
+    for _ in range(live.BaseStore.join_limit):
         _run(at.button(key="live_join").click())
     assert limited in _said(at)
+    again = _app(lang)  # a new session of the same client (AppTest: no address, one session id) is limited too
+    again.text_input(key="live_code_input").input("ZZZZZZ")
+    _run(again.button(key="live_join").click())
+    assert limited in _said(again)
 
 
 def test_broadcasting_off_keeps_the_class_where_it_is_and_a_closed_class_lets_its_students_go():
@@ -328,6 +354,73 @@ def test_broadcasting_off_keeps_the_class_where_it_is_and_a_closed_class_lets_it
     assert "closed or has expired" in _said(student)
     _run(student)  # its link's room is not tried again
     assert "_live_code" not in student.session_state and "closed or has expired" not in _said(student)
+
+
+def test_a_teacher_who_reloads_leads_the_same_class_and_the_link_alone_makes_a_student_at_most():
+    teacher, code = _teacher("en")
+    student = _app("en", room=code)
+    teacher.switch_page("views/explore.py")
+    _run(teacher)
+    _run(teacher.slider(key="layer").set_value(3))
+    _run(student)
+    assert _title(student, "explore") and student.slider(key="layer").value == 3
+    link = dict(teacher.query_params)  # what a reload opens again
+    assert link["teach"] == code and "room" not in link and TOKEN not in str(link)
+    version = _store().version(code)
+
+    # the teacher's link without the token (a student who copied it off the projector): asked for the token, a
+    # wrong one refused; joining goes through the student's join
+    copied = _app("en", **link)
+    assert "_live_code" not in copied.session_state and "_live_secret" not in copied.session_state
+    assert not [b for b in copied.get("toggle") if b.key == "live_broadcast"]
+    copied.text_input(key="live_token").input("guess")
+    _run(copied.button(key="live_resume").click())
+    assert "_live_secret" not in copied.session_state and "_live_code" not in copied.session_state
+    assert "not the teacher token" in _said(copied) and copied.text_input(key="live_token").value == ""
+    _run(copied.button(key="live_resume_student").click())
+    assert copied.session_state["_live_code"] == code and "_live_secret" not in copied.session_state
+    assert _class_in_link(copied) == {"room": code}
+    assert not [b for b in copied.get("toggle") if b.key == "live_broadcast"]
+    assert _store().present(code) == 2 and _store().version(code) == version
+
+    # the teacher's reload: a new session on the same link; the token leads the same class, as it was
+    again = _app("en", **link)
+    assert "_live_code" not in again.session_state
+    again.text_input(key="live_token").input(TOKEN)
+    _run(again.button(key="live_resume").click())
+    assert again.session_state["_live_code"] == code
+    assert again.session_state["_live_secret"] not in ("", teacher.session_state["_live_secret"])
+    assert TOKEN not in _said(again) and not [w for w in again.text_input if w.key == "live_token"]
+    assert _class_in_link(again) == {"teach": code}
+    assert _store().version(code) == version and _store().get_state(code)["params"]["layer"] == "3"
+    assert "· 2 connected" in _said(again)
+    again.switch_page("views/qkv.py")
+    _run(again)
+    for follower in (student, copied):
+        _run(follower)
+        assert _title(follower, "qkv")
+
+    # the session before the reload leads no more, and says why
+    _run(teacher)
+    assert "_live_code" not in teacher.session_state and "teach" not in dict(teacher.query_params)
+    assert "now led from another tab or device" in _said(teacher)
+    assert _store().get_state(code)["page"] == "qkv"
+
+    # a student's reload: its link's room, joined again
+    reloaded = _app("en", **dict(student.query_params))
+    assert reloaded.session_state["_live_code"] == code and reloaded.session_state["_live_follow"]
+    assert _title(reloaded, "qkv") and "_live_secret" not in reloaded.session_state
+
+    # reloaded on the Class page: one token field (the sidebar's), which can also open a new class instead
+    desk = _app("en", **dict(again.query_params))
+    desk.switch_page("views/live.py")
+    _run(desk)
+    assert "type the teacher token in the sidebar" in _said(desk)
+    assert len([w for w in desk.text_input if w.key == "live_token"]) == 1
+    desk.text_input(key="live_token").input(TOKEN)
+    _run(desk.button(key="live_open").click())
+    assert desk.session_state["_live_code"] != code and _store().room_exists(code)  # a new class; the old goes on
+    assert _class_in_link(desk) == {"teach": desk.session_state["_live_code"]}
 
 
 # an image the browser would fetch, a link, HTML and LaTeX (tests/app/test_hosting_app.py)

@@ -1,14 +1,13 @@
 """The shared state of a live class (issue 29, live/): every behaviour on both stores (one process, and Redis as
 the replicas of `make serve REPLICAS=N` share it), a restarted replica, two processes, TTLs, the rate limit, the
-teacher's secret, and a Turkish text for every error code. A Redis of its own is started here (Debian's
-``redis-server``, `make redis`)."""
+teacher's secret, and a Turkish text for every error code. A Redis of the tests' own is started for the run
+(``redis_url`` in tests/conftest.py: Debian's ``redis-server``, `make redis`)."""
 
 from __future__ import annotations
 
 import ast
 import json
 import multiprocessing
-import shutil
 import socket
 import string
 import subprocess
@@ -19,9 +18,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis
 
 import live
+from conftest import free_port
 from live import rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,40 +33,6 @@ STORE_MODULES = ("__init__", "errors", "rules", "config", "base", "memory", "red
 TOKEN = "teacher-token-for-tests"
 PAGE = ("explore", {"text": "Kedi uyudu.", "layer": "2", "head": "3"})
 QUESTION = {"text": "Which token does head 3 look at most?", "choices": ["Kedi", "uyudu", "."]}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-    if not Path(exe).exists():
-        pytest.fail("redis-server is missing: `make redis` (Debian: apt-get install redis-server)")
-    port = _free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.time() + 15
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
-    try:
-        yield url
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=15)
 
 
 class Clock:
@@ -481,6 +446,145 @@ def test_guessing_room_codes_is_rate_limited_and_the_limit_resets(new_store, clo
     assert store.present(code) == 2
 
 
+def _wrong(code: str) -> str:
+    return "ZZZZZZ" if code != "ZZZZZZ" else "YYYYYY"
+
+
+def test_a_new_browser_session_from_the_same_address_is_still_limited(store):
+    """The join bucket is the client's address (rules.client_key, as views/live_sections/room.py makes it), not its
+    browser session: a bot opening a new session for every guess is one client."""
+    store.join_limit = 4
+    code, _ = store.create_room(TOKEN)
+    for i in range(store.join_limit):  # each guess from a new session, one address
+        with pytest.raises(live.NoSuchRoom):
+            store.join_attempt(_wrong(code), rules.client_key(f"session-{i}", "203.0.113.7", "", False))
+    for guess in (_wrong(code), code):  # a new session still: refused, right code or wrong (no oracle)
+        with pytest.raises(live.RateLimited) as err:
+            store.join_attempt(guess, rules.client_key("session-new", "203.0.113.7", "", False))
+        assert err.value.code == "live_rate_limited"
+    # behind Dikkat's nginx every peer is 127.0.0.1: the address nginx appended counts, not what the client wrote
+    for i in range(store.join_limit):
+        with pytest.raises(live.NoSuchRoom):
+            store.join_attempt(_wrong(code), rules.client_key(f"s{i}", "198.51.100.9", f"10.1.2.{i}, 198.51.100.9",
+                                                              True))
+    with pytest.raises(live.RateLimited):
+        store.join_attempt(code, rules.client_key("s9", "198.51.100.9", "192.0.2.77, 198.51.100.9", True))
+    # another address (another school) is not held up, and right codes are never counted
+    for _ in range(store.join_limit + 2):
+        assert store.join_attempt(code, rules.client_key("other", "192.0.2.1", "", False)) == code
+    assert store.join_attempt(code, rules.client_key("session-1", None, "", False)) == code  # no address: the session
+
+
+def test_the_servers_bucket_refuses_everyone_after_its_limit(new_store, clock):
+    """Wrong codes from many addresses fill one bucket for the whole server (every replica: one Redis key); once
+    full, every code is refused, the right one too, until its window ends."""
+    replicas = [new_store(), new_store()]  # two replicas on one Redis (one store for memory)
+    for replica in replicas:
+        replica.server_join_limit, replica.server_join_window_s = 6, 0.5
+    code, _ = replicas[0].create_room(TOKEN)
+    for i in range(6):  # one wrong code from each of six addresses, on either replica
+        with pytest.raises(live.NoSuchRoom):
+            replicas[i % 2].join_attempt(_wrong(code), f"ip:203.0.113.{i}")
+    for guess in (_wrong(code), code):
+        for replica in replicas:
+            with pytest.raises(live.RateLimited) as err:
+                replica.join_attempt(guess, "ip:192.0.2.200", "s1")  # a new address, never wrong before
+            assert err.value.code == "live_server_rate_limited" and err.value.params["retry_s"] >= 1
+    assert replicas[0].present(code) == 0
+    clock.advance(1)
+    time.sleep(0.6)  # Redis expires the window itself
+    assert replicas[1].join_attempt(code, "ip:192.0.2.200", "s1") == code
+    assert replicas[0].present(code) == 1
+
+
+def test_the_limits_fit_a_class_and_cost_a_guesser_years():
+    """The numbers rules.py's docstring states: 30 students behind one address with 3 typos each (90), four such
+    classes with 5 typos per student on one server (600), pass; at the server's bucket a bot needs years for ten
+    rooms."""
+    assert 30 * 3 <= rules.JOIN_LIMIT and 4 * 30 * 5 <= rules.SERVER_JOIN_LIMIT
+    codes = len(rules.ALPHABET) ** rules.CODE_LENGTH
+    assert codes == 887_503_681
+    per_s = rules.SERVER_JOIN_LIMIT / rules.SERVER_JOIN_WINDOW_S
+    assert per_s == 1.0 and rules.JOIN_LIMIT / rules.JOIN_WINDOW_S == 0.25
+    years = codes / 10 / per_s / 86400 / 365.25
+    assert round(years, 1) == 2.8
+    assert round(100 * (1 - (1 - 100 / codes) ** (per_s * rules.TTL_S)), 2) == 0.49  # 100 rooms, 12 h
+    assert round(100 * (1 - (1 - 10 / codes) ** (30 * rules.TTL_S)), 1) == 1.4  # 30/s without a limit, 10 rooms
+
+
+@pytest.mark.parametrize("remote, forwarded, behind, expected", [
+    (None, "", False, None),  # no connection (AppTest): no address
+    ("203.0.113.7", "", False, "203.0.113.7"),  # a browser straight to the app
+    ("203.0.113.7", "1.2.3.4", False, "203.0.113.7"),  # its own header: uvicorn ignored it, and so do we
+    ("203.0.113.7", "1.2.3.4", True, "203.0.113.7"),
+    ("198.51.100.9", "198.51.100.9", True, "198.51.100.9"),  # through Dikkat's nginx
+    ("198.51.100.9", "10.9.9.9, 198.51.100.9", True, "198.51.100.9"),  # a written entry before nginx's: not it
+    ("10.9.9.9", "10.9.9.9, 127.0.0.1", True, "127.0.0.1"),  # a client on this machine through nginx, writing
+    ("127.0.0.1", "127.0.0.1", True, "127.0.0.1"),
+    ("[2001:db8::1]", "", False, "[2001:db8::1]"),
+    ("2001:db8::1", "[2001:db8::1]:5000", True, "2001:db8::1"),
+    ("5.6.7.8", "5.6.7.8", False, rules.LOOPBACK_CLIENT),  # a proxy of this machine that is not Dikkat's nginx:
+    ("5.6.7.9", "5.6.7.9", False, rules.LOOPBACK_CLIENT),  # its header is anyone's words, one client for all
+])
+def test_the_client_address_believes_only_dikkats_own_proxy(remote, forwarded, behind, expected):
+    assert rules.client_address(remote, forwarded, behind) == expected
+    assert rules.client_key("sid", remote, forwarded, behind) == (f"ip:{expected}" if expected else "session:sid")
+
+
+def test_behind_proxy_is_make_serve_with_replicas():
+    assert not live.config.behind_proxy({}) and not live.config.behind_proxy({"REPLICAS": "1"})
+    assert live.config.behind_proxy({"REPLICAS": "3"}) and not live.config.behind_proxy({"REPLICAS": "x"})
+
+
+# ---- a teacher's page reloaded: the room led again ----------------------------------------------------------
+
+def test_a_teacher_leads_the_room_again_with_the_token_and_the_old_secret_stops(new_store):
+    store = new_store()
+    code, old = store.create_room(TOKEN, client_key="ip:teacher")
+    store.set_state(code, old, *PAGE)
+    store.join(code, "s1")
+    qid = store.ask(code, old, QUESTION)
+    store.answer(code, qid, "s1", "Kedi")
+    before = store.get_state(code)
+    assert store.teaches(code, old) and not store.teaches(code, "x") and not store.teaches(code, None)
+    for wrong in ("wrong", "", None):  # no token, a wrong one: refused before the code is even looked at
+        for room_code in (code, _wrong(code), "nonsense"):
+            with pytest.raises(live.NotTeacher) as err:
+                store.resume_room(room_code, wrong, client_key=f"ip:student-{wrong}")
+            assert err.value.code == "live_not_teacher"
+    with pytest.raises(live.NoSuchRoom) as err:  # a teacher (the token) is told a room is gone
+        store.resume_room(_wrong(code), TOKEN, client_key="ip:teacher")
+    assert err.value.code == "live_room_closed"
+    other = new_store()  # another replica after a reload, for Redis
+    new = other.resume_room(code.lower(), TOKEN, client_key="ip:teacher")
+    assert new != old and len(new) >= 43
+    assert other.teaches(code, new) and not other.teaches(code, old) and not store.teaches(code, old)
+    with pytest.raises(live.NotTeacher):
+        store.set_state(code, old, "masks", {})  # the earlier session leads no more
+    assert other.get_state(code) == before and other.present(code) == 1  # the class is where it was
+    assert other.results(code, qid)["total"] == 1
+    assert other.set_state(code, new, "masks", {}) == before["version"] + 1
+    if isinstance(other, live.RedisStore):  # the secret keeps a TTL, and only its hash is stored
+        assert other.redis.ttl(other._key(code, "secret")) > 0
+        assert not any(new.encode() in other.redis.dump(k) for k in _keys(other))
+    other.close_room(code, new)
+    with pytest.raises(live.NoSuchRoom):
+        other.teaches(code, new)
+    with pytest.raises(live.NoSuchRoom):
+        other.resume_room(code, TOKEN)
+
+
+def test_wrong_tokens_to_lead_a_room_again_are_rate_limited_with_opening_one(store):
+    code, _ = store.create_room(TOKEN)
+    for i in range(store.teacher_limit):
+        call = store.resume_room if i % 2 else (lambda c, t, client_key: store.create_room(t, client_key=client_key))
+        with pytest.raises(live.NotTeacher):
+            call(code, "guess", client_key="ip:203.0.113.7")
+    with pytest.raises(live.RateLimited):  # even the right token: the limit is no oracle
+        store.resume_room(code, TOKEN, client_key="ip:203.0.113.7")
+    assert store.resume_room(code, TOKEN, client_key="ip:192.0.2.1")
+
+
 def test_allow_counts_hits_in_a_window(store, clock):
     assert all(store.allow("b1", 3, 0.4) for _ in range(3))
     assert not store.allow("b1", 3, 0.4) and store.allow("b2", 3, 0.4)
@@ -534,7 +638,7 @@ def test_every_redis_key_has_a_ttl(new_store, kind, clock):
 
 
 def test_an_unreachable_redis_is_live_unavailable():
-    store = live.RedisStore(f"redis://127.0.0.1:{_free_port()}/0", teacher_token=TOKEN)
+    store = live.RedisStore(f"redis://127.0.0.1:{free_port()}/0", teacher_token=TOKEN)
     for call in (lambda: store.room_exists("ABCDEF"), lambda: store.create_room(TOKEN),
                  lambda: store.version("ABCDEF")):
         with pytest.raises(live.LiveUnavailable) as err:

@@ -1,7 +1,9 @@
 """The sidebar's part of a live class (issue 29), on every page: a student joins with the room code (typed, or from
 the ``?room=`` of the teacher's link or QR code), follows the teacher, detaches to explore and rejoins, reads the
 lesson step and answers the question; the teacher sees the room, how many are connected and answered, and leads
-the lesson. On a server without a teacher token, and without a room in the link, it shows nothing.
+the lesson. A teacher's page reloaded (``?teach=CODE``, :mod:`views.live_sections.room`) asks for the teacher token
+to lead the class again, or joins it as a student. On a server without a teacher token, and without a room in the
+link, it shows nothing.
 
 A fragment polls the room every second (:func:`views.live_sections.room.poll`; the teacher's every two): when the
 room changed, the whole app runs again and a following student's page moves (``app.py``:
@@ -39,7 +41,46 @@ def _join_typed() -> None:
         room.keep_error(exc)
 
 
+def _resume(code: str) -> None:
+    """Lead the class again with the typed token; the field is emptied at once. A class that is gone leaves the
+    link."""
+    token = str(st.session_state.get("live_token") or "")
+    st.session_state["live_token"] = ""
+    try:
+        room.resume_room(code, token)
+    except live.NoSuchRoom as exc:
+        del st.query_params[room.TEACH]
+        room.keep_error(exc)
+    except live.LiveError as exc:
+        room.keep_error(exc)
+
+
+def _as_student(code: str) -> None:
+    """Not the teacher: join the class as a student (the rate-limited join), the page's link becoming a student's."""
+    del st.query_params[room.TEACH]
+    st.query_params[room.ROOM] = code
+    st.session_state["_live_tried"] = code
+    try:
+        room.join(code)
+    except live.LiveError as exc:
+        room.keep_error(exc)
+
+
+def _resume_form(code: str) -> None:
+    """A teacher's page reloaded: the teacher token leads the class again; without it, join as a student."""
+    with st.container(border=True, key="live_resume_box"):
+        st.markdown(t("live_resume_title", code=code))
+        room.show_error()
+        st.text_input(t("live_token"), key="live_token", type="password", help=t("live_token_help"))
+        st.button(t("live_resume"), key="live_resume", on_click=_resume, args=(code,), type="primary")
+        st.button(t("live_resume_student"), key="live_resume_student", on_click=_as_student, args=(code,))
+
+
 def _join() -> None:
+    teach = room.linked_teach() if room.teaching_possible() else None
+    if teach:
+        _resume_form(teach)
+        return
     linked = st.query_params.get(room.ROOM)
     if not linked and not room.teaching_possible() and "_live_error" not in st.session_state:
         return
@@ -99,7 +140,17 @@ def _student() -> None:
 
 @st.fragment(run_every=2)
 def _teacher_counts() -> None:
-    """Every two seconds: how many students are connected and, while a question is open, how many answered."""
+    """Every two seconds: how many students are connected and, while a question is open, how many answered. A
+    session that no longer leads the room (closed, or led from another tab now) draws the whole app again, which
+    says so (:func:`~views.live_sections.room.still_teacher`)."""
+    try:
+        leads = room.store().teaches(room.code(), room.secret()) if room.in_fragment_run() else True
+    except live.NoSuchRoom:
+        leads = False
+    except live.LiveError:
+        return
+    if not leads:
+        st.rerun()
     try:
         present = room.store().present(room.code())
         state = room.store().get_state(room.code()) or {}
@@ -113,6 +164,13 @@ def _teacher_counts() -> None:
 
 
 def _teacher() -> None:
+    if not room.still_teacher():  # closed, expired, or led from another tab now
+        _join()
+        return
+    if st.query_params.get(room.TEACH) != room.code():  # a reload finds the class again (with the token)
+        st.query_params[room.TEACH] = room.code()
+    if room.ROOM in st.query_params:  # a student before: not now
+        del st.query_params[room.ROOM]
     if "live_broadcast" not in st.session_state:
         st.session_state["live_broadcast"] = True
     with st.container(border=True, key="live_panel"):

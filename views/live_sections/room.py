@@ -4,7 +4,12 @@ how a student's page follows the teacher's.
 What lives where:
 
 * the teacher's secret, the room code, the student's id: this session's Session State only (server side; never
-  in the URL, never shown). The only thing of a class in a URL is ``?room=CODE`` on a student's link;
+  in the URL, never shown). The only thing of a class in a URL is its code: ``?room=CODE`` on a student's page
+  (the link the teacher shows), ``?teach=CODE`` on the teacher's own page. A reload (a new session, its Session
+  State gone) finds the class again from it: a student joins again through the rate-limited join
+  (:func:`join`); a teacher is asked for the server's teacher token, and with it leads the room again
+  (:func:`resume_room`; the room gets a new secret and the earlier session stops leading it). A student who copies
+  the teacher's link has the code, which the projector shows anyway, but not the token: a student at most;
 * the room's state (the page the class follows and its link's parameters, the question): the store
   (:func:`live.store_from_env`: one process's memory, or the Redis every replica shares).
 
@@ -28,13 +33,17 @@ from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import live
 import models
+from live import config as live_config
 from live import lessons as L
+from live import rules as live_rules
+from live.base import teacher_elsewhere
 from models import pruning
 from views import hosting, shared
 
 ROOM = "room"  # the query parameter of a student's link: the room code, nothing else of a class
+TEACH = "teach"  # the query parameter of the teacher's own page: the room code (a reload offers to lead it again)
 STEP = "lesson_step"  # a broadcast parameter only: "<lesson id>:<step index from 0>"
-OWN = ("lang", ROOM)  # each student's own: never broadcast, never taken from the teacher
+OWN = ("lang", ROOM, TEACH)  # each viewer's own: never broadcast, never taken from the teacher
 DEFAULT_PAGE = "explore"  # app.py's default page, whose url_path is ""
 DESK = "live"  # the Class page: the teacher's desk, not broadcast
 FOLLOWED = frozenset(L.PAGES)  # the pages a class follows (app.py: views/<page>.py)
@@ -48,9 +57,30 @@ def store() -> live.RoomStore:
 
 
 def client_key() -> str:
-    """Who asks, for the store's rate limits: this browser session's id."""
+    """Who asks, for the store's rate limits: the client's address (:func:`live.rules.client_address`: the
+    connection's peer, or behind Dikkat's nginx the address nginx saw), so that a bot opening new browser sessions
+    stays one client; this session's id where Streamlit has no address (no browser: AppTest)."""
     ctx = get_script_run_ctx()
-    return ctx.session_id if ctx is not None else "none"
+    if ctx is None:
+        return "none"
+    remote, forwarded = None, ""
+    try:  # the raw peer: st.context.ip_address hides 127.0.0.1 and ::1 (a proxy on this machine) as None
+        from streamlit import runtime
+
+        client = runtime.get_instance().get_client(ctx.session_id) if runtime.exists() else None
+        context = client.client_context if client is not None else None
+        if context is not None:
+            remote = context.remote_ip
+            forwarded = ",".join(v for k, v in context.headers if str(k).lower() == "x-forwarded-for")
+    except (AttributeError, RuntimeError):  # no runtime (AppTest), or one shutting down
+        remote = None
+    return live_rules.client_key(ctx.session_id, remote, forwarded, live_config.behind_proxy())
+
+
+def linked_teach() -> str | None:
+    """The room code of this page's ``?teach=`` (a teacher's page reloaded), normalised; None when there is none
+    or it cannot be a code (so it is safe to show)."""
+    return live_rules.normalize_code(st.query_params.get(TEACH))
 
 
 def code() -> str | None:
@@ -90,12 +120,57 @@ def show_error(container=None) -> None:
 # -------------------------------------------------------------------------------------------- the teacher
 
 
-def open_room(token: str) -> None:
-    """Open a room with the server's teacher token; the secret goes to this session's state only."""
-    room, secret = store().create_room(token, client_key=client_key())
+def _lead(room: str, secret: str) -> None:
+    """Make this session the teacher of ``room`` (whatever it was in before)."""
     for key in [k for k in st.session_state if str(k).startswith("_live_")]:
         del st.session_state[key]
     st.session_state.update({"_live_code": room, "_live_secret": secret, "_live_record": []})
+
+
+def open_room(token: str) -> None:
+    """Open a room with the server's teacher token; the secret goes to this session's state only."""
+    room, secret = store().create_room(token, client_key=client_key())
+    _lead(room, secret)
+
+
+def resume_room(room: str, token: str) -> None:
+    """Lead the open room ``room`` again from this session (the teacher's page was reloaded): the server's teacher
+    token is checked by the store (rate limited per client, as opening a room), which gives the room a new secret,
+    for this session only. The class stays where it is: the page it follows is taken as already sent, and the
+    lesson step it shows (a shipped lesson's) as the teacher's. Raises :class:`live.LiveError`."""
+    secret = store().resume_room(room, token, client_key=client_key())
+    normal = live_rules.normalize_code(room)
+    _lead(normal, secret)
+    state = store().get_state(normal) or {}
+    if state.get("page"):
+        st.session_state["_live_sent"] = (state["page"], dict(state.get("params") or {}))
+    lesson_id, _, index = str((state.get("params") or {}).get(STEP, "")).rpartition(":")
+    if lesson_id and index.isdigit():
+        st.session_state["_live_lesson"] = lesson_id
+        st.session_state["_live_step"] = (lesson_id, int(index))
+
+
+def still_teacher() -> bool:
+    """Whether this teacher's session still leads its room; when the room is gone, or was taken up again in another
+    tab or on another device (:func:`resume_room` there), the session's part in it is dropped and the reason kept
+    for the panel. A store that cannot be reached keeps the session as it is (asked again next run)."""
+    try:
+        if store().teaches(code(), secret()):
+            return True
+        error: Exception = teacher_elsewhere()
+    except live.NoSuchRoom as exc:
+        error = exc
+    except live.LiveError:
+        return True
+    forget()
+    _drop_link(TEACH)
+    keep_error(error)
+    return False
+
+
+def _drop_link(name: str) -> None:
+    if name in st.query_params:
+        del st.query_params[name]
 
 
 def close_room() -> None:
@@ -104,6 +179,7 @@ def close_room() -> None:
         store().close_room(code(), st.session_state.get("_live_secret"))
     finally:
         forget()
+        _drop_link(TEACH)
 
 
 def forget() -> None:
@@ -180,8 +256,9 @@ def broadcasting(page):
 
 
 def join(typed: str) -> None:
-    """Join the room ``typed`` names (rate limited per session: the store counts wrong codes), and follow it; the
-    student id is made once per session, kept server side. Raises :class:`live.LiveError`."""
+    """Join the room ``typed`` names (rate limited per client address and for the server: the store counts wrong
+    codes), and follow it; the student id is made once per session, kept server side. Raises
+    :class:`live.LiveError`."""
     student = st.session_state.setdefault("_live_student", secrets.token_urlsafe(16))
     room = store().join_attempt(typed, client_key(), student_id=student)
     forget()
@@ -189,9 +266,9 @@ def join(typed: str) -> None:
 
 
 def leave() -> None:
+    """A student leaves the room (and its code leaves the page's link)."""
     forget()
-    if ROOM in st.query_params:
-        del st.query_params[ROOM]
+    _drop_link(ROOM)
 
 
 def set_following(on: bool) -> None:
@@ -265,7 +342,7 @@ def _heads_off(name: str, model: str, params: dict[str, str]) -> None:
 def follow(page) -> None:
     """``app.py``, after ``st.navigation``: make a pending move (:func:`poll`, :func:`go`). The page's widget values
     and the link values kept for it are dropped, so its ``url_init`` reads the new link; then the page opens with
-    it (the viewer's language and, for a student, ``?room=`` kept)."""
+    it (the viewer's language and, for a student, ``?room=`` kept; for the teacher, ``?teach=``)."""
     goto = st.session_state.pop("_live_goto", None)
     if not goto or goto[0] not in FOLLOWED:
         return
@@ -279,4 +356,6 @@ def follow(page) -> None:
         query["lang"] = shared.lang()
     if is_student():
         query[ROOM] = code()
+    elif is_teacher():
+        query[TEACH] = code()
     st.switch_page(f"views/{name}.py", query_params=query)
