@@ -149,8 +149,9 @@ def start_server(port: int, mode: str | None, log: Path, extra_env: dict[str, st
                  replicas: int = 0) -> subprocess.Popen:
     """``streamlit run app.py`` on ``port`` or, with ``replicas`` > 0, ``deploy/replicas.py`` (that many app
     processes behind nginx, as ``make serve REPLICAS=N``); in its own process group."""
-    # DIKKAT_AHEAD=0: no background computation (deploy/launch.start_ahead) shares the cores with the measured server
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", DIKKAT_AHEAD="0")
+    # DIKKAT_AHEAD=0, DIKKAT_WARM=0: no background computation (deploy/launch.start_ahead) and no warm-up visit
+    # (deploy/warm.py) share the cores with the measured server; the bench does its own warm-up
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", DIKKAT_AHEAD="0", DIKKAT_WARM="0")
     if mode:
         env["DIKKAT_MODE"] = mode
     env.update(extra_env or {})

@@ -13,7 +13,8 @@ Usage::
 
 runs the app in this process (``exec``) from the repository root. ``--classroom`` also sets
 ``DIKKAT_MODE=classroom``, passes ``DIKKAT_COOKIE_SECRET`` (if set) on as Streamlit's cookie secret, and starts
-``python -m models ahead`` in the background (:func:`start_ahead`; ``DIKKAT_AHEAD=0`` turns it off).
+``python -m models ahead`` in the background (:func:`start_ahead`; ``DIKKAT_AHEAD=0`` turns it off) and
+``deploy/warm.py``, which opens the app once as a student would (``DIKKAT_WARM=0`` turns it off).
 Other programs import :func:`streamlit_command` (with ``deploy/`` on ``sys.path``).
 
 ::
@@ -203,6 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     env = classroom_env() if args.classroom else dict(os.environ)
     if args.classroom:
         start_ahead(env)  # the class's slow results, computed once (it outlives the exec below: a child of the app)
+        import warm  # deploy/warm.py: the class's first visit made by the server itself (no student waits for it)
+
+        host = "127.0.0.1" if args.address in ("0.0.0.0", "::", "") else args.address
+        warm.start(f"http://{host}:{args.port}", env)
     os.chdir(ROOT)
     sys.stdout.flush()
     os.execve(command[0], command, env)

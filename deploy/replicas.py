@@ -38,6 +38,7 @@ from pathlib import Path
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # imported from elsewhere (tests, benches)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+import warm  # noqa: E402  (deploy/warm.py: each replica's first visit)
 from launch import ROOT, start_ahead, streamlit_command  # noqa: E402  (deploy/launch.py: the flags of `make serve`)
 
 NGINX_CONF = """\
@@ -122,6 +123,7 @@ class Cluster:
     nginx: subprocess.Popen | None = None
     folder: Path | None = None
     ahead: subprocess.Popen | None = None  # python -m models ahead in the background (launch.start_ahead)
+    warm: list[subprocess.Popen] = field(default_factory=list)  # deploy/warm.py, one per replica
 
     @property
     def procs(self) -> list[subprocess.Popen]:
@@ -167,6 +169,8 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
             for proc, backend in zip(cluster.replicas, backends):
                 wait_healthy(f"http://{backend}", proc)
             cluster.ahead = start_ahead(env, python)  # once for all replicas: they read what it keeps
+            # each replica's first visit, made by the server (deploy/warm.py): every process loads its own models
+            cluster.warm = [w for w in (warm.start(f"http://{b}", env, python) for b in backends) if w is not None]
         cluster.folder = Path(tempfile.mkdtemp(prefix="dikkat-nginx-"))
         cluster.folder.chmod(0o755)  # nginx's workers (user nobody when started as root) write inside
         conf = cluster.folder / "nginx.conf"
@@ -181,7 +185,7 @@ def start(replicas: int, port: int, address: str, backends: list[str] | None = N
 
 def stop(cluster: Cluster) -> None:
     """Terminate nginx and the replicas, killing any that does not exit within 15 s; remove nginx's folder."""
-    procs = cluster.procs + ([cluster.ahead] if cluster.ahead is not None else [])
+    procs = cluster.procs + cluster.warm + ([cluster.ahead] if cluster.ahead is not None else [])
     for proc in reversed(procs):
         if proc.poll() is None:
             proc.terminate()

@@ -23,6 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # change what a test sees, and no test writes into the user's cache
 os.environ.setdefault("DIKKAT_AHEAD_ROOT", tempfile.mkdtemp(prefix="dikkat-ahead-"))
 os.environ.setdefault("DIKKAT_AHEAD", "0")  # a server a test starts computes nothing in the background
+os.environ.setdefault("DIKKAT_WARM", "0")  # and opens no page of its own (deploy/warm.py): the tests time their own
 
 import models  # noqa: E402
 from tiny import build_tiny  # noqa: E402

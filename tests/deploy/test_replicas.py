@@ -102,3 +102,30 @@ def test_nginx_conf_lists_every_backend():
     assert "server 10.0.0.1:8501" in conf and "server 10.0.0.2:8501" in conf
     assert "hash $dikkat_route consistent" in conf and "listen 0.0.0.0:80" in conf
     assert "X-Dikkat-Replica" not in conf  # students are not told the servers' addresses
+
+
+def test_each_replica_is_visited_once_by_the_server_itself(two_replicas):
+    """deploy/warm.py (issue 27): the class's first visit (model load, first analysis) made by the server, on each
+    replica and through nginx; a visit that cannot be made is reported, never raised. The test run sets
+    DIKKAT_WARM=0 and DIKKAT_AHEAD=0, so the fixture's cluster started neither in the background."""
+    import warm
+
+    port, cluster = two_replicas
+    assert cluster.warm == [] and cluster.ahead is None
+    lines = []
+    done = warm.warm(f"http://127.0.0.1:{port + 1}", ["", "model_key=minilm-l6&lang=tr"], timeout=300,
+                     say=lines.append)
+    assert all(isinstance(s, float) and s > 0 for s in done.values()) and len(done) == 2, lines
+    through_nginx = warm.warm(f"http://127.0.0.1:{port}", [""], timeout=300, say=lines.append)
+    assert isinstance(through_nginx[""], float), lines
+    dead = warm.warm(f"http://127.0.0.1:{_free_ports(0)}", [""], timeout=1, say=lines.append)
+    assert dead == {} and "did not answer" in lines[-1]
+
+
+def test_warm_visits_come_from_the_environment():
+    import warm
+
+    assert warm.visits_from_env({}) == list(warm.VISITS)
+    assert warm.visits_from_env({"DIKKAT_WARM": "0"}) is None
+    assert warm.visits_from_env({"DIKKAT_WARM": "?model_key=a; model_key=b"}) == ["model_key=a", "model_key=b"]
+    assert warm.start("http://127.0.0.1:1", {"DIKKAT_WARM": "0"}) is None
