@@ -16,7 +16,7 @@ The engine is grouped like its features:
 * :mod:`models.analysis`: one text through a model (:func:`analyze`): tokens, words, weights on demand,
   statistics, predictions, masks and heads as arguments.
 * :mod:`models.speech`: Whisper: audio in, encoder/decoder/cross-attention out.
-* :mod:`models.flow`, :mod:`models.pruning`, :mod:`models.lessons`, :mod:`models.experiments`: the features
+* :mod:`models.flow`, :mod:`models.why`, :mod:`models.pruning`, :mod:`models.lessons`, :mod:`models.experiments`: the features
   built on them.
 
 Modules that used to sit flat in ``models/`` (``models.speech.audio``, ``models.analysis.masks``, ``models.loading``'s contents
@@ -58,6 +58,7 @@ from .loading import LoadedModel, clear_cache, is_hub_id, load
 from .analysis.masks import MaskMode, parse_mask
 from .analysis.store import AttentionStack, MaskStack
 from .flow import Flow, information_flow
+from . import why
 
 # old flat module -> where it lives now (whole modules only: each old name is the same module object)
 MOVED = {
@@ -78,6 +79,7 @@ for _old, _new in MOVED.items():
 __all__ = [
     "Flow",
     "information_flow",
+    "why",
     "AudioAnalysis", "analyze_audio",
     "Analysis", "TopK", "Token", "Word", "analyze", "default_max_tokens",
     "CATALOG", "DEFAULT_MODEL", "ModelSpec", "default_model_for_language", "get_spec", "list_models",

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from . import checks
-from .errors import DikkatError, InvalidArgumentError
+from .errors import DikkatError
 
 __all__ = ["Job", "compute", "compute_ahead", "default_jobs", "engine_digest", "load", "root", "save"]
 
@@ -131,20 +131,17 @@ def compute(job: Job, loaded, progress: Callable[[float], None] | None = None):
     Raises:
         InvalidArgumentError: an unknown kind or experiment. And what the computation raises.
     """
-    if job.kind == "experiment":
+    if checks.choice("kind", job.kind, KINDS) == "experiment":
         from . import experiments
 
         return experiments.run(job.params["key"], loaded, progress=progress)
-    if job.kind == "pruning_curve":
-        from . import pruning
+    from . import pruning
 
-        texts, orders = list(job.params["texts"]), int(job.params["random_orders"])
-        importance = pruning.gradient_importance(loaded, texts)
-        curve = pruning.pruning_curve(loaded, texts, importance, random_orders=orders, progress=progress)
-        # the whole run's time (importance + curve), as the page's estimate counts it
-        return dataclasses.replace(curve, seconds=importance.seconds + curve.seconds)
-    raise InvalidArgumentError(f"kind must be one of {', '.join(KINDS)}; got {job.kind!r}.", code="invalid_choice",
-                               name="kind", value=job.kind, choices=", ".join(KINDS))
+    texts, orders = list(job.params["texts"]), int(job.params["random_orders"])
+    importance = pruning.gradient_importance(loaded, texts)
+    curve = pruning.pruning_curve(loaded, texts, importance, random_orders=orders, progress=progress)
+    # the whole run's time (importance + curve), as the page's estimate counts it
+    return dataclasses.replace(curve, seconds=importance.seconds + curve.seconds)
 
 
 # ------------------------------------------------------------------------------------------------ the files

@@ -114,6 +114,34 @@ def _no_denormal(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x) < 1e-300, 0.0, x)
 
 
+def _masked(r) -> list[np.ndarray]:
+    """The float arrays of a :mod:`models.why` result, where a masked key's logit is the model's own -inf set to 0
+    (checked: -inf only for keys whose attention weight is 0); every other value is as returned."""
+    weights = next((np.asarray(getattr(r, n)) for n in ("weights", "row_weights") if hasattr(r, n)), None)
+    out = []
+    for f in dataclasses.fields(r):
+        v = getattr(r, f.name)
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            bad = ~np.isfinite(v)
+            if bad.any():
+                assert (v[bad] == -np.inf).all() and weights is not None and bad.shape == weights.shape
+                assert (weights[bad] == 0).all()  # a masked key: the model gives it no weight
+                v = np.where(bad, 0.0, v)
+            out.append(v)
+    return out
+
+
+def _composed(c) -> list[np.ndarray]:
+    """A composition's scores where they are defined: NaN, by design, where the writing layer is not before the
+    reading one (checked here) and for reading layers not computed."""
+    layers = c.q.shape[0]
+    not_before = np.arange(layers)[None, None, :, None] >= np.arange(layers)[:, None, None, None]  # l1 >= l2
+    not_before = np.broadcast_to(not_before, c.q.shape)
+    for x in (c.q, c.k, c.v):
+        assert np.isnan(x[not_before]).all()
+    return [x[~np.isnan(x)] for x in (c.q, c.k, c.v)]
+
+
 # name -> (model fixture or None, strategy of keyword arguments, call(model, kwargs))
 CALLS = {
     # information flow (README "Information flow")
@@ -275,6 +303,21 @@ CALLS = {
     "joint_embedding": ("dec_atlas", st.fixed_dictionaries({"stack": arg(["decoder"]), "layer": small(-1, 2),
                                                             "head": small(-1, 4), "texts": small(-1, 3)}),
                         lambda m, a, f, kw: atlas_embedding.joint_embedding(m.model, m.atlas, **kw)),
+    # why a head attends (README "Why a head attends"), on the analysis of the flow's text
+    "why.neuron_view": ("dec", st.fixed_dictionaries({"stack": arg([None, "decoder", "cross"]), "layer": small(-1, 3),
+                                                      "head": small(-1, 5), "i": small(-7, 7), "j": small(-7, 7)}),
+                        lambda m, a, f, kw: _masked(models.why.neuron_view(m, a, **kw))),
+    "why.row_terms": ("dec", st.fixed_dictionaries({"stack": arg([None]), "layer": small(-1, 3), "head": small(-1, 5),
+                                                    "i": small(-7, 7)}),
+                      lambda m, a, f, kw: _masked(models.why.row_terms(m, a, **kw))),
+    "why.score_terms": ("dec", st.fixed_dictionaries({"stack": arg([None]), "layer": small(-1, 3), "head": small(-1, 5),
+                                                      "i": small(-7, 7), "j": small(-7, 7), "k": small(-1, 9)}),
+                        lambda m, a, f, kw: _masked(models.why.score_terms(m, a, **kw))),
+    "why.rope_split": ("dec", st.fixed_dictionaries({"stack": arg([None]), "layer": small(-1, 3), "head": small(-1, 5),
+                                                     "i": small(-7, 7)}),
+                       lambda m, a, f, kw: _masked(models.why.rope_split(m, a, **kw))),
+    "why.composition": ("dec", st.fixed_dictionaries({"stack": arg([None, "decoder", "x"]), "layer": arg(
+        st.one_of(st.none(), st.integers(-1, 3)))}), lambda m, a, f, kw: _composed(models.why.composition(m, **kw))),
 }
 
 
@@ -282,7 +325,8 @@ CALLS = {
 def test_documented_functions_raise_only_dikkat_errors(name, request):
     fixture, kwargs, call = CALLS[name]
     model = request.getfixturevalue(fixture) if fixture else None
-    analysis, fl = request.getfixturevalue("dec_flow") if name.startswith(("Flow", "DirectEffect")) else (None, None)
+    analysis, fl = request.getfixturevalue("dec_flow") if name.startswith(("Flow", "DirectEffect", "why.")) \
+        else (None, None)
     if name == "information_flow":
         analysis = request.getfixturevalue("dec_flow")[0]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -343,7 +387,8 @@ def test_every_documented_function_is_fuzzed():
     documented = ["token_shares", "value_weighted", "route", "logit_lens", "direct_effect", "first_token_share",
                   "streaming_losses", "induction_heads", "what_heads_look_at", "bert_attention_targets",
                   "pattern_counts", "pattern_type", "whisper_alignment", "dtw", "median_filter", "heads_that_can_go",
-                  "estimate_seconds", "information_flow"]
+                  "estimate_seconds", "information_flow", "neuron_view", "row_terms", "score_terms", "rope_split",
+                  "composition"]
     covered = " ".join(CALLS)
     for name in documented:
         assert name in readme, name
