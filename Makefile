@@ -138,8 +138,8 @@ atlases: install
 	$(BIN)/python -m models atlas --model smollm2-135m --corpus en --labels > /dev/null
 	$(BIN)/python -m models atlas --model smollm2-135m --corpus tr --labels > /dev/null
 
-## The bundled models' experiments and Head pruning curves, computed once and kept on disk (models/ahead.py): the
-## Experiments and Head pruning pages show them at once, for every session and replica. `make serve` starts the same
+## The bundled models' experiments and Head pruning curves, then their head atlases (as `make atlases`), computed once
+## and kept on disk (models/ahead.py): the pages show them at once, for every session and replica. `make serve` starts the same
 ## in the background (nice 19) at its first start; DIKKAT_AHEAD=0 turns that off. Only what is missing is computed.
 ahead: install
 	$(BIN)/python -m models ahead

@@ -45,7 +45,7 @@ from .errors import DikkatError
 __all__ = ["Job", "compute", "compute_ahead", "default_jobs", "engine_digest", "load", "root", "save"]
 
 ENGINE = Path(__file__).resolve().parent
-KINDS = ("experiment", "pruning_curve")
+KINDS = ("experiment", "pruning_curve", "atlas")
 SENTENCES = ENGINE.parent / "assets" / "sentences.json"  # the Head pruning page's sentence set (its curve's texts)
 RANDOM_ORDERS = 3  # the Head pruning page's random orders for its curve (views/pruning.py reads it from here)
 
@@ -82,8 +82,11 @@ class Job:
     """One result to compute ahead.
 
     Attributes:
-        kind: ``experiment`` (``params``: ``{"key": <experiment key>}``) or ``pruning_curve`` (``params``:
-            ``{"texts": [...], "random_orders": int}``: the Head pruning page's curve, importance by gradient).
+        kind: ``experiment`` (``params``: ``{"key": <experiment key>}``), ``pruning_curve`` (``params``:
+            ``{"texts": [...], "random_orders": int}``: the Head pruning page's curve, importance by gradient) or
+            ``atlas`` (``params``: ``{"corpus": "en" | "tr"}``: the head atlas of a shipped corpus with the default
+            settings and its causal labels, as ``make atlases`` builds it; kept in the atlas store,
+            :mod:`models.atlas.store`, not in :func:`root`).
         model: the catalog model it runs on.
         params: what else the result depends on (JSON data).
     """
@@ -113,15 +116,22 @@ def experiment_job(key: str, model: str) -> Job:
     return Job("experiment", model, {"key": key})
 
 
+def atlas_job(model: str, corpus: str) -> Job:
+    """The :class:`Job` of the head atlas of ``model`` on the shipped corpus ``corpus`` (``en``, ``tr``)."""
+    return Job("atlas", model, {"corpus": corpus})
+
+
 def default_jobs(installed_only: bool = True) -> list[Job]:
     """What ``python -m models ahead`` computes: every experiment on each of its bundled models, then the pruning
-    curve of each bundled model the Head pruning page offers first (the decoder and the encoder). Models not
-    installed are left out when ``installed_only``."""
+    curve of each bundled model the Head pruning page offers first (the decoder and the encoder), then the head
+    atlases of those two on both shipped corpora (the longest; ``make atlases``). Models not installed are left out
+    when ``installed_only``."""
     from . import get_spec
     from .experiments import EXPERIMENTS
 
     jobs = [experiment_job(e.key, m) for e in EXPERIMENTS.values() for m in e.models]
     jobs += [curve_job(m) for m in ("smollm2-135m", "minilm-l6")]
+    jobs += [atlas_job(m, c) for m in ("minilm-l6", "smollm2-135m") for c in ("en", "tr")]
     return [j for j in jobs if not installed_only or get_spec(j.model).installed]
 
 
@@ -131,10 +141,18 @@ def compute(job: Job, loaded, progress: Callable[[float], None] | None = None):
     Raises:
         InvalidArgumentError: an unknown kind or experiment. And what the computation raises.
     """
-    if checks.choice("kind", job.kind, KINDS) == "experiment":
+    kind = checks.choice("kind", job.kind, KINDS)
+    if kind == "experiment":
         from . import experiments
 
         return experiments.run(job.params["key"], loaded, progress=progress)
+    if kind == "atlas":
+        from . import atlas
+
+        built = atlas.build_atlas(loaded, atlas.shipped_corpus(job.params["corpus"]))  # resumes; at once when complete
+        if built.labels() is None:
+            atlas.causal_labels(loaded, built)  # kept with the atlas
+        return built
     from . import pruning
 
     texts, orders = list(job.params["texts"]), int(job.params["random_orders"])
@@ -329,6 +347,22 @@ def _lock() -> Iterator[bool]:
         fh.close()
 
 
+def _kept(job: Job, loaded) -> bool:
+    """Whether ``job``'s result for ``loaded`` is on disk, complete (an atlas: every text read, labels tested)."""
+    if job.kind != "atlas":
+        return saved_at(job, loaded) is not None and load(job, loaded) is not None
+    from . import atlas
+    from .atlas.atlas import Atlas
+    from .atlas.build import REPEATS, check_settings
+
+    settings = check_settings(loaded, None, None, REPEATS, None)  # what build_atlas's defaults make
+    folder = atlas.folder_for(loaded, atlas.shipped_corpus(job.params["corpus"]), settings)
+    if not (folder / "manifest.json").is_file():
+        return False
+    built = Atlas(folder)
+    return built.complete and built.labels() is not None
+
+
 def compute_ahead(jobs: list[Job] | None = None, *, device: str = "auto", force: bool = False,
                   log: Callable[[str], None] | None = None, release: bool = False) -> dict[str, int]:
     """Compute and :func:`save` every job of ``jobs`` (default :func:`default_jobs`) not on disk yet (all of them
@@ -350,10 +384,10 @@ def compute_ahead(jobs: list[Job] | None = None, *, device: str = "auto", force:
         say("another process is computing ahead; nothing to do here")
         return counts
     try:
-        by_model: dict[str, list[Job]] = {}
-        for job in jobs:
-            by_model.setdefault(job.model, []).append(job)
-        for model, todo in by_model.items():
+        by_model: dict[tuple[bool, str], list[Job]] = {}
+        for job in jobs:  # the atlases last: the longest, and no lesson step waits for them
+            by_model.setdefault((job.kind == "atlas", job.model), []).append(job)
+        for (_, model), todo in by_model.items():
             try:
                 loaded = load_model(model, device=device)
             except DikkatError as exc:
@@ -361,12 +395,14 @@ def compute_ahead(jobs: list[Job] | None = None, *, device: str = "auto", force:
                 say(f"{model}: not loaded: {exc}")
                 continue
             for job in todo:
-                if not force and saved_at(job, loaded) is not None and load(job, loaded) is not None:
+                if not force and _kept(job, loaded):
                     counts["kept"] += 1
                     continue
                 start = time.perf_counter()
                 try:
-                    save(job, loaded, compute(job, loaded))
+                    result = compute(job, loaded)
+                    if job.kind != "atlas":  # an atlas is kept by its own store as it is built
+                        save(job, loaded, result)
                 except DikkatError as exc:
                     counts["failed"] += 1
                     say(f"{job.label()}: failed: {exc}")

@@ -127,3 +127,20 @@ def test_default_jobs_cover_every_experiment_and_model():
     curve = [j for j in jobs if j.kind == "pruning_curve"]
     assert {j.model for j in curve} == {"smollm2-135m", "minilm-l6"}
     assert curve[0].params["texts"] == ahead.curve_texts() and len(ahead.curve_texts()) > 3
+    atlases = [(j.model, j.params["corpus"]) for j in jobs if j.kind == "atlas"]
+    assert sorted(atlases) == [("minilm-l6", "en"), ("minilm-l6", "tr"), ("smollm2-135m", "en"), ("smollm2-135m", "tr")]
+
+
+def test_an_atlas_job_is_kept_once_complete_with_its_labels(ahead_root, gpt2, tmp_path, monkeypatch):
+    """An atlas is kept by the atlas store: the job is done when the atlas build_atlas would open is complete and
+    its causal labels are stored (here three texts in the shipped corpus's place, on the tiny decoder)."""
+    from models import atlas
+
+    monkeypatch.setenv("DIKKAT_ATLAS_ROOT", str(tmp_path / "atlas"))
+    few = atlas.corpus_from_texts(["the cat chased the mouse", "the mouse chased the cat", "a cat"], name="few")
+    monkeypatch.setattr(atlas, "shipped_corpus", lambda lang: few)
+    job = ahead.atlas_job(gpt2.name, "en")
+    assert not ahead._kept(job, gpt2)
+    built = ahead.compute(job, gpt2)
+    assert built.complete and built.labels() is not None
+    assert ahead._kept(job, gpt2)
