@@ -27,6 +27,7 @@ PAGES = [
     st.Page("views/pruning.py", title=shared.t("page_pruning"), icon=":material/content_cut:"),
     st.Page("views/masks.py", title=shared.t("page_masks"), icon=":material/grid_on:"),
     st.Page("views/flow.py", title=shared.t("page_flow"), icon=":material/route:"),
+    st.Page("views/why.py", title=shared.t("page_why"), icon=":material/psychology_alt:"),
     st.Page("views/experiments.py", title=shared.t("page_experiments"), icon=":material/science:"),
     st.Page("views/atlas.py", title=shared.t("page_atlas"), icon=":material/travel_explore:"),
     st.Page("views/qkv.py", title=shared.t("page_qkv"), icon=":material/calculate:"),

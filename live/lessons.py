@@ -59,9 +59,9 @@ __all__ = ["LESSONS", "PAGES", "PARAMS", "Lesson", "LessonError", "Step", "load_
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "lessons"
-PAGES = ("explore", "pruning", "masks", "flow", "experiments", "atlas", "qkv", "positions", "cost", "kvcache")
+PAGES = ("explore", "pruning", "masks", "flow", "why", "experiments", "atlas", "qkv", "positions", "cost", "kvcache")
 """The app's pages (``app.py``: ``views/<page>.py``)."""
-TEXT_PAGES = ("explore", "pruning", "flow", "qkv")  # refuse a speech model (Whisper): they read a sentence
+TEXT_PAGES = ("explore", "pruning", "flow", "why", "qkv")  # refuse a speech model (Whisper): they read a sentence
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 
 # ------------------------------------------------------------------------------- what each page reads from a link
@@ -179,7 +179,8 @@ PARAMS: dict[str, dict[str, Param]] = {
     "explore": {
         "view": Param("choice", ("head", "model", "heatmap", "summary")),
         "stack": Param("choice", _stack_options(False)),
-        **{k: FLAG for k in ("hide_special", "hide_first", "words", "avg", "rollout", "value", "side")},
+        **{k: FLAG for k in ("hide_special", "hide_first", "avg", "rollout", "value", "side")},
+        "words": Param("choice", (True, False, "morphemes")),  # word level, or Turkish morphemes (issue 32)
         "img_fmt": Param("choice", ("PNG", "SVG")),
         "layer": LAYER, "head": HEAD, "hv_start": Param("whole", bounds=(0, BIG)),
         "pair": Param("text", when=(lambda ctx: all(s.family == "encoder" for s in ctx.specs), "an encoder model")),
@@ -219,6 +220,13 @@ PARAMS: dict[str, dict[str, Param]] = {
         "flow_layer": LAYER, "flow_head": HEAD,
         "flow_threshold": Param("choice", (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2)),
         "flow_de_layer": LAYER, "flow_de_head": HEAD,
+    },
+    "why": {
+        "why_mask": Param("choice", ("native", "bidirectional", "causal")), "why_use_off": FLAG,
+        "why_stack": Param("choice", _stack_options(False)), "why_layer": LAYER, "why_head": HEAD,
+        "why_i": Param("whole", bounds=(0, BIG)), "why_j": Param("whole", bounds=(0, BIG)),
+        "why_parts": Param("choice", (4, 6, 8, 10, 12)), "why_by": Param("choice", ("weighted", "at_j")),
+        "why_comp": FLAG,
     },
     "experiments": {"exp_which": Param("choice", lambda ctx: _experiments())},
     "atlas": {

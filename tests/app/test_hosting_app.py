@@ -16,7 +16,7 @@ from views import hosting
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
 PAGES = ["views/explore.py", "views/pruning.py", "views/masks.py", "views/qkv.py", "views/positions.py",
-         "views/cost.py", "views/kvcache.py", "views/experiments.py", "views/atlas.py"]
+         "views/cost.py", "views/kvcache.py", "views/experiments.py", "views/atlas.py", "views/why.py"]
 # an image the browser would fetch, a link, HTML and LaTeX: each must reach the page as the same characters
 PAYLOAD = "![x](http://beacon.invalid/b.png) [login](http://evil.invalid) <b>bold</b> $x^2$ **loud**"
 MARKDOWN_KINDS = ("markdown", "caption", "error", "warning", "info", "success", "exception", "toast", "title",

@@ -68,7 +68,7 @@ def test_every_token_hidden_says_so_instead_of_crashing(view):
 
 
 PAGES_ALL = ["views/explore.py", "views/pruning.py", "views/masks.py", "views/qkv.py", "views/positions.py",
-             "views/cost.py", "views/kvcache.py"]
+             "views/cost.py", "views/kvcache.py", "views/why.py"]
 
 
 @pytest.mark.parametrize("page, start, to", [(page, "en", "tr") for page in PAGES_ALL] + [("views/explore.py", "tr", "en")])

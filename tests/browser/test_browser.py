@@ -263,6 +263,7 @@ LAYOUT_PAGES = [
     "/masks?model_key=smollm2-135m&masks_section=compare&masks_kinds=causal,sliding_window,strided",
     "/qkv", "/positions", "/cost", "/kvcache",
     "/flow?model_key=smollm2-135m", "/flow?model_key=minilm-l6&text=" + quote(LONG_WORD),
+    "/why?model_key=smollm2-135m", "/why?model_key=minilm-l6&text=" + quote(LONG_WORD),
     # the Head atlas's controls (an atlas on disk or none, whichever the cache holds) and its upload row
     "/atlas?model_key=minilm-l6", "/atlas?model_key=minilm-l6&atlas_corpus=upload",
 ]

@@ -68,7 +68,7 @@ def test_no_module_is_over_500_lines():
 # pages never share a key by accident; Explore's keys are the app's first link parameters (layer, head, view)
 # and keep their short names, the sidebar's are the app's own
 PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), "mask_sections": ("masks_",),
-                 "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",),
+                 "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",), "why": ("why_", "_why_"),
                  "experiments": ("exp_",), "atlas": ("atlas_",), "atlas_sections": ("atlas_",),
                  "live": ("live_", "_live_"), "live_sections": ("live_", "_live_")}
 SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live"}  # a page's parts, one module each, and their page
