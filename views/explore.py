@@ -13,6 +13,7 @@ import numpy as np
 import streamlit as st
 
 import models
+from views import explore_levels as lv
 from views import shared
 from views.shared import t
 from viz import transforms as tf
@@ -20,11 +21,12 @@ from viz.export import attentions_npz, matrix_csv
 from viz.head_view import head_view_html, head_view_layout, head_view_svg, html_height
 from viz.heatmap import MAX_TICKS, PLOT_PX, head_heatmap, image_config
 from viz.model_view import model_view, point_to_cell
+from viz.morphemes import heatmap_hover, prepare_units
 from viz.prepare import Prepared, prepare as prepare_view
 from viz.summary import head_summary_table
 
 VIEWS = ["head", "model", "heatmap", "summary"]
-OPTIONS = ["hide_special", "hide_first", "words", "avg", "rollout", "value"]
+OPTIONS = ["hide_special", "hide_first", "avg", "rollout", "value"]
 # The head view draws at most this many tokens (or words) per column; longer inputs are paged.
 HEAD_VIEW_MAX = 48
 # The head view drawn 1.4 times its natural size (13 px labels -> 18 px, readable on a projector; issue 33).
@@ -40,14 +42,17 @@ TOKENS_LISTED = 600
 
 @shared.cached
 def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: bool, hide_first: bool,
-            words: bool, mode: str, value: bool = False, layer: int | None = None, head: int | None = None,
+            level: str, mode: str, value: bool = False, layer: int | None = None, head: int | None = None,
             rows: tuple[int, int] | None = None) -> Prepared:
     """:func:`viz.prepare.prepare` of the cached analysis (cached too; the result is shared, read-only); with
-    ``value`` the weights are value-weighted by the cached flow's norms (:func:`shared.get_flow`)."""
+    ``value`` the weights are value-weighted by the cached flow's norms (:func:`shared.get_flow`); ``level``
+    ``tokens``, ``words`` or (a Turkish text) ``morphemes``: :func:`viz.morphemes.prepare_units`."""
     norms = shared.get_flow(model, text, text_pair=pair, stack=stack).value_norms if value else None
-    return prepare_view(shared.get_analysis(model, text, text_pair=pair), stack, hide_special=hide_special,
-                        hide_first=hide_first, words=words, mode=mode, layer=layer, head=head, rows=rows,
-                        value_norms=norms)
+    a, args = shared.get_analysis(model, text, text_pair=pair), dict(hide_special=hide_special, hide_first=hide_first,
+                                                                    mode=mode, layer=layer, head=head, rows=rows)
+    if level == "morphemes":
+        return prepare_units(a, stack, *lv.morpheme_units(model, text, pair, stack)[:2], **args, value_norms=norms)
+    return prepare_view(a, stack, words=level == "words", **args, value_norms=norms)
 
 
 def _on_model_click(heads: int) -> None:
@@ -104,12 +109,13 @@ def _title(base: str, prep: Prepared, options: dict) -> str:
         extra.append(t("x_renormalised"))
     if options["words"]:
         extra.append(t("x_words"))
+    if options["morphemes"]:
+        extra.append(t("explore_x_morphemes"))
     return base + ("  ·  " + " · ".join(extra) if extra else "")
 
 
 # ---------------------------------------------------------------- page
 sel, loaded = shared.page_start("explore_title", "explore_intro", caption=True, text=True)
-
 
 
 def _pair_field() -> None:
@@ -172,13 +178,23 @@ if len(stacks) > 1:
         shared.url_sync("stack", stacks[0])
 stack = st.session_state.get("stack") if st.session_state.get("stack") in stacks else stacks[0]
 
-labels = {"hide_special": t("opt_hide_special"), "hide_first": t("opt_hide_first"), "words": t("opt_words"),
-          "avg": t("opt_avg"), "rollout": t("opt_rollout"), "value": t("opt_value")}
+labels = {"hide_special": t("opt_hide_special"), "hide_first": t("opt_hide_first"), "avg": t("opt_avg"),
+          "rollout": t("opt_rollout"), "value": t("opt_value")}
+level_names = lv.level_names()
 for key in OPTIONS:
     shared.url_init(key, kind=bool)
-chosen = [labels[k] for k in OPTIONS if st.session_state.get(k)]
+if st.session_state.get("level") not in lv.LEVELS:  # from the link's (or this session's) old key, "words"
+    shared.url_init("words")
+    st.session_state["level"] = lv.level_from_link(st.session_state.get("words"))
+level = st.session_state["level"]
+chosen = [labels[k] for k in OPTIONS if st.session_state.get(k)] + ([level_names[level]] if level != "tokens" else [])
 # the options in a popover that names the ones ticked (a ticked option is never hidden: its note is under the figure)
 with top, st.popover(t("options") + (f" ({len(chosen)})" if chosen else ""), help=t("options_help")):
+    st.segmented_control(t("explore_level"), lv.LEVELS, key="level", required=True,
+                         format_func=level_names.get, help=t("explore_level_help"))
+    level = st.session_state.get("level") or "tokens"
+    st.session_state["words"] = lv.LEVEL_URL[level]  # the link's value, under the old key
+    shared.url_sync("words", "0")
     for key in OPTIONS:
         st.checkbox(labels[key], key=key, help=t(f"help_{key}"))
         shared.url_sync(key, False)
@@ -203,9 +219,11 @@ q_tokens, k_tokens = analysis.axis_tokens(stack)
 if long_mode and options["rollout"]:
     st.warning(t("rollout_long", n=len(q_tokens)))
     options["rollout"] = False
-if long_mode and options["words"] and max(len(q_tokens), len(k_tokens)) > WORDS_MAX_LONG:
-    st.warning(t("words_long", n=max(len(q_tokens), len(k_tokens)), m=WORDS_MAX_LONG))
-    options["words"] = False
+# the level drawn: tokens for a long input past WORDS_MAX_LONG, words for a text that does not read as Turkish (each
+# said in a box, never an error), with the morpheme level's query and key units
+level, units = lv.resolve(level, sel.model, sel.text, pair, stack, n=max(len(q_tokens), len(k_tokens)),
+                          limit=WORDS_MAX_LONG if long_mode else None)
+options["words"], options["morphemes"] = level == "words", level == "morphemes"
 mode = "rollout" if options["rollout"] else ("avg" if options["avg"] else "heads")
 n_layers, n_heads_raw = analysis.attentions[stack].shape[:2]
 n_heads = 1 if mode in ("avg", "rollout") else n_heads_raw
@@ -220,6 +238,8 @@ if options["hide_first"]:
     notes.append(t("note_first"))
 if options["words"]:
     notes.append(t("note_words"))
+if options["morphemes"]:
+    notes.append(t("explore_note_morphemes"))
 if mode == "avg":
     notes.append(t("note_avg"))
 if mode == "rollout":
@@ -241,7 +261,6 @@ if n_heads == 1:
     head = 0
 if analysis.layer_labels.get(stack):
     sel_cols[0].caption(t("hybrid_layers", blocks=", ".join(map(str, analysis.layer_labels[stack]))))
-
 
 
 def _summary_or_stop(lazy, stack: str):
@@ -270,7 +289,7 @@ def _hv_slider(n_rows: int) -> int:
 hv_start = 0
 if view == "head" and long_mode:
     hv_start = _hv_slider(max(len(q_tokens), len(k_tokens)))
-option_args = (sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"], options["words"], mode,
+option_args = (sel.model, sel.text, pair, stack, options["hide_special"], options["hide_first"], level, mode,
                options["value"])
 try:
     with st.spinner(t("preparing") if not long_mode else t("computing_layer", layer=layer)):
@@ -299,6 +318,8 @@ stem = f"dikkat_{sel.model.replace('/', '_')}_{stack}_L{layer}" + (f"_H{head}" i
 matrix = prep.weights[p_layer, p_head] if prep is not None and view != "summary" else None
 nq, nk = (len(prep.q_labels), len(prep.k_labels)) if prep is not None else (len(q_tokens), len(k_tokens))
 matrix_q, matrix_k = (prep.q_labels, prep.k_labels) if prep is not None else ([], [])
+# the morpheme level: what each unit is, in the interface language (the heatmap's hover)
+hover_q, hover_k = lv.hover(prep) if options["morphemes"] and prep is not None else (None, None)
 
 
 def draw_heatmap(title: str) -> None:
@@ -317,6 +338,7 @@ def draw_heatmap(title: str) -> None:
         fig = head_heatmap(shown, prep.q_labels, k_shown, title=title, query_title=t("query"),
                            key_title=t("key"), weight_title=t("weight"), max_ticks=shared.fewer(MAX_TICKS),
                            plot_px=shared.fewer(PLOT_PX), lang=shared.lang())
+        heatmap_hover(fig, hover_q, hover_k and hover_k + k_shown[len(hover_k):])  # the morpheme level's
         shared.plotly_chart(fig, key="heatmap_chart", config=image_config(stem, fmt))
         if max(nq, nk) > 128:
             st.caption(t("heatmap_long", n=max(nq, nk)))
@@ -346,6 +368,7 @@ def draw_heatmap(title: str) -> None:
                         title=title + "  ·  " + t("hm_zoom_short", q=zq, k=zk), query_title=t("query"),
                         key_title=t("key"), weight_title=t("weight"), max_ticks=shared.fewer(32),
                         plot_px=shared.fewer(PLOT_PX), lang=shared.lang())
+    heatmap_hover(zoom, hover_q and hover_q[zq:zq + ZOOM], hover_k and hover_k[zk:zk + ZOOM])
     shared.plotly_chart(zoom, key="zoom_chart", config=image_config(stem + "_zoom", fmt))
 
 
@@ -384,7 +407,7 @@ def _head_view(zoom: float = HEAD_VIEW_ZOOM, width_px: int = 840) -> None:
                          title=title, notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start,
                          zoom=zoom)
     lines = lay.text_lines  # title and notes, wrapped
-    st.iframe(doc, height=html_height(shown, max(lines - 1, 0), n_heads, width_px=width_px, zoom=zoom))
+    st.iframe(doc + shared.plotly_preload(), height=html_height(shown, max(lines - 1, 0), n_heads, width_px=width_px, zoom=zoom))
     st.caption(t("hv_hint"))
     svg_args = (weights, hv_q, hv_k)
     st.download_button(t("dl_svg_server"), data=lambda: head_view_svg(*svg_args, head_names=head_names, title=title,
@@ -437,6 +460,8 @@ else:
     names = {k: t(f"stat_{k}") for k in tf.STATISTICS}
     table = head_summary_table(stats, column_names=names, layer_column=t("layer"), head_column=t("head"))
     st.caption(t("summary_intro"))
+    if level != "tokens":  # the statistics are the model's pieces' (their shares per piece), at every level
+        st.caption(t("explore_morph_summary"))
     shared.dataframe(table, decimals=3, key="summary_table", on_select=functools.partial(_on_table_select, n_heads_raw),
                      selection_mode="single-row", hide_index=True)
     with st.expander(t("summary_definitions")):
@@ -447,6 +472,8 @@ else:
                        on_click="ignore", key="dl_summary")
 
 _notices()
+if options["morphemes"] and prep is not None and view != "summary":  # what each morpheme is; straddling pieces
+    lv.captions(prep, units, q_tokens, k_tokens, cross=stack == "cross")
 for note in notes:  # what the options did, in words (C03, C04), under the figure they changed
     st.caption("ℹ️ " + note)
 with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
@@ -454,6 +481,8 @@ with st.expander(t("tokens_expander", n=len(q_tokens)), expanded=False):
                           + (" …" if len(q_tokens) > TOKENS_LISTED else "")))
     if options["words"] and not long_mode and prep is not None:
         st.markdown(t("words_line") + " " + shared.md(" · ".join(prep.q_labels)))
+    if options["morphemes"] and not long_mode and prep is not None:
+        st.markdown(t("explore_morph_line") + " " + shared.md(" · ".join(prep.q_labels)))
 _pair_field()
 
 # exports of the numbers (C08)

@@ -34,6 +34,16 @@ def run_app(state: dict | None = None, query: dict | None = None, sentence: str 
     return at
 
 
+def set_option(at: AppTest, option: str, on: bool) -> AppTest:
+    """Tick or untick an option of the Options menu and run: ``words`` is the level control's word level (tokens
+    when off), the others are checkboxes."""
+    if option == "words":
+        at.session_state["level"] = "words" if on else "tokens"
+        return at.run()
+    box = at.checkbox(key=option)
+    return (box.check() if on else box.uncheck()).run()
+
+
 def unknown(at: AppTest, kind: str) -> list:
     return [e for e in at.main if type(e).__name__ == "UnknownElement" and e.type == kind]
 
@@ -134,7 +144,7 @@ def test_smollm2_sentence_every_option_and_view_keep_running():
     data = head_view_data(at)
     assert "".join(data["q"]) == text.replace(" ", "")
     for option in OPTIONS:
-        at.checkbox(key=option).check().run()
+        set_option(at, option, True)
         assert not at.exception, (option, [e.value for e in at.exception])
         for view in VIEWS:
             at.session_state["view"] = view
@@ -152,7 +162,7 @@ def test_smollm2_sentence_every_option_and_view_keep_running():
             else:
                 for label in labels:
                     assert label in text, (option, view, label)
-        at.checkbox(key=option).uncheck().run()
+        set_option(at, option, False)
         at.session_state["view"] = "head"
     assert not at.exception
 
@@ -364,7 +374,7 @@ def test_long_input_on_demand_every_view_and_option_C01():
     assert zoom, [f["layout"]["title"]["text"] for f in figures(at)]
     np.testing.assert_allclose(decode(zoom[0]["data"][0]["z"]), a.attentions["decoder"][3, 2, :96, :96], atol=1e-7)
     for option in ["hide_first", "words", "avg", "rollout"]:
-        at.checkbox(key=option).check().run()
+        set_option(at, option, True)
         for view in VIEWS:
             at.session_state["view"] = view
             at.run()
@@ -375,7 +385,7 @@ def test_long_input_on_demand_every_view_and_option_C01():
                 assert len(at.dataframe[0].value) == 30 * 9
         if option == "rollout":
             assert "rollout" in " ".join(w.value for w in at.warning).lower()
-        at.checkbox(key=option).uncheck().run()
+        set_option(at, option, False)
 
 
 def test_explore_and_pruning_share_one_analysis_in_the_byte_bounded_cache():

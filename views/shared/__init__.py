@@ -19,6 +19,7 @@ from .output import (  # noqa: F401
     PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,
 )
 from .page import page_start  # noqa: F401
+from .preload import plotly_preload  # noqa: F401  (plotly's module loaded while a page without a chart is read)
 from .pickers import MEAN, grid_cell, layer_head  # noqa: F401
 from .scale import SCALES, factor, fewer, scale_figure, style as scale_style  # noqa: F401
 from .sidebar import (  # noqa: F401

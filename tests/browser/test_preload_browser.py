@@ -1,0 +1,29 @@
+"""Plotly's code is loaded while the student reads Explore's head view, not on the click to the model view
+(issue 27; views/shared/preload.py)."""
+
+from __future__ import annotations
+
+from playwright.sync_api import sync_playwright
+
+from test_browser import _new_page, _settled, app_url  # noqa: F401  (the module's app server fixture)
+
+PLOTLY_FETCHES = "performance.getEntriesByType('resource').filter(e => e.name.includes('/PlotlyChart.')).length"
+
+
+def test_the_plotly_module_is_loaded_before_the_first_chart(app_url):  # noqa: F811
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = _new_page(browser, 1280, 720)
+            page.goto(f"{app_url}/?model_key=minilm-l6&lang=en")
+            _settled(page)
+            assert page.locator(".js-plotly-plot").count() == 0  # the head view draws no plotly chart
+            page.wait_for_function(f"{PLOTLY_FETCHES} === 1", timeout=30_000)  # fetched while idle
+            page.wait_for_function("window.__dikkatPlotlyPreload === true", timeout=5_000)
+            runs = page.evaluate("window.__dikkatRuns || 0")
+            page.get_by_role("radio", name="Model view").click()
+            _settled(page, runs)
+            assert page.locator(".js-plotly-plot").count() >= 1
+            assert page.evaluate(PLOTLY_FETCHES) == 1  # Streamlit's own import found it: not fetched again
+        finally:
+            browser.close()
