@@ -187,6 +187,102 @@ def _show_alignment(r, loaded: models.LoadedModel) -> None:
     st.caption(t("exp_align_differs", model=shared.model_name(loaded)))
 
 
+def _show_grammar(r, loaded: models.LoadedModel) -> None:
+    ex = r.examples
+    if ex:
+        st.markdown(t("exp_grammar_examples", sov=ex.get("SOV", ""), osv=ex.get("OSV", ""), ovs=ex.get("OVS", ""),
+                      svo=ex.get("SVO", ""), en=ex.get("en", ""), en_osv=ex.get("en_OSV", "")))
+    st.caption(t("exp_grammar_setup", wo=r.items["word_order"], case=r.items["case"], agr=r.items["agreement"],
+                 k=len(r.top)))
+    c1, c2 = st.columns(2)
+    off = np.zeros(r.tracking.shape, dtype=bool)
+    for _, layer, head in r.top:
+        off[layer, head] = True
+    shared.plotly_chart(vp.head_grid(r.tracking, off, title=tp("exp_grammar_track_title"),
+                                     score_title=tp("exp_grammar_track_score"), layer_title=tp("exp_layer"),
+                                     head_title=tp("exp_head"), off_title=tp("exp_grammar_off"), lang=L),
+                        container=c1, width="stretch", key="exp_fig_grammar_track")
+    shared.plotly_chart(vp.head_grid(r.verb_to_acc[:2].mean(axis=0), off, title=tp("exp_grammar_acc_title"),
+                                     score_title=tp("exp_share"), layer_title=tp("exp_layer"),
+                                     head_title=tp("exp_head"), off_title=tp("exp_grammar_off"), lang=L),
+                        container=c2, width="stretch", key="exp_fig_grammar_acc")
+    causal = r.metric == "suffix_logprob"
+    rnd = np.asarray(r.random)
+    if causal:  # surprisal of the suffix, -log p, so that higher is worse as for the other experiments' losses
+        values, spread_of = [-r.full, -r.off], (lambda v: -v)
+        labels = [tp("exp_grammar_all"), tp("exp_grammar_top_off", k=len(r.top)),
+                  tp("exp_grammar_random_off", k=len(r.top))]
+        unit, decimals, axis = tp("exp_nats"), 2, tp("exp_grammar_surprisal")
+    else:
+        values, spread_of = [r.full, r.off], (lambda v: v)
+        labels = [tp("exp_grammar_all"), tp("exp_grammar_top_off", k=len(r.top)),
+                  tp("exp_grammar_random_off", k=len(r.top))]
+        unit, decimals, axis = "1 − cos", 4, tp("exp_grammar_distance")
+    spread = [None, None]
+    if rnd.size:
+        values.append(spread_of(float(np.median(rnd))))
+        lo, hi = sorted((spread_of(float(rnd.min())), spread_of(float(rnd.max()))))
+        spread.append((lo, hi))
+    shared.plotly_chart(vx.loss_bars(labels[:len(values)], values, title=tp(f"exp_grammar_effect_title_{r.metric}"),
+                                     loss_title=axis, spread=spread, lang=L, decimals=decimals, unit=unit),
+                        width="stretch", key="exp_fig_grammar_effect")
+    layer, head = r.best
+    cases = ", ".join(f"{tp('exp_grammar_case_' + c)} {_pct(r.verb_to_case[i, layer, head])}"
+                      for i, c in enumerate(r.cases) if r.case_items[i])
+
+    def change(full, off, random) -> str:
+        random = np.asarray(random)
+        sign = -1.0 if causal else 1.0  # show the surprisal's rise / the distance's change
+        fmt = (lambda v: _nats(v, sign=True)) if causal else (lambda v: nb.num(float(v), 4, L, sign=True))
+        return tp("exp_grammar_o_off", off=fmt(sign * (off - full)),
+                  rnd=fmt(sign * (float(np.median(random)) - full)) if random.size else "–", n=int(random.size))
+
+    if np.isfinite(r.agreement_preference):
+        agree = tp("exp_grammar_o_agree", gap=_nats(r.agreement_preference, sign=True),
+                   share=_pct(r.agreement_preferred, 0),
+                   off=change(r.agree_full, r.agree_off, r.agree_random), heads=_heads([(la, h) for _, la, h in r.top_agree]))
+    else:
+        la, h = r.top_agree[0][1], r.top_agree[0][2]
+        agree = tp("exp_grammar_o_agree_encoder", layer=la, head=h, subject=_pct(r.agree_to_subject[la, h]),
+                   object=_pct(r.agree_to_object[la, h]))
+    _compare("grammar", r, [
+        (tp("exp_grammar_m_track"), tp("exp_grammar_p_track"),
+         tp("exp_grammar_o_track", layer=layer, head=head, share=_pct(r.tracking[layer, head], 0),
+            n=r.items["word_order"], chance=_pct(r.tracking_chance, 0), above=int((r.tracking > 0.5).sum()),
+            cases=cases)),
+        (tp(f"exp_grammar_m_off_{r.metric}", k=len(r.top)), tp("exp_grammar_p_off"),
+         change(r.full, r.off, r.random) + " · " + _heads([(la, h) for _, la, h in r.top])),
+        (tp("exp_grammar_m_agree"), tp("exp_grammar_p_agree"), agree),
+    ])
+    st.caption(t("exp_grammar_differs", model=shared.model_name(loaded)) + " "
+               + t(f"exp_grammar_differs_{r.metric}"))
+
+
+def _show_inner_language(r, loaded: models.LoadedModel) -> None:
+    st.caption(t("exp_inner_setup", n=len(r.words), dropped=r.dropped))
+    cols = st.columns(len(r.tasks))
+    for k, (task, col) in enumerate(zip(r.tasks, cols)):
+        turkish, english = r.mean(k)
+        t_lo, t_hi, e_lo, e_hi = r.spread(k)
+        shared.plotly_chart(vx.lens_tracks(
+            {tp("exp_inner_turkish"): (turkish, t_lo, t_hi), tp("exp_inner_english"): (english, e_lo, e_hi)},
+            title=tp(f"exp_inner_title_{task}", n=len(r.words)), stream_title=tp("exp_layer"),
+            value_title=tp("exp_inner_prob"), embeddings_label=tp("exp_inner_embeddings"), lang=L),
+            container=col, width="stretch", key=f"exp_fig_inner_{task}")
+    turkish, english = r.mean(0)
+    peak, p_en = r.english_peak(0)
+    _compare("inner_language", r, [
+        (tp("exp_inner_m_latent", task=tp(f"exp_inner_task_{r.tasks[0]}")), tp("exp_inner_p_latent"),
+         tp("exp_inner_o_latent", stream=tp("exp_inner_embeddings") if peak == 0 else str(peak - 1), en=_pct(p_en, 2),
+            tr=_pct(turkish[peak], 2))),
+        (tp("exp_inner_m_final"), tp("exp_inner_p_final"),
+         tp("exp_inner_o_final", tr=_pct(turkish[-1], 1), en=_pct(english[-1], 2), correct=_pct(r.correct[0], 0))),
+        (tp("exp_inner_m_size"), tp("exp_inner_p_size"),
+         tp("exp_inner_o_size", model=shared.model_name(loaded), layers=r.layers)),
+    ])
+    st.caption(t("exp_inner_differs", model=shared.model_name(loaded)))
+
+
 def _cut(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters with an ellipsis (a figure title must fit half the page)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -198,7 +294,7 @@ def _heads(heads: list[tuple[int, int]]) -> str:
 
 
 SHOW = {"sinks": _show_sinks, "induction": _show_induction, "clark": _show_clark, "alignment": _show_alignment,
-        "prunable": _show_prunable}
+        "prunable": _show_prunable, "grammar": _show_grammar, "inner_language": _show_inner_language}
 
 # ---------------------------------------------------------------------------------------------------- page
 st.title(t("exp_title"))

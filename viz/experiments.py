@@ -87,13 +87,15 @@ def streaming_figure(windows: Sequence[int], window: np.ndarray, with_sinks: np.
 
 
 def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, loss_title: str,
-              spread: Sequence[tuple[float, float] | None] | None = None, lang: str = "en") -> go.Figure:
+              spread: Sequence[tuple[float, float] | None] | None = None, lang: str = "en", decimals: int = 2,
+              unit: str = "nats") -> go.Figure:
     """Bars of losses in nats (induction heads: first copy, second copy, second copy with the top heads off, with
-    random heads off).
+    random heads off; grammar probes: the suffix's surprisal or a case pair's embedding distance).
 
     Args:
         labels: one text per bar. values: nats per bar. spread: per bar ``(min, max)`` drawn as an error bar (the
             random draws), or None. lang: how the bars' numbers are written (``tr``: ``13,45``).
+        decimals: decimals of the numbers on the bars. unit: the unit named on hover (already translated).
 
     Returns:
         plotly Figure.
@@ -107,8 +109,9 @@ def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, los
         err = dict(type="data", array=plus, arrayminus=minus, visible=True, color="#444", width=0)
     # horizontal bars: the labels sit on the y axis, where long ones cannot run into each other
     fig = go.Figure(go.Bar(y=plotly_labels(list(labels)), x=vals, orientation="h", marker_color=colours, error_x=err,
-                           text=[numbers.num(v, 2, lang) for v in vals], textposition="inside",
-                           insidetextanchor="start", hovertemplate=f"%{{y}}: %{{x:{numbers.d3(3)}}} nats<extra></extra>"))
+                           text=[numbers.num(v, decimals, lang) for v in vals], textposition="inside",
+                           insidetextanchor="start",
+                           hovertemplate=f"%{{y}}: %{{x:{numbers.d3(max(3, decimals))}}} {unit}<extra></extra>"))
     fig = _layout(fig, title=title, x=loss_title, y="", height=300, lang=lang)
     fig.update_xaxes(rangemode="tozero")
     fig.update_yaxes(autorange="reversed", automargin=True)
@@ -181,4 +184,35 @@ def dtw_figure(matrix: np.ndarray, row_labels: Sequence[str], path_rows: np.ndar
     fig = _layout(fig, title=title, x=time_title, y="", height=max(260, 60 + 26 * m.shape[0]), lang=lang)
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(m.shape[0])),
                      ticktext=plotly_labels(list(row_labels)))
+    return fig
+
+
+def lens_tracks(tracks: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], *, title: str, stream_title: str,
+                value_title: str, embeddings_label: str, lang: str = "en") -> go.Figure:
+    """The logit lens over the layers, one track per language (Wendler et al. 2024, fig. 2): each track's mean
+    probability as a line and its range over the prompts as a band.
+
+    Args:
+        tracks: ``label -> (mean, low, high)``, each float ``(layers + 1,)`` in [0, 1] (stream 0: the embeddings,
+            stream ``l + 1``: layer ``l``'s output), drawn in percent.
+        embeddings_label: the x label of stream 0 (layers are numbered from 0 after it).
+
+    Returns:
+        plotly Figure.
+    """
+    fig = go.Figure()
+    colours = (RED, BLUE, GREEN, ORANGE)
+    fills = ("rgba(214,39,40,0.15)", "rgba(31,119,180,0.15)", "rgba(44,160,44,0.15)", "rgba(255,127,14,0.15)")
+    streams = max((len(m) for m, _, _ in tracks.values()), default=1)
+    x = [embeddings_label] + [str(layer) for layer in range(streams - 1)]
+    for i, (label, (mean, low, high)) in enumerate(tracks.items()):
+        m, lo, hi = (100.0 * np.asarray(v, dtype=np.float64) for v in (mean, low, high))
+        fig.add_trace(go.Scatter(x=x + x[::-1], y=np.concatenate([hi, lo[::-1]]), fill="toself", mode="lines",
+                                 line=dict(width=0), fillcolor=fills[i % len(fills)], hoverinfo="skip",
+                                 showlegend=False))
+        fig.add_trace(go.Scatter(x=x, y=m, mode="lines+markers", name=label, line=dict(color=colours[i % 4], width=2),
+                                 hovertemplate=f"%{{x}}: {numbers.percent_hover('y', 2, lang)}<extra>{label}</extra>"))
+    fig = _layout(fig, title=title, x=stream_title, y=value_title, lang=lang)
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(rangemode="tozero", **numbers.percent_axis(lang))
     return fig

@@ -15,6 +15,11 @@ key            finding                                                function
                Kovaleva et al. 2019)
 ``alignment``  Whisper's alignment heads (Radford et al. 2022)        :func:`.alignment.whisper_alignment`
 ``prunable``   heads that can go (Michel et al. 2019; Voita et al.)   :func:`.prunable.heads_that_can_go`
+``grammar``    Turkish grammar probes: case suffix across word        :func:`.grammar.grammar_probes`
+               orders, agreement (Göksel & Kerslake 2005; Clark et
+               al. 2019; Linzen et al. 2016)
+``inner_``     the inner language: English in the middle layers       :func:`.inner_language.inner_language`
+``language``   (Wendler et al. 2024)
 =============  =====================================================  ==========================================
 
 :data:`EXPERIMENTS` lists them with the bundled models each runs on; :func:`run` and :func:`estimate_seconds` call
@@ -123,6 +128,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.key: e for e in (
                _lazy("alignment", "estimate_alignment_seconds")),
     Experiment("prunable", "prunable", ("smollm2-135m", "minilm-l6"), _lazy("prunable", "heads_that_can_go"),
                _lazy("prunable", "estimate_seconds")),
+    Experiment("grammar", "grammar", ("multilingual-e5-small", "gemma3-270m"), _lazy("grammar", "grammar_probes"),
+               _lazy("grammar", "estimate_seconds")),
+    Experiment("inner_language", "inner_language", ("gemma3-270m", "smollm2-135m"),
+               _lazy("inner_language", "inner_language"), _lazy("inner_language", "estimate_seconds")),
 )}
 
 

@@ -33,6 +33,8 @@ TYPE_POINTS = 0.15
 ONE_FRAME_S = 0.02
 # the control layers track time this many times worse than the alignment heads
 CONTROL_TIMES = 5.0
+# Wendler et al. fig. 2: English "rises" in the middle layers: its mean first-token probability at least this high
+LATENT_MIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,24 @@ def _alignment(r) -> list[Verdict]:
             _v("align_control", r.control_mean_difference >= CONTROL_TIMES * max(r.mean_difference, ONE_FRAME_S / 2))]
 
 
-_RULES = {"sinks": _sinks, "induction": _induction, "prunable": _prunable, "clark": _clark, "alignment": _alignment}
+def _grammar(r) -> list[Verdict]:
+    # switching the top heads off lowers the metric (suffix log-probability; case distance) more than every random draw
+    drop, rnd = r.full - r.off, r.full - np.asarray(r.random)
+    agree = None if not np.isfinite(r.agreement_preference) else r.agreement_preference > 0
+    return [_v("grammar_track", float(np.max(r.tracking)) > OVER_HALF),
+            _v("grammar_off", drop > 0 and (not rnd.size or drop > float(rnd.max()))),
+            _v("grammar_agree", agree)]
+
+
+def _inner_language(r) -> list[Verdict]:
+    turkish, english = r.mean(0)
+    middle = slice(1, len(english) - 1)  # layer outputs before the last
+    latent = bool(np.any((english[middle] > turkish[middle]) & (english[middle] >= LATENT_MIN)))
+    return [_v("inner_latent", latent), _v("inner_final", turkish[-1] > english[-1]), _v("inner_size", None)]
+
+
+_RULES = {"sinks": _sinks, "induction": _induction, "prunable": _prunable, "clark": _clark, "alignment": _alignment,
+          "grammar": _grammar, "inner_language": _inner_language}
 
 
 def verdicts(which: str, result) -> list[Verdict]:
@@ -101,7 +120,8 @@ def verdicts(which: str, result) -> list[Verdict]:
     order.
 
     Args:
-        which: the experiment's key (``sinks``, ``induction``, ``prunable``, ``clark``, ``alignment``).
+        which: the experiment's key (``sinks``, ``induction``, ``prunable``, ``clark``, ``alignment``, ``grammar``,
+            ``inner_language``).
         result: what :func:`models.experiments.run` returned for it.
 
     Raises:

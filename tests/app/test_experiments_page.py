@@ -134,3 +134,63 @@ def test_the_sidebar_names_the_model_the_page_uses(smollm2):
         assert line.startswith(words) and "minilm" not in line, captions
     at = open_linked("views/explore.py", "minilm-l6", {}, "The cat")
     assert not any("This page uses" in c.value for c in at.sidebar.caption)
+
+
+def test_the_turkish_experiments_draw_their_results_in_both_languages():
+    """Issue 32: the grammar probes (both metrics: an encoder's embedding distance, a causal LM's suffix
+    log-probability) and the inner language, from results put where the page finds a finished run."""
+    import dataclasses
+
+    import models
+    from models.experiments import grammar, inner_language
+
+    e5 = models.load("multilingual-e5-small", device="cpu")
+    r = grammar.grammar_probes(e5, limit=2, controls=1)
+    shared.CACHE.put(("experiments", "grammar", "multilingual-e5-small"), r)
+    # a causal LM's result drawn from the same arrays (the page's other branch), kept under gemma3-270m
+    causal = dataclasses.replace(r, stack="decoder", metric="suffix_logprob", full=-2.0, off=-2.6,
+                                 random=np.array([-2.1]), agree_full=-1.0, agree_off=-1.3, agree_random=np.array([-1.1]),
+                                 agreement_preference=0.7, agreement_preferred=0.75)
+    shared.CACHE.put(("experiments", "grammar", "gemma3-270m"), causal)
+    layers = 18
+    rng = np.random.default_rng(0)
+    lens = inner_language.InnerLanguage(("fr", "en"), inner_language.load_pairs()[:3], 1,
+                                        rng.uniform(0, 0.3, (2, 3, layers + 1)), rng.uniform(0, 0.3, (2, 3, layers + 1)),
+                                        np.array([0.67, 1.0]), layers, 1.0)
+    shared.CACHE.put(("experiments", "inner_language", "gemma3-270m"), lens)
+    try:
+        at = open_linked("views/experiments.py", "multilingual-e5-small", {"exp_which": "grammar"}, "Kedi fareyi kovaladı")
+        _clean(at)
+        assert at.selectbox(key="exp_model_grammar").value == "multilingual-e5-small"
+        rows = _compare_rows(at)
+        measure = next(k for k in rows if k.startswith("Best head whose top target"))
+        layer, head = r.best
+        assert rows[measure].startswith(f"layer-head {layer}-{head}:"), rows
+        assert any("Kedi fareyi kovaladı." in m.value and "The mouse, the cat chased." in m.value for m in at.markdown)
+        assert any("no masked-LM head" in c.value for c in at.caption)
+        at.selectbox(key="exp_model_grammar").set_value("gemma3-270m").run()
+        _clean(at)
+        rows = _compare_rows(at)
+        assert rows["Top 4 tracking heads off: rise of the accusative suffix's surprisal"].startswith("+0.60 nats"), rows
+        assert any(k.startswith("Plural agreement") and v.startswith("log p gap +0.70 nats") for k, v in rows.items())
+        at.segmented_control(key="exp_which").set_value("inner_language").run()
+        _clean(at)
+        rows = _compare_rows(at)
+        assert "Last layer: Turkish above English" in rows and "Model read" in rows
+        assert rows["Model read"].endswith("18 layers")
+        at.radio(key="lang").set_value("tr").run()
+        _clean(at)
+        assert at.subheader[0].value == "7 · İçteki dil"
+        assert "Son katman: Türkçe İngilizcenin üstünde" in _compare_rows(at)
+        for model in ("multilingual-e5-small", "gemma3-270m"):  # the grammar probes in Turkish, both branches
+            at = open_linked("views/experiments.py", model, {"exp_which": "grammar"}, "Kedi fareyi kovaladı")
+            at.session_state["lang"] = "tr"
+            at.run()
+            _clean(at)
+            assert at.subheader[0].value == "6 · Türkçe dilbilgisi sondaları"
+            assert any("ÖNY" in m.value for m in at.markdown)
+            assert any(k.startswith("Çoğul uyumu") for k in _compare_rows(at))
+    finally:
+        for key in (("experiments", "grammar", "multilingual-e5-small"), ("experiments", "grammar", "gemma3-270m"),
+                    ("experiments", "inner_language", "gemma3-270m")):
+            shared.CACHE.discard(key)

@@ -233,7 +233,12 @@ def test_the_curve_is_computed_once_for_every_session_and_kept_on_disk(tiny_fold
     serves every session of the process, and another process (a replica, the next start) reads it from disk."""
     from views import shared
 
+    def forget_curves():
+        for key in [k for k in shared.CACHE.sizes() if isinstance(k, tuple) and k and k[0] == "prune_curve"]:
+            shared.CACHE.discard(key)
+
     monkeypatch.setenv("DIKKAT_AHEAD_ROOT", str(tmp_path / "ahead"))
+    forget_curves()  # an earlier test's curve of the same tiny model
     folder = str(tiny_folder("gpt2"))
     at = _page("minilm-l6", "kedi fareyi kovaladı", custom=folder)
     assert not any("at 40 %" in c.value for c in at.caption)
@@ -244,7 +249,6 @@ def test_the_curve_is_computed_once_for_every_session_and_kept_on_disk(tiny_fold
     other = _page("minilm-l6", "the cat chased the mouse", custom=folder)  # another student: no click
     assert [c.value for c in other.caption if "at 40 %" in c.value] == first
     assert any("Kept on disk since" in c.value for c in other.caption)
-    for key in [k for k in shared.CACHE.sizes() if isinstance(k, tuple) and k and k[0] == "prune_curve"]:
-        shared.CACHE.discard(key)
+    forget_curves()
     third = _page("minilm-l6", "the cat chased the mouse", custom=folder)  # a new process: read from disk
     assert [c.value for c in third.caption if "at 40 %" in c.value] == first

@@ -87,9 +87,10 @@ def test_experiments_refuse_the_wrong_kind_of_model_with_a_code(tiny):
 
 
 def test_every_experiment_names_its_source_and_bundled_models():
-    assert list(E.EXPERIMENTS) == ["sinks", "induction", "clark", "alignment", "prunable"]
+    assert list(E.EXPERIMENTS) == ["sinks", "induction", "clark", "alignment", "prunable", "grammar", "inner_language"]
     for exp in E.EXPERIMENTS.values():
-        assert exp.sources and all(s.url.startswith("https://arxiv.org/abs/") for s in exp.sources), exp.key
+        assert exp.sources and all(s.url.startswith(("https://arxiv.org/abs/", "https://doi.org/"))
+                                   for s in exp.sources), exp.key
         assert all(models.get_spec(m) for m in exp.models)
 
 

@@ -29,6 +29,7 @@ import models
 from models import experiments, pruning
 from models.analysis.masks import parse_mask, start_matrix
 from models.experiments import alignment, bert_heads, clark, induction, patterns, prunable, sinks, timing
+from models.experiments import grammar, inner_language
 from models import atlas
 from models.atlas import embedding as atlas_embedding
 from models.lessons import cost, kvcache, layer_input, positions, qkv
@@ -206,6 +207,21 @@ CALLS = {
     "prunable.heads_that_can_go": ("dec", st.fixed_dictionaries({"texts": arg(st.lists(TEXT, max_size=2)),
                                                                  "random_orders": small(0, 2)}),
                                    lambda m, a, f, kw: prunable.heads_that_can_go(m, **kw)),
+    "grammar.grammar_probes": ("dec", st.fixed_dictionaries({"limit": arg(st.integers(1, 2)), "top": small(-1, 5),
+                                                              "controls": small(-1, 2), "seed": small(-1, 2)}),
+                               lambda m, a, f, kw: grammar.grammar_probes(m, **kw)),
+    "grammar.roles": (None, st.fixed_dictionaries({"text": arg(TEXT), "subject": arg(["kedi", "the", ""]),
+                                                   "obj": arg(["fareyi", "mouse"]), "verb": arg(["kovaladı"])}),
+                      lambda m, a, f, kw: grammar.roles(**kw)),
+    "inner_language.inner_language": ("dec", st.fixed_dictionaries({
+        "tasks": arg([("fr",), ("en",), ("fr", "en"), ["en", "en"]]), "limit": arg(st.integers(1, 2)),
+        "shots": small(-1, 9)}), lambda m, a, f, kw: inner_language.inner_language(m, **kw)),
+    "inner_language.prompt": (None, st.fixed_dictionaries({"index": small(-1, 50), "source": arg(["fr", "en", "de"]),
+                                                           "shots": small(-1, 50)}),
+                              lambda m, a, f, kw: inner_language.prompt(inner_language.load_pairs(), **kw)),
+    "inner_language.lens_probabilities": ("dec", st.fixed_dictionaries({
+        "ids": arg([[0, 1], [5], (3,), np.arange(4)]), "position": small(-6, 6)}),
+        lambda m, a, f, kw: inner_language.lens_probabilities(f, **kw)),
     # head pruning (the Head pruning page's engine)
     "pruning.prepare": ("dec", st.fixed_dictionaries({"text": arg(TEXT), "max_tokens": arg(st.one_of(
         st.none(), st.integers(-5, 100)))}), lambda m, a, f, kw: pruning.prepare(m, **kw)),
@@ -325,7 +341,8 @@ CALLS = {
 def test_documented_functions_raise_only_dikkat_errors(name, request):
     fixture, kwargs, call = CALLS[name]
     model = request.getfixturevalue(fixture) if fixture else None
-    analysis, fl = request.getfixturevalue("dec_flow") if name.startswith(("Flow", "DirectEffect", "why.")) \
+    analysis, fl = request.getfixturevalue("dec_flow") if name.startswith(("Flow", "DirectEffect", "why.",
+                                                                            "inner_language.lens")) \
         else (None, None)
     if name == "information_flow":
         analysis = request.getfixturevalue("dec_flow")[0]
@@ -388,7 +405,7 @@ def test_every_documented_function_is_fuzzed():
                   "streaming_losses", "induction_heads", "what_heads_look_at", "bert_attention_targets",
                   "pattern_counts", "pattern_type", "whisper_alignment", "dtw", "median_filter", "heads_that_can_go",
                   "estimate_seconds", "information_flow", "neuron_view", "row_terms", "score_terms", "rope_split",
-                  "composition"]
+                  "composition", "grammar_probes", "inner_language", "lens_probabilities"]
     covered = " ".join(CALLS)
     for name in documented:
         assert name in readme, name

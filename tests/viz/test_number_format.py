@@ -104,6 +104,10 @@ BUILDERS = {
                                                                              loss_title="l", lang=lang),
     "experiments.loss_bars": lambda lang: experiments.loss_bars(["a", "b"], [13.45, 0.5], title="t", loss_title="l",
                                                                spread=[None, (0.4, 0.6)], lang=lang),
+    "experiments.lens_tracks": lambda lang: experiments.lens_tracks(
+        {"en": (np.array([0.0, 0.3, 0.05]), np.array([0.0, 0.2, 0.0]), np.array([0.01, 0.4, 0.1])),
+         "tr": (np.array([0.0, 0.01, 0.6]), np.array([0.0, 0.0, 0.5]), np.array([0.0, 0.02, 0.7]))},
+        title="t", stream_title="s", value_title="v", embeddings_label="e", lang=lang),
     "experiments.pattern_bars": lambda lang: experiments.pattern_bars({"v": 1234, "d": 5}, {"v": "V"}, title="t",
                                                                      count_title="c", lang=lang),
     "experiments.dtw_figure": lambda lang: experiments.dtw_figure(TINY, LABELS, np.arange(N), np.arange(N),
