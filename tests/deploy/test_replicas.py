@@ -129,3 +129,22 @@ def test_warm_visits_come_from_the_environment():
     assert warm.visits_from_env({"DIKKAT_WARM": "0"}) is None
     assert warm.visits_from_env({"DIKKAT_WARM": "?model_key=a; model_key=b"}) == ["model_key=a", "model_key=b"]
     assert warm.start("http://127.0.0.1:1", {"DIKKAT_WARM": "0"}) is None
+
+
+def test_scripts_are_sent_gzipped_through_nginx(two_replicas):
+    """Streamlit sends its scripts uncompressed; behind Dikkat's nginx a browser that accepts gzip gets them
+    compressed (the plotly chart module: 4.7 MB as it is)."""
+    import gzip
+
+    from views.shared.preload import STATIC_JS, plotly_chunk
+
+    port, _ = two_replicas
+    path = f"/static/js/{plotly_chunk()}"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", path, headers={"Accept-Encoding": "gzip", "Cookie": "dikkat_replica=a"})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    assert response.status == 200 and response.getheader("Content-Encoding") == "gzip"
+    plain = (STATIC_JS / plotly_chunk()).read_bytes()
+    assert gzip.decompress(body) == plain and len(body) < len(plain) / 2

@@ -25,6 +25,7 @@ wraps the page's run in ``app.py``; when the page has run (or stopped), the teac
 from __future__ import annotations
 
 import secrets
+import time
 from contextlib import contextmanager
 
 import streamlit as st
@@ -43,7 +44,9 @@ from views import hosting, shared
 ROOM = "room"  # the query parameter of a student's link: the room code, nothing else of a class
 TEACH = "teach"  # the query parameter of the teacher's own page: the room code (a reload offers to lead it again)
 STEP = "lesson_step"  # a broadcast parameter only: "<lesson id>:<step index from 0>"
-OWN = ("lang", ROOM, TEACH)  # each viewer's own: never broadcast, never taken from the teacher
+SHOWN = "live_v"  # a student's link: the version of the room's state its last full run drew (mark_drawn)
+OWN = ("lang", ROOM, TEACH, SHOWN)  # each viewer's own: never broadcast, never taken from the teacher
+REDRAW_AFTER_S = 3.0  # a full run whose end the student's browser has not shown after this long is made again
 DEFAULT_PAGE = "explore"  # app.py's default page, whose url_path is ""
 DESK = "live"  # the Class page: the teacher's desk, not broadcast
 FOLLOWED = frozenset(L.PAGES)  # the pages a class follows (app.py: views/<page>.py)
@@ -185,7 +188,7 @@ def close_room() -> None:
 def forget() -> None:
     """Drop this session's part in a room (teacher or student)."""
     for key in ("_live_code", "_live_secret", "_live_sent", "_live_seen", "_live_state", "_live_applied",
-                "_live_goto", "_live_step", "_live_lesson"):
+                "_live_goto", "_live_step", "_live_lesson", "_live_drawn"):
         st.session_state.pop(key, None)
 
 
@@ -243,13 +246,16 @@ def broadcast(name: str) -> None:
 @contextmanager
 def broadcasting(page):
     """``app.py``: ``with broadcasting(page): page.run()``: after the page's run, also one that stopped early
-    (``st.stop``), the teacher's page goes to the class (:func:`broadcast`); a rerun asked mid-way does not."""
+    (``st.stop``), the teacher's page goes to the class (:func:`broadcast`) and a student's link gets the version of
+    the room's state the run drew (:func:`mark_drawn`); a rerun asked mid-way does neither."""
     try:
         yield
     except StopException:
         broadcast(page_name(page))
+        mark_drawn()
         raise
     broadcast(page_name(page))
+    mark_drawn()
 
 
 # -------------------------------------------------------------------------------------------- a student
@@ -288,6 +294,8 @@ def poll() -> bool:
     """
     if not is_student():
         return False
+    if _run_lost():
+        return True
     room, student = code(), st.session_state.get("_live_student")
     try:
         rooms = store()
@@ -312,6 +320,42 @@ def poll() -> bool:
     if following() and state["page"] in FOLLOWED and st.session_state.get("_live_applied") != target:
         st.session_state["_live_applied"] = target
         st.session_state["_live_goto"] = target
+    return True
+
+
+def mark_drawn() -> None:
+    """At the end of a student's full run: put the version of the room's state it drew in the link (:data:`SHOWN`),
+    the run's last message, so that the browser's next request says whether the whole run reached it
+    (:func:`_run_lost`)."""
+    version = st.session_state.get("_live_seen")
+    if not is_student() or version is None:
+        return
+    if st.query_params.get(SHOWN) != str(version):
+        st.query_params[SHOWN] = str(version)
+    st.session_state["_live_drawn"] = (version, time.monotonic())
+
+
+def _run_lost() -> bool:
+    """Whether the last full run drawn for this student never fully reached its browser; if so, draw it again (and,
+    following, make the move to the teacher's page again).
+
+    Streamlit 1.67 can drop the rest of a run's messages: when the poll's timer asks for a run after a full run's
+    script has ended but before all its messages were sent, the new script runner starts and the old one's queue is
+    ignored ("Ignoring event from non-current ScriptRunner"; bench/live_class.py counted 3-17 such runs in a
+    30-student lesson). The script did run, so the session's state says the page was drawn, but the browser shows a
+    half-drawn or old page until the teacher's next change. The browser sends the link it holds with every request;
+    :func:`mark_drawn` sets the version in it as the run's last message, so a link without it
+    :data:`REDRAW_AFTER_S` seconds after that run (time for its messages to arrive) means the run was cut."""
+    drawn = st.session_state.get("_live_drawn")  # (version, monotonic time) of the last full run's state
+    # only a fragment's run carries the browser's own link: in a full run the link is the one this run is setting
+    if drawn is None or not in_fragment_run() or st.query_params.get(SHOWN) == str(drawn[0]):
+        return False
+    if time.monotonic() - drawn[1] < REDRAW_AFTER_S:
+        return False
+    st.session_state["_live_drawn"] = (drawn[0], time.monotonic())  # at most one redraw per REDRAW_AFTER_S
+    applied = st.session_state.get("_live_applied")
+    if following() and applied is not None:
+        st.session_state["_live_goto"] = applied
     return True
 
 

@@ -1,0 +1,44 @@
+"""bench/live_class.py's lesson, small and fast (issue 29): one app process in classroom mode, two rooms (a teacher and
+a student each), one change (a sentence with a word only that room uses), a question answered and revealed. What a
+benchmark measures in time is never asserted here; what must hold whatever the time is: every student's page shows
+the teacher's change, every answer sent is counted, no page shows the other room's words, no error."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("live_class_bench", ROOT / "bench" / "live_class.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_live_class_follows_the_teacher_counts_every_answer_and_keeps_rooms_apart():
+    bench = _bench()
+    args = bench.parse_args(["--students", "2", "--rooms", "2", "--changes", "1", "--replicas", "1",
+                             "--gap", "0.2", "--stagger", "0.2", "--timeout", "60"])
+    result = asyncio.run(bench.run_config(args, 1))
+    summary = bench.summary(result)
+    assert not result["errors"], result["errors"]
+    assert result["room_sizes"] == [1, 1] and result["kinds"] == ["text"]
+    # every student's page showed the teacher's new sentence (its room's own word) in the sentence box, on the
+    # teacher's page, once
+    changed = [p for p in result["pairs"] if p["kind"] == "text"]
+    assert sorted((p["room"], p["student"]) for p in changed) == [(1, 0), (2, 1)], result["pairs"]
+    assert not result["missed"], result["missed"]
+    # both saw the question asked and revealed
+    assert sorted(p["kind"] for p in result["pairs"] if p["kind"] != "text") == ["ask", "ask", "reveal", "reveal"]
+    answers = result["answers"]
+    assert answers["sent"] == answers["confirmed"] == answers["counted"] == 2, answers
+    assert summary["answers_lost"] == 0 and answers["per_choice_equal"], answers
+    assert answers["students_seeing_counts"] == 2, answers
+    # no tab (teacher or student) drew a word of the other room
+    assert result["crosstalk"] == [], result["crosstalk"]
