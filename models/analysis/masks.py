@@ -236,55 +236,18 @@ def _width(kind: str, raw) -> int:
     return min(value, MAX_WIDTH)  # any width >= the text's length is the same mask
 
 
-def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None = None) -> tuple[dict[str, torch.Tensor], str]:
-    """Turn the ``mask`` argument of :func:`analyze` into ``stack -> bool tensor``.
-
-    A single mask applies to the model's main self-attention stack (``encoder`` for encoders,
-    ``decoder`` for decoders and encoder-decoders); a dict maps stacks to masks.
-
-    Args:
-        loaded: the model. mask: as for :func:`analyze`.
-        n_main: tokens of the main input (``tokens``). n_target: decoder tokens of an encoder-decoder.
-
-    Returns:
-        ``(stack -> bool CPU tensor (n, n), True = allowed; description)``. ``native`` stacks are left
-        out of the dict; the description is e.g. ``"causal"`` or ``"encoder=native, decoder=causal"``.
-
-    Raises:
-        InvalidMaskError: bad mask, a dict naming a stack the model lacks, or ``cross``.
-        UnsupportedOperationError: a replaced mask on the fallback path.
-    """
-    if isinstance(mask, dict):
-        for stack in mask:
-            if stack not in loaded.stacks:
-                raise InvalidMaskError(
-                    f"Model '{loaded.name}' has no '{stack}' stack to mask (it has {', '.join(loaded.stacks)}).",
-                    code="no_such_stack", model=loaded.name, stack=checks.shown(stack),
-                    stacks=", ".join(loaded.stacks)
-                )
-        items = {stack: parse_mask(m) for stack, m in mask.items()}
-    else:
-        main = loaded.mask_stack
-        items = {main: parse_mask(mask)}
-    out: dict[str, torch.Tensor] = {}
-    for stack, mode in items.items():
-        if stack == "cross":
-            raise InvalidMaskError("Cross-attention masks cannot be replaced (only self-attention stacks).",
-                                   code="mask_cross")
-        n = n_target if (stack == "decoder" and loaded.family == "encoder-decoder") else n_main
-        matrix = mode.matrix(n or 0)
-        if matrix is not None:
-            out[stack] = torch.from_numpy(np.ascontiguousarray(matrix))
-    check_fallback_masks(loaded, out)
-    desc = ", ".join(f"{s}={m}" for s, m in items.items()) if isinstance(mask, dict) else str(next(iter(items.values())))
-    return out, desc
-
-
 def check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) -> None:
     """Refuse replaced masks for stacks that do not route through the interface (the fallback path, or an
     interface model's ``fallback_stacks``) unless a probe proved how the stack takes them
     (:func:`models.capture.softmax.mask_support`), with the reason."""
     eager = set(loaded.stacks) if loaded.capture_path == "fallback" else set(loaded.fallback_stacks)
+    per_head = sorted(stack for stack, m in masks.items() if stack in eager and not isinstance(m, torch.Tensor))
+    if per_head:
+        raise UnsupportedOperationError(
+            f"The {', '.join(per_head)} stack of '{loaded.name}' does not route through transformers' "
+            "AttentionInterface: a mask per head needs Dikkat's attention function, which adds one mask plane per "
+            "head to the family's own scores. Use one mask for the whole stack.",
+            code="head_mask_not_routed", model=loaded.name, stacks=", ".join(per_head))
     wanted = {stack: allowed for stack, allowed in masks.items() if stack in eager}
     if not wanted:
         return

@@ -73,6 +73,9 @@ class Analysis:
             attend the key, read from the mask each layer was actually called with (the native one, or the
             replacement; per layer, so Gemma 3's sliding layers differ from its full ones). On the fallback
             path, whose attention modules build their masks internally, only a replaced mask is listed.
+        head_masks: ``stack -> HeadRules`` for a stack run with a mask per head
+            (:class:`models.analysis.head_masks.HeadMasks`): each head's pattern (``.patterns``) and, for
+            vertical-slash and block-sparse heads, the keys chosen (``.chosen``); see :meth:`head_mask`.
         run: the forward call this analysis ran (inputs, heads off, masks; :class:`models.analysis.store.Replay`), run
             again by :func:`models.flow.information_flow`; None where weights were read from the model's
             ``output_attentions`` (fallback path).
@@ -107,7 +110,33 @@ class Analysis:
     layer_labels: dict[str, list[int]] = field(default_factory=dict)
     sinks: dict[str, list[int]] = field(default_factory=dict)
     missing_stacks: dict[str, str] = field(default_factory=dict)
+    head_masks: dict = field(default_factory=dict)
     run: object = field(default=None, repr=False, compare=False)
+
+    def head_mask(self, layer: int, head: int, stack: str | None = None) -> np.ndarray:
+        """Bool ``(query_len, key_len)``: the keys one head could attend in this run (True = allowed): its own
+        pattern under a mask per head (:attr:`head_masks`), else its layer's mask (:attr:`masks`).
+
+        Raises:
+            InvalidArgumentError: a stack this analysis has no mask record of, or no such layer/head.
+        """
+        from .. import checks
+        from ..errors import InvalidArgumentError
+
+        stack = stack or next(iter(self.head_masks or self.masks), None)
+        if stack not in self.head_masks and stack not in self.masks:
+            raise InvalidArgumentError(f"This analysis recorded no mask for stack {checks.shown(stack)}.",
+                                       code="arg_choice", name="stack", options=", ".join(self.masks) or "-",
+                                       value=checks.shown(stack))
+        recorded = self.masks.get(stack)
+        layers = recorded.shape[0] if recorded is not None else self.head_masks[stack].layers
+        checks.whole("layer", layer, 0, layers - 1)
+        rules = self.head_masks.get(stack)
+        if rules is None:
+            checks.whole("head", head, 0, self.attentions[stack].shape[1] - 1)
+            return np.asarray(recorded[layer])
+        native = np.asarray(recorded[layer]) if recorded is not None and layer not in rules.rules else None
+        return rules.matrix(layer, head, native)
 
     def sink_share(self, stack: str, layer: int, head: int | None = None) -> np.ndarray:
         """The attention each query gives its layer's learned sink instead of a token.

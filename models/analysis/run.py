@@ -15,7 +15,7 @@ from ..loading.model import LoadedModel
 from ..anatomy.inputs import accepts as _accepts
 from ..anatomy.site import Site
 from .heads import heads_to_gates, validate_heads
-from .masks import resolve_masks
+from .mask_plan import resolve_masks
 from .outputs import collect_hidden, fill_outputs, generate_target, lm_blocks
 from .result import Analysis
 from .tokens import Token, batched, check_text, group_words, tokens_from_encoding, truncate
@@ -154,6 +154,7 @@ def analyze(
         sinks={stack: sorted(s.layer for s in model.sites if s.stack == stack and s.sink)
                for stack in model.stacks if any(s.sink and s.stack == stack for s in model.sites)},
     )
+    result.head_masks = {stack: m for stack, m in masks.items() if not isinstance(m, torch.Tensor)}
     keep_all = _keep_all(model, result, keep, eager_stacks)
     collector = Collector(model, result, keep_all)
     call = dict(inputs, output_hidden_states=hidden_states, output_attentions=bool(eager_stacks), return_dict=True,

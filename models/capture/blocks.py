@@ -41,14 +41,15 @@ def allowed_of(attention_mask: torch.Tensor | None, q_len: int, k_len: int) -> t
             and first ``k_len`` columns are read, as with a KV cache).
 
     Returns:
-        bool CPU tensor ``(q_len, k_len)`` for batch row 0 and the first mask head.
+        bool CPU tensor ``(q_len, k_len)`` for batch row 0: the keys any head may attend (a mask per head has one
+        plane per head; the others one for all).
     """
     if attention_mask is None:
         return torch.ones((q_len, k_len), dtype=torch.bool)
-    m = attention_mask[0, 0, -q_len:, :k_len]
+    m = attention_mask[0, :, -q_len:, :k_len]
     if m.dtype != torch.bool:
         m = m > torch.finfo(m.dtype).min / 2
-    return m.expand(q_len, k_len).cpu()
+    return m.any(dim=0).expand(q_len, k_len).cpu()
 
 
 def allowed_keys(mask: torch.Tensor, k_len: int) -> torch.Tensor:

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..anatomy.site import GATE_PROJ, Site
 from .blocks import apply_mask, block_of, is_causal, plan_blocks
+from .head_rules import per_head_mask
 from .state import _STATE, CaptureState, StopForward, per_head
 
 ATTN_IMPLEMENTATION = "dikkat"
@@ -84,7 +85,8 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         if _gate_of(state, site) is not None:
             return _second_call(state, site, eager, module, query, key, value, attention_mask, args, kwargs)
         site = None
-    attention_mask, empty_rows = _replaced_mask(state, site, query, key, attention_mask)
+    attention_mask, empty_rows = _replaced_mask(state, site, eager, module, query, key, value, attention_mask, args,
+                                                kwargs)
     q_len, k_len = query.shape[-2], key.shape[-2]
     chosen = site is not None and (state.want is None or (site.stack, site.layer) in state.want)
     if chosen and state.calls is not None:
@@ -157,28 +159,41 @@ def _second_call(state, site, eager, module, query, key, value, attention_mask, 
     return _gated(state, site, out), weights
 
 
-def _replaced_mask(state: CaptureState, site: Site | None, query, key, attention_mask):
-    """The additive mask this call runs with and its rows that allow no key (bool ``(query_len,)``, or None
-    when every row allows one): the replaced mask of the site's stack when the state has one (one additive
-    mask per stack and shape, shared by every layer: a long text's mask is large), else the model's own."""
+def _replaced_mask(state: CaptureState, site: Site | None, eager, module, query, key, value, attention_mask, args,
+                   kwargs):
+    """The additive mask this call runs with and its rows that allow no key (bool ``(query_len,)``, or
+    ``(heads, query_len)`` for a mask per head; None when every row allows one): the replaced mask of the site's
+    stack when the state has one (one additive mask per stack and shape, shared by every layer: a long text's
+    mask is large), a mask per head (:func:`models.capture.head_rules.per_head_mask`) when the stack has head
+    rules, else the model's own."""
     if site is None or site.stack not in state.masks:
         return attention_mask, None
+    replaced = state.masks[site.stack]
+    if not isinstance(replaced, torch.Tensor):  # head rules: built per call (a layer's own heads and choices)
+        return per_head_mask(replaced, site.layer, eager, module, query, key, value, attention_mask, args, kwargs)
     made_key = (site.stack, query.shape[-2], key.shape[-2], query.dtype, query.device)
     made = state.made_masks.get(made_key)
     if made is None:
-        made = state.made_masks[made_key] = apply_mask(state.masks[site.stack], query, key)
+        made = state.made_masks[made_key] = apply_mask(replaced, query, key)
     attention_mask, empty_rows = made
     return attention_mask, empty_rows if bool(empty_rows.any()) else None
 
 
 def _empty(out: torch.Tensor, weights: torch.Tensor | None, rows: torch.Tensor | None):
     """A query with no allowed key attends to nothing: zero weights, zero output (no NaN, no uniform smear
-    over forbidden keys). ``rows``: bool ``(query_len,)`` of such queries, or None."""
+    over forbidden keys). ``rows``: bool ``(query_len,)`` of such queries, ``(heads, query_len)`` for a mask
+    per head, or None."""
     if rows is None:
         return out, weights
+    per_head = rows if rows.dim() == 2 else rows[None, :]
     if weights is not None:
-        weights = weights.masked_fill(rows[None, None, :, None], 0.0)
-    return out.masked_fill(rows[None, :, None, None], 0.0), weights
+        weights = weights.masked_fill(per_head[None, :, :, None], 0.0)
+    return out.masked_fill(per_head.transpose(0, 1)[None, :, :, None], 0.0), weights
+
+
+def _rows(rows: torch.Tensor, q0: int, q1: int) -> torch.Tensor:
+    """Empty-row flags of query rows ``q0 .. q1 - 1`` (the last axis of ``(q,)`` or ``(heads, q)``)."""
+    return rows[..., q0:q1]
 
 
 def _fused(state, module, query, key, value, attention_mask, empty_rows, kwargs):
@@ -188,7 +203,7 @@ def _fused(state, module, query, key, value, attention_mask, empty_rows, kwargs)
     on a long text than with the same mask written out)."""
     q_len, k_len = query.shape[-2], key.shape[-2]
     mask, causal = attention_mask, False
-    if mask is not None and q_len == k_len and empty_rows is None:
+    if mask is not None and q_len == k_len and empty_rows is None and mask.shape[1] == 1:
         found = state.plans.get(("causal", id(mask), q_len))
         if found is None:
             found = state.plans[("causal", id(mask), q_len)] = (is_causal(mask, q_len), mask)
@@ -197,7 +212,7 @@ def _fused(state, module, query, key, value, attention_mask, empty_rows, kwargs)
     call = dict(kwargs, is_causal=causal) if mask is None else kwargs
     out, weights = _sdpa()(module, query, key, value, mask, **call)
     if empty_rows is not None:
-        out = out.masked_fill(empty_rows[None, :, None, None], 0.0)
+        out, _ = _empty(out, None, empty_rows)
     return out, weights
 
 
@@ -220,8 +235,9 @@ def _blocked(state, sent, keep, eager, module, query, key, value, attention_mask
     plan_key = (id(attention_mask), q_len, k_len, per_cell, state.chunk_bytes)
     plan = state.plans.get(plan_key)
     if plan is None:
-        plan = state.plans[plan_key] = (plan_blocks(attention_mask, q_len, k_len, per_cell, state.chunk_bytes),
-                                        attention_mask)
+        plan = (plan_blocks(attention_mask, q_len, k_len, per_cell, state.chunk_bytes), attention_mask)
+        if attention_mask is None or attention_mask.shape[1] == 1:  # a mask per head is made per call: not kept
+            state.plans[plan_key] = plan
     for q0, q1, k0, k1 in plan[0]:
         m = attention_mask
         if m is not None:
@@ -230,8 +246,8 @@ def _blocked(state, sent, keep, eager, module, query, key, value, attention_mask
         sub_args = [block_of(a, q_len, k_len, q0, q1, k0, k1) for a in args]
         sub_kwargs = {name: block_of(v, q_len, k_len, q0, q1, k0, k1) for name, v in kwargs.items()}
         o, w = eager(module, query[:, :, q0:q1], key[:, :, k0:k1], value[:, :, k0:k1], m, *sub_args, **sub_kwargs)
-        if empty_rows is not None and bool(empty_rows[q0:q1].any()):
-            o, w = _empty(o, w, empty_rows[q0:q1])
+        if empty_rows is not None and bool(_rows(empty_rows, q0, q1).any()):
+            o, w = _empty(o, w, _rows(empty_rows, q0, q1))
         if sent is not None:
             state.sink(sent, q0, k0, w, q_len, k_len)
         elif keep:

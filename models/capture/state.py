@@ -44,7 +44,8 @@ class CaptureState:
             multiplied by it (0 switches a head off; a tensor with ``requires_grad`` gives gradients).
         masks: ``stack -> bool tensor (n, n)``, True where a query may attend a key; replaces the
             model's own mask for that self-attention stack. Rows with no allowed key give zero weights
-            and a zero per-head output (never NaN).
+            and a zero per-head output (never NaN). Or ``stack ->`` :class:`models.analysis.head_masks.HeadRules`:
+            a mask per head (:mod:`models.capture.head_rules`), made at each call of a layer that has one.
         outputs: when not None, ``(stack, layer) -> (batch, query_len, heads, head_dim)`` output of each site's
             (first) attention call, after its gate (used at load time: :func:`models.anatomy.gates.gate_points`).
         probe: when not None, ``(module, query heads, query_len, key_len, output)`` of every attention call is

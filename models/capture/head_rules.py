@@ -1,0 +1,126 @@
+"""A mask per head inside Dikkat's attention function: the additive ``(1, heads, q, k)`` mask one attention call
+runs with when its layer's heads have their own patterns (:mod:`models.analysis.head_masks`).
+
+The family's eager function adds the mask to its ``(batch, heads, q, k)`` scores, so a mask with one plane per
+head masks each head on its own; heads that keep the model's own mask get its additive values unchanged, so
+their scores, and their weights, are bit for bit those of the model's own mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .blocks import block_of
+
+LAST_Q = 64  # query rows a vertical-slash head is chosen from (MInference, Algorithm 2, last_q = 64)
+
+
+def per_head_mask(rules, layer: int, eager, module, query, key, value, attention_mask, args, kwargs):
+    """The additive mask and empty rows of one call whose layer has per-head rules.
+
+    Args:
+        rules: the :class:`models.analysis.head_masks.HeadRules` of the call's stack. layer: the call's layer.
+        eager, module, query, key, value, attention_mask, args, kwargs: the call (see
+            :func:`models.capture.dikkat_attention`); ``attention_mask`` is the model's own additive mask
+            ``(batch, 1, q, >= k)`` or None (every key allowed).
+
+    Returns:
+        ``(additive mask (1, heads, q, k) in the query's dtype, empty rows bool (heads, q) or None)``; the
+        model's own mask unchanged (and None) when every head of the layer keeps it.
+    """
+    row = rules.rules.get(layer)
+    if row is None:
+        return attention_mask, None
+    q_len, k_len, heads = query.shape[-2], key.shape[-2], query.shape[1]
+    low = torch.finfo(query.dtype).min
+    own = (attention_mask[:1, :1, -q_len:, :k_len] if attention_mask is not None
+           else torch.zeros((1, 1, q_len, k_len), dtype=query.dtype, device=query.device))
+    mask = own.expand(1, heads, q_len, k_len).clone()
+    own_allowed = own[0, 0] > low / 2
+    rules.note_native(layer, own_allowed)
+    empty = torch.zeros((heads, q_len), dtype=torch.bool, device=query.device)
+    chosen = [h for h, r in enumerate(row) if r is not None and not isinstance(r, torch.Tensor)]
+    picked = _choose(rules, layer, row, chosen, eager, module, query, key, value, attention_mask, args, kwargs,
+                     own_allowed) if chosen else {}
+    for h, rule in enumerate(row):
+        if rule is None:
+            continue
+        allowed = picked[h] if h in picked else rule[k_len - q_len:k_len, :k_len].to(query.device)
+        plane = torch.zeros((q_len, k_len), dtype=query.dtype, device=query.device)
+        mask[0, h] = plane.masked_fill_(~allowed, low)
+        empty[h] = ~allowed.any(dim=-1)
+    return mask, empty if bool(empty.any()) else None
+
+
+def _choose(rules, layer, row, chosen, eager, module, query, key, value, attention_mask, args, kwargs, own_allowed):
+    """``head -> bool (q, k)`` for the chosen heads of a call (vertical-slash, block-sparse), from the head's own
+    weights under the model's own mask, and the choice recorded in ``rules.chosen``."""
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    out = {}
+    slash = [h for h in chosen if row[h].kind == "vertical_slash"]
+    blocks = [h for h in chosen if row[h].kind == "block_sparse"]
+    if slash:
+        last = min(LAST_Q, q_len)
+        weights = _weights(eager, module, query, key, value, attention_mask, args, kwargs, q_len - last, q_len)
+        for h in slash:
+            out[h] = _vertical_slash(rules, layer, h, row[h], weights[0, h].float(), q_len, k_len) & own_allowed
+    if blocks:
+        weights = _weights(eager, module, query, key, value, attention_mask, args, kwargs, 0, q_len)
+        for h in blocks:
+            out[h] = _block_sparse(rules, layer, h, row[h], weights[0, h].float(), q_len, k_len) & own_allowed
+    return out
+
+
+def _weights(eager, module, query, key, value, attention_mask, args, kwargs, q0: int, q1: int) -> torch.Tensor:
+    """The family's eager weights ``(batch, heads, q1 - q0, k)`` of query rows ``q0 .. q1 - 1`` under the
+    model's own mask (the same function, scaling, softcap and position bias as the call itself)."""
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    m = attention_mask[..., -q_len:, :][..., q0:q1, :] if attention_mask is not None else None
+    sub_args = [block_of(a, q_len, k_len, q0, q1, 0, k_len) for a in args]
+    sub_kwargs = {name: block_of(v, q_len, k_len, q0, q1, 0, k_len) for name, v in kwargs.items()}
+    return eager(module, query[:, :, q0:q1], key, value, m, *sub_args, **sub_kwargs)[1]
+
+
+def _vertical_slash(rules, layer, head, rule, weights, q_len: int, k_len: int) -> torch.Tensor:
+    """Bool ``(q, k)``: the ``rule.a`` columns and ``rule.b`` diagonals (offset 0 among them) of most weight in
+    the last rows ``weights`` ``(rows, k)`` (MInference, Algorithm 2: vertical = Σ over rows, slash = Σ along
+    each diagonal, argtopk)."""
+    rows = weights.shape[0]
+    positions = torch.arange(k_len - rows, k_len, device=weights.device)  # absolute positions of those rows
+    offsets = positions[:, None] - torch.arange(k_len, device=weights.device)[None, :]  # i - j
+    vertical = weights.sum(dim=0)
+    slash = torch.zeros(k_len, dtype=weights.dtype, device=weights.device)
+    slash.scatter_add_(0, offsets.clamp(min=0).reshape(-1), (weights * (offsets >= 0)).reshape(-1))
+    slash[0] = float("inf")  # each token sees itself
+    columns = torch.topk(vertical, min(rule.a, k_len)).indices.sort().values
+    diagonals = torch.topk(slash, min(rule.b, k_len)).indices.sort().values
+    rules.chosen[(layer, head)] = {"columns": columns.cpu().numpy(), "offsets": diagonals.cpu().numpy()}
+    i = torch.arange(k_len - q_len, k_len, device=weights.device)[:, None]
+    j = torch.arange(k_len, device=weights.device)[None, :]
+    keep_col = torch.zeros(k_len, dtype=torch.bool, device=weights.device)
+    keep_col[columns] = True
+    keep_off = torch.zeros(k_len, dtype=torch.bool, device=weights.device)
+    keep_off[diagonals] = True
+    off = i - j
+    return keep_col[None, :].expand(q_len, k_len) | (keep_off[off.clamp(min=0)] & (off >= 0))
+
+
+def _block_sparse(rules, layer, head, rule, weights, q_len: int, k_len: int) -> torch.Tensor:
+    """Bool ``(q, k)``: per block row of ``rule.a`` queries, the ``rule.b`` blocks of ``rule.a`` keys holding the
+    most weight (``weights`` ``(q, k)``), the diagonal block always among them (MInference, Algorithm 3, ranked by
+    the exact block mass)."""
+    size = rule.a
+    rows, cols = -(-q_len // size), -(-k_len // size)
+    padded = torch.zeros((rows * size, cols * size), dtype=weights.dtype, device=weights.device)
+    padded[:q_len, :k_len] = weights
+    mass = padded.reshape(rows, size, cols, size).sum(dim=(1, 3))
+    shift = (k_len - q_len)  # a query row's absolute position is its index + shift
+    diag = torch.clamp((torch.arange(rows, device=weights.device) * size + shift) // size, max=cols - 1)
+    mass[torch.arange(rows), diag] = float("inf")
+    top = torch.topk(mass, min(rule.b, cols), dim=-1).indices  # (rows, K)
+    keep = torch.zeros((rows, cols), dtype=torch.bool, device=weights.device)
+    keep.scatter_(1, top, True)
+    keep &= mass > 0  # a block with no weight (all masked) is no block kept
+    rules.chosen[(layer, head)] = {"blocks": keep.nonzero().cpu().numpy()}
+    full = keep.repeat_interleave(size, dim=0).repeat_interleave(size, dim=1)
+    return full[:q_len, :k_len]
