@@ -132,12 +132,53 @@ class HeadMasks:
         layers: ``{layer: pattern}`` for every head of a layer.
         heads: ``{(layer, head): pattern}``.
         stack: the self-attention stack (None: the model's ``mask_stack``, the decoder of a decoder).
+        fit: allow patterns whose budget is larger than the text (they then keep every key their kind allows);
+            else such a pattern is refused (``head_mask_budget``).
     """
 
     default: object = "full"
     layers: dict = field(default_factory=dict)
     heads: dict = field(default_factory=dict)
     stack: str | None = None
+    fit: bool = False
+
+
+def duo_attention(scores, k: int, window: int = 64, sinks: int = 4, stack: str | None = None) -> HeadMasks:
+    """DuoAttention's split (Xiao et al. 2024, arXiv 2410.10819, §3): the ``k`` heads of highest ``scores`` keep
+    the full context ("retrieval heads"), every other head a window of ``window`` recent tokens plus ``sinks``
+    first tokens ("streaming heads"). On a text shorter than the window the streaming heads see it all
+    (``fit``).
+
+    Args:
+        scores: float ``(layers, heads)``, e.g. :func:`models.sparse.retrieval_scores` (ties: lower layer, then
+            lower head first). k: how many heads keep the full context, 0 .. layers × heads.
+
+    Raises:
+        InvalidArgumentError: scores not a 2-D finite array, ``k`` out of range, a window below 1 or sinks below 0.
+    """
+    scores = checks.array("scores", scores, ndim=2, finite=True)
+    k = checks.whole("k", k, 0, scores.size)
+    order = np.argsort(-scores.reshape(-1), kind="stable")[:k]
+    return full_heads([divmod(int(i), scores.shape[1]) for i in order], window, sinks, stack)
+
+
+def full_heads(heads, window: int = 64, sinks: int = 4, stack: str | None = None) -> HeadMasks:
+    """``heads`` (``(layer, head)`` pairs) keep the full context, every other head ``sink_window:window,sinks``
+    (the shape of :func:`duo_attention`, for any choice of heads, random ones too).
+
+    Raises:
+        InvalidArgumentError: a window below 1 or sinks below 0."""
+    window, sinks = checks.whole("window", window, 1), checks.whole("sinks", sinks, 0)
+    return HeadMasks(default=f"sink_window:{window},{sinks}", heads={tuple(h): "full" for h in heads}, stack=stack,
+                     fit=True)
+
+
+def window_everywhere(window: int = 64, sinks: int = 4, stack: str | None = None) -> HeadMasks:
+    """Every head ``sink_window:window,sinks`` (StreamingLLM, Xiao et al. 2023, §3.2).
+
+    Raises:
+        InvalidArgumentError: a window below 1 or sinks below 0."""
+    return full_heads([], window, sinks, stack)
 
 
 class HeadRules:
@@ -158,6 +199,7 @@ class HeadRules:
         self.chosen: dict = {}
         self.natives: list[np.ndarray] = []  # the model's own masks met, each stored once
         self.native_of: dict[int, int] = {}
+        self._last_native = None
 
     def __repr__(self) -> str:
         kinds = sorted({p.split(":")[0] for p in self.patterns.values()})
@@ -167,14 +209,19 @@ class HeadRules:
         """Record the model's own mask of ``layer`` (bool ``(n, n)``), as the capture function met it."""
         if allowed.shape != (self.n, self.n):
             return
+        if self._last_native is not None and self._last_native[0] is allowed:  # the same tensor as the layer before
+            self.native_of[layer] = self._last_native[1]
+            return
         arr = allowed.cpu().numpy()
         for index, seen in enumerate(self.natives):
             if np.array_equal(seen, arr):
                 self.native_of[layer] = index
+                self._last_native = (allowed, index)
                 return
         arr.flags.writeable = False
         self.natives.append(arr)
         self.native_of[layer] = len(self.natives) - 1
+        self._last_native = (allowed, self.native_of[layer])
 
     def matrix(self, layer: int, head: int, native: np.ndarray | None = None) -> np.ndarray:
         """Bool ``(n, n)``: the keys this head could attend in the run (True = allowed): the model's own mask
@@ -234,7 +281,8 @@ def resolve(loaded: LoadedModel, spec: HeadMasks, n: int) -> tuple[str, HeadRule
         if key is not None and key in cache:
             return cache[key]
         parsed = parse_pattern(pattern)
-        _check_budget(parsed, n, where)
+        if not spec.fit:
+            _check_budget(parsed, n, where)
         found = (parsed, "full" if parsed is None else str(parsed))
         if isinstance(parsed, MaskMode):
             found = (torch.from_numpy(np.ascontiguousarray(parsed.matrix(n))), str(parsed))

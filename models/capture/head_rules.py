@@ -15,7 +15,8 @@ from .blocks import block_of
 LAST_Q = 64  # query rows a vertical-slash head is chosen from (MInference, Algorithm 2, last_q = 64)
 
 
-def per_head_mask(rules, layer: int, eager, module, query, key, value, attention_mask, args, kwargs):
+def per_head_mask(rules, layer: int, eager, module, query, key, value, attention_mask, args, kwargs,
+                  cache: dict | None = None):
     """The additive mask and empty rows of one call whose layer has per-head rules.
 
     Args:
@@ -23,6 +24,8 @@ def per_head_mask(rules, layer: int, eager, module, query, key, value, attention
         eager, module, query, key, value, attention_mask, args, kwargs: the call (see
             :func:`models.capture.dikkat_attention`); ``attention_mask`` is the model's own additive mask
             ``(batch, 1, q, >= k)`` or None (every key allowed).
+        cache: a dict kept for one forward pass (``CaptureState.made_masks``): each pattern's plane is made once
+            per shape, and a layer whose heads have the same rules as the layer before reuses its mask.
 
     Returns:
         ``(additive mask (1, heads, q, k) in the query's dtype, empty rows bool (heads, q) or None)``; the
@@ -31,25 +34,48 @@ def per_head_mask(rules, layer: int, eager, module, query, key, value, attention
     row = rules.rules.get(layer)
     if row is None:
         return attention_mask, None
+    cache = {} if cache is None else cache
     q_len, k_len, heads = query.shape[-2], key.shape[-2], query.shape[1]
-    low = torch.finfo(query.dtype).min
-    own = (attention_mask[:1, :1, -q_len:, :k_len] if attention_mask is not None
-           else torch.zeros((1, 1, q_len, k_len), dtype=query.dtype, device=query.device))
-    mask = own.expand(1, heads, q_len, k_len).clone()
-    own_allowed = own[0, 0] > low / 2
+    shape = (q_len, k_len, query.dtype, query.device)
+    own_key = ("own", id(attention_mask)) + shape
+    if own_key not in cache:
+        low = torch.finfo(query.dtype).min
+        own = (attention_mask[:1, :1, -q_len:, :k_len] if attention_mask is not None
+               else torch.zeros((1, 1, q_len, k_len), dtype=query.dtype, device=query.device))
+        cache[own_key] = (own, own[0, 0] > low / 2, attention_mask)  # the mask kept alive: its id stays unique
+    own, own_allowed, _ = cache[own_key]
     rules.note_native(layer, own_allowed)
-    empty = torch.zeros((heads, q_len), dtype=torch.bool, device=query.device)
     chosen = [h for h, r in enumerate(row) if r is not None and not isinstance(r, torch.Tensor)]
+    same_key = ("heads", tuple(id(r) for r in row), id(attention_mask)) + shape
+    if not chosen and cache.get("last", (None,))[0] == same_key:
+        return cache["last"][1], cache["last"][2]
     picked = _choose(rules, layer, row, chosen, eager, module, query, key, value, attention_mask, args, kwargs,
                      own_allowed) if chosen else {}
+    planes, empty = [], torch.zeros((heads, q_len), dtype=torch.bool, device=query.device)
     for h, rule in enumerate(row):
         if rule is None:
+            planes.append(own[0, 0])
             continue
-        allowed = picked[h] if h in picked else rule[k_len - q_len:k_len, :k_len].to(query.device)
-        plane = torch.zeros((q_len, k_len), dtype=query.dtype, device=query.device)
-        mask[0, h] = plane.masked_fill_(~allowed, low)
-        empty[h] = ~allowed.any(dim=-1)
-    return mask, empty if bool(empty.any()) else None
+        if h in picked:
+            plane, rows = _plane(picked[h], query.dtype)
+        else:
+            plane_key = ("plane", id(rule)) + shape
+            if plane_key not in cache:
+                cache[plane_key] = _plane(rule[k_len - q_len:k_len, :k_len].to(query.device), query.dtype)
+            plane, rows = cache[plane_key]
+        planes.append(plane)
+        empty[h] = rows
+    mask = torch.stack(planes)[None]
+    found = (mask, empty if bool(empty.any()) else None)
+    if not chosen:
+        cache["last"] = (same_key,) + found  # one layer's mask at most: a long text's masks are large
+    return found
+
+
+def _plane(allowed: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """An additive ``(q, k)`` plane (0 allowed, the dtype's minimum forbidden) and the rows that allow no key."""
+    plane = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return plane.masked_fill_(~allowed, torch.finfo(dtype).min), ~allowed.any(dim=-1)
 
 
 def _choose(rules, layer, row, chosen, eager, module, query, key, value, attention_mask, args, kwargs, own_allowed):
@@ -61,19 +87,19 @@ def _choose(rules, layer, row, chosen, eager, module, query, key, value, attenti
     blocks = [h for h in chosen if row[h].kind == "block_sparse"]
     if slash:
         last = min(LAST_Q, q_len)
-        weights = _weights(eager, module, query, key, value, attention_mask, args, kwargs, q_len - last, q_len)
+        weights = rows_weights(eager, module, query, key, value, attention_mask, args, kwargs, q_len - last, q_len)
         for h in slash:
-            out[h] = _vertical_slash(rules, layer, h, row[h], weights[0, h].float(), q_len, k_len) & own_allowed
+            out[h] = vertical_slash(rules, layer, h, row[h], weights[0, h].float(), q_len, k_len) & own_allowed
     if blocks:
-        weights = _weights(eager, module, query, key, value, attention_mask, args, kwargs, 0, q_len)
+        weights = rows_weights(eager, module, query, key, value, attention_mask, args, kwargs, 0, q_len)
         for h in blocks:
-            out[h] = _block_sparse(rules, layer, h, row[h], weights[0, h].float(), q_len, k_len) & own_allowed
+            out[h] = block_sparse(rules, layer, h, row[h], weights[0, h].float(), q_len, k_len) & own_allowed
     return out
 
 
-def _weights(eager, module, query, key, value, attention_mask, args, kwargs, q0: int, q1: int) -> torch.Tensor:
-    """The family's eager weights ``(batch, heads, q1 - q0, k)`` of query rows ``q0 .. q1 - 1`` under the
-    model's own mask (the same function, scaling, softcap and position bias as the call itself)."""
+def rows_weights(eager, module, query, key, value, attention_mask, args, kwargs, q0: int, q1: int) -> torch.Tensor:
+    """The family's eager weights ``(batch, heads, q1 - q0, k)`` of query rows ``q0 .. q1 - 1`` under
+    ``attention_mask`` (the same function, scaling, softcap and position bias as the call itself)."""
     q_len, k_len = query.shape[-2], key.shape[-2]
     m = attention_mask[..., -q_len:, :][..., q0:q1, :] if attention_mask is not None else None
     sub_args = [block_of(a, q_len, k_len, q0, q1, 0, k_len) for a in args]
@@ -81,7 +107,7 @@ def _weights(eager, module, query, key, value, attention_mask, args, kwargs, q0:
     return eager(module, query[:, :, q0:q1], key, value, m, *sub_args, **sub_kwargs)[1]
 
 
-def _vertical_slash(rules, layer, head, rule, weights, q_len: int, k_len: int) -> torch.Tensor:
+def vertical_slash(rules, layer, head, rule, weights, q_len: int, k_len: int) -> torch.Tensor:
     """Bool ``(q, k)``: the ``rule.a`` columns and ``rule.b`` diagonals (offset 0 among them) of most weight in
     the last rows ``weights`` ``(rows, k)`` (MInference, Algorithm 2: vertical = Σ over rows, slash = Σ along
     each diagonal, argtopk)."""
@@ -105,7 +131,7 @@ def _vertical_slash(rules, layer, head, rule, weights, q_len: int, k_len: int) -
     return keep_col[None, :].expand(q_len, k_len) | (keep_off[off.clamp(min=0)] & (off >= 0))
 
 
-def _block_sparse(rules, layer, head, rule, weights, q_len: int, k_len: int) -> torch.Tensor:
+def block_sparse(rules, layer, head, rule, weights, q_len: int, k_len: int) -> torch.Tensor:
     """Bool ``(q, k)``: per block row of ``rule.a`` queries, the ``rule.b`` blocks of ``rule.a`` keys holding the
     most weight (``weights`` ``(q, k)``), the diagonal block always among them (MInference, Algorithm 3, ranked by
     the exact block mass)."""

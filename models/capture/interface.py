@@ -24,7 +24,7 @@ from torch import nn
 
 from ..anatomy.site import GATE_PROJ, Site
 from .blocks import apply_mask, block_of, is_causal, plan_blocks
-from .head_rules import per_head_mask
+from .head_rules import per_head_mask, rows_weights
 from .state import _STATE, CaptureState, StopForward, per_head
 
 ATTN_IMPLEMENTATION = "dikkat"
@@ -95,6 +95,9 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     if chosen and state.mask_sink is not None:
         state.mask_sink(site, attention_mask, q_len, k_len)
     sent = site if chosen and state.sink is not None else None  # weights go to the sink, block by block
+    if sent is not None and state.rows is not None:  # only some rows' weights: computed apart, the output as unread
+        _rows_to_sink(state, sent, eager, module, query, key, value, attention_mask, empty_rows, args, kwargs)
+        sent = None
     keep = site is not None and state.record and sent is None
     per_cell = query.shape[0] * query.shape[1] * 4
     if state.fused and site is not None and sent is None and not keep and not args and kwargs.get("softcap") is None:
@@ -170,7 +173,8 @@ def _replaced_mask(state: CaptureState, site: Site | None, eager, module, query,
         return attention_mask, None
     replaced = state.masks[site.stack]
     if not isinstance(replaced, torch.Tensor):  # head rules: built per call (a layer's own heads and choices)
-        return per_head_mask(replaced, site.layer, eager, module, query, key, value, attention_mask, args, kwargs)
+        return per_head_mask(replaced, site.layer, eager, module, query, key, value, attention_mask, args, kwargs,
+                             state.made_masks)
     made_key = (site.stack, query.shape[-2], key.shape[-2], query.dtype, query.device)
     made = state.made_masks.get(made_key)
     if made is None:
@@ -194,6 +198,18 @@ def _empty(out: torch.Tensor, weights: torch.Tensor | None, rows: torch.Tensor |
 def _rows(rows: torch.Tensor, q0: int, q1: int) -> torch.Tensor:
     """Empty-row flags of query rows ``q0 .. q1 - 1`` (the last axis of ``(q,)`` or ``(heads, q)``)."""
     return rows[..., q0:q1]
+
+
+def _rows_to_sink(state, site, eager, module, query, key, value, attention_mask, empty_rows, args, kwargs) -> None:
+    """Send the weights of rows ``state.rows`` of one call to the sink (:attr:`CaptureState.rows`)."""
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    r0, r1 = max(0, state.rows[0]), min(q_len, state.rows[1])
+    if r1 <= r0:
+        return
+    weights = rows_weights(eager, module, query, key, value, attention_mask, args, kwargs, r0, r1)
+    if empty_rows is not None:
+        _, weights = _empty(query.new_zeros((1, r1 - r0, query.shape[1], 1)), weights, _rows(empty_rows, r0, r1))
+    state.sink(site, r0, 0, weights, q_len, k_len)
 
 
 def _fused(state, module, query, key, value, attention_mask, empty_rows, kwargs):

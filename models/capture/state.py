@@ -65,6 +65,10 @@ class CaptureState:
         chunk_bytes: the largest block of weights one eager call may produce (``batch · heads · rows ·
             key_len · 4`` bytes); longer inputs are computed in blocks of query rows (see
             :func:`dikkat_attention`). Weights are never held for a whole layer unless ``record`` asks.
+        rows: when not None, ``(r0, r1)``: the sink receives only the weights of query rows ``r0 .. r1 - 1`` of
+            each wanted site, computed by the family's eager function on those rows alone (one block, ``q0 =
+            r0``), and the call's output is computed as for a site nobody reads (fused when ``fused``): the last
+            rows of a long text (a needle's answer) without the whole map.
         made_masks: the additive masks built from ``masks``, one per stack and call shape, shared by the
             layers.
         plans: the blocks of each mask and shape (:func:`plan_blocks`), with the mask they were made for
@@ -98,6 +102,7 @@ class CaptureState:
     want: set | None = None
     pending: set | None = None
     chunk_bytes: int = 0
+    rows: tuple[int, int] | None = None
     made_masks: dict = field(default_factory=dict)
     plans: dict = field(default_factory=dict)
     fused: bool = False
@@ -130,6 +135,7 @@ def capture(
     stop_after: bool = False,
     chunk_bytes: int | None = None,
     fused: bool = False,
+    rows: tuple[int, int] | None = None,
 ) -> Iterator[CaptureState]:
     """Context in which forward passes of a model loaded with ``"dikkat"`` record weights, apply
     head gates and replace masks. State is per context (thread / asyncio task), never global.
@@ -148,6 +154,8 @@ def capture(
             0 for one call per layer, whatever its size).
         fused: sites whose weights nobody reads run the fused sdpa kernel (see :class:`CaptureState`);
             only for models with ``LoadedModel.sdpa_ok``.
+        rows: ``(r0, r1)``: the sink gets the weights of query rows ``r0 .. r1 - 1`` only (see
+            :class:`CaptureState`).
 
     Yields:
         The :class:`CaptureState`; read ``state.weights`` after the forward pass.
@@ -155,7 +163,8 @@ def capture(
     state = CaptureState(sites=sites, record=record, gates=dict(gates or {}), masks=dict(masks or {}), sink=sink,
                          mask_sink=mask_sink, want=set(want) if want is not None else None,
                          pending=set(want) if (stop_after and want) else None,
-                         chunk_bytes=CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes), fused=bool(fused))
+                         chunk_bytes=CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes), fused=bool(fused),
+                         rows=rows)
     token = _STATE.set(state)
     try:
         yield state
