@@ -85,7 +85,7 @@ def kept_share(analysis, budget: int, stack: str | None = None, kinds=KEPT_PATTE
     Raises:
         InvalidArgumentError: a budget out of range, an unknown kind or stack.
     """
-    stack = checks.choice("stack", stack or next(iter(analysis.attentions)), list(analysis.attentions))
+    stack = checks.choice("stack", next(iter(analysis.attentions)) if stack is None else stack, list(analysis.attentions))
     layers, heads, n_q, n_k = analysis.attentions[stack].shape
     budget = checks.whole("budget", budget, 2, max(2, n_k))
     patterns = tuple(pattern_at(kind, budget) for kind in checks.sequence("kinds", kinds))

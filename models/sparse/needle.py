@@ -153,7 +153,8 @@ def run_needle(loaded: LoadedModel, needle: Needle, mask=None) -> NeedleRun:
     function on those rows; :attr:`models.capture.CaptureState.rows`), the rest runs fused.
 
     Raises:
-        InvalidMaskError: a bad mask. UnsupportedOperationError: a model off the AttentionInterface.
+        InvalidArgumentError: not a :class:`Needle`. InvalidMaskError: a bad mask.
+        UnsupportedOperationError: a model off the AttentionInterface.
         ModelOutOfMemoryError: out of memory.
     """
     from ..analysis.mask_plan import resolve_masks
@@ -162,6 +163,10 @@ def run_needle(loaded: LoadedModel, needle: Needle, mask=None) -> NeedleRun:
         raise UnsupportedOperationError(f"The needle test reads the weights of Dikkat's attention function; "
                                         f"'{loaded.name}' runs on the fallback path.",
                                         code="needle_not_routed", model=loaded.name)
+    checks.loaded_model(loaded)
+    if not isinstance(needle, Needle):
+        raise InvalidArgumentError(f"needle must be a Needle from make_needles, got {checks.shown(needle)}.",
+                                   code="arg_choice", name="needle", options="a Needle", value=checks.shown(needle))
     n = needle.length
     masks, _ = resolve_masks(loaded, mask, n)
     layers, heads = loaded.stacks["decoder"]
@@ -196,10 +201,12 @@ def retrieval_scores(runs: list[tuple[Needle, NeedleRun]]) -> np.ndarray:
     (Wu et al. 2024, §2, eq. 1); ``g_h``: the distinct needle digits the head copied, ``k``: the needle's digits.
 
     Raises:
-        InvalidArgumentError: no runs."""
-    if not runs:
-        raise InvalidArgumentError("Retrieval scores need at least one needle run.", code="arg_sequence",
-                                   name="runs", least=1, value="[]")
+        InvalidArgumentError: no runs, or runs that are not ``(Needle, NeedleRun)`` pairs."""
+    runs = checks.sequence("runs", runs)
+    if not all(isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], Needle) and isinstance(r[1], NeedleRun)
+               for r in runs):
+        raise InvalidArgumentError("runs must be (Needle, NeedleRun) pairs, as run_needle gives.", code="arg_choice",
+                                   name="runs", options="(Needle, NeedleRun) pairs", value=checks.shown(runs))
     total = None
     for needle, run in runs:
         digits = [needle.ids[p] for p in needle.answer]

@@ -30,7 +30,8 @@ from models import experiments, pruning
 from models.analysis.masks import parse_mask, start_matrix
 from models.experiments import alignment, bert_heads, clark, induction, patterns, prunable, sinks, timing
 from models.experiments import grammar, inner_language
-from models import atlas
+from models import atlas, sparse
+from models.analysis.head_masks import HeadMasks, duo_attention
 from models.atlas import embedding as atlas_embedding
 from models.lessons import cost, kvcache, layer_input, positions, qkv
 
@@ -332,6 +333,35 @@ CALLS = {
     "why.rope_split": ("dec", st.fixed_dictionaries({"stack": arg([None]), "layer": small(-1, 3), "head": small(-1, 5),
                                                      "i": small(-7, 7)}),
                        lambda m, a, f, kw: _masked(models.why.rope_split(m, a, **kw))),
+    # masks per head (README "Masks per head")
+    "HeadMasks": ("dec", st.fixed_dictionaries({
+        "default": arg(["full", "sink_window:2,1", "vertical_slash:2,2", "block_sparse:2,1", "a_shape:3,1", "x",
+                        "sliding_window:0", "vertical_slash:9", "block_sparse:99,1"]),
+        "heads": arg(st.dictionaries(st.tuples(st.integers(-1, 3), st.integers(-1, 5)),
+                                     st.sampled_from(["full", "causal", "strided:2", "sliding_window:40"]), max_size=2)),
+        "layers": arg(st.dictionaries(st.integers(-1, 3), st.sampled_from(["full", "bidirectional"]), max_size=2)),
+        "fit": arg([False, True])}),
+        lambda m, a, f, kw: np.asarray(models.analyze(m, "the cat chased the mouse", mask=HeadMasks(**kw))
+                                       .attentions["decoder"])),
+    "head_masks.duo_attention": (None, st.fixed_dictionaries({
+        "scores": arg(st.sampled_from([np.ones((2, 4)), np.zeros(3), np.full((2, 2), np.nan)])), "k": small(-1, 9),
+        "window": small(-1, 70), "sinks": small(-1, 5)}), lambda m, a, f, kw: duo_attention(**kw)),
+    "sparse.kept_share": ("dec", st.fixed_dictionaries({"budget": small(-1, 8), "stack": arg([None, "decoder", "x"]),
+                                                        "kinds": arg([["sliding_window", "vertical_slash"], ["x"], []])}),
+                          lambda m, a, f, kw: sparse.kept_share(a, **kw)),
+    "sparse.kv_bytes": ("dec", st.fixed_dictionaries({"spec": arg(["sink_window:4,1", "full", "x"]),
+                                                      "n": small(-1, 100)}),
+                        lambda m, a, f, kw: sparse.kv_bytes(m, n=kw["n"], spec=kw["spec"])),
+    "sparse.make_needles": ("dec", st.fixed_dictionaries({"lengths": arg([[64], [10], [10 ** 6], []]),
+                                                          "depths": arg([[0.5], [-1.0], [2.0]])}),
+                            lambda m, a, f, kw: sparse.make_needles(m, **kw)),
+    "sparse.run_needle": ("dec", st.fixed_dictionaries({"needle": arg(["x", None]), "mask": arg([None, "x"])}),
+                          lambda m, a, f, kw: sparse.run_needle(m, **kw)),
+    "sparse.retrieval_scores": (None, st.fixed_dictionaries({"runs": arg([[]])}),
+                                lambda m, a, f, kw: sparse.retrieval_scores(**kw)),
+    "sparse.duo_compare": ("dec", st.fixed_dictionaries({"lengths": arg([[64], [10]]), "draws": small(-1, 1),
+                                                         "fractions": arg([[0.1], [0.0], [2.0]])}),
+                           lambda m, a, f, kw: sparse.duo_compare(m, depths=(0.5,), **kw)),
     "why.composition": ("dec", st.fixed_dictionaries({"stack": arg([None, "decoder", "x"]), "layer": arg(
         st.one_of(st.none(), st.integers(-1, 3)))}), lambda m, a, f, kw: _composed(models.why.composition(m, **kw))),
 }
@@ -342,7 +372,7 @@ def test_documented_functions_raise_only_dikkat_errors(name, request):
     fixture, kwargs, call = CALLS[name]
     model = request.getfixturevalue(fixture) if fixture else None
     analysis, fl = request.getfixturevalue("dec_flow") if name.startswith(("Flow", "DirectEffect", "why.",
-                                                                            "inner_language.lens")) \
+                                                                            "inner_language.lens", "sparse.kept")) \
         else (None, None)
     if name == "information_flow":
         analysis = request.getfixturevalue("dec_flow")[0]
@@ -405,7 +435,8 @@ def test_every_documented_function_is_fuzzed():
                   "streaming_losses", "induction_heads", "what_heads_look_at", "bert_attention_targets",
                   "pattern_counts", "pattern_type", "whisper_alignment", "dtw", "median_filter", "heads_that_can_go",
                   "estimate_seconds", "information_flow", "neuron_view", "row_terms", "score_terms", "rope_split",
-                  "composition", "grammar_probes", "inner_language", "lens_probabilities"]
+                  "composition", "grammar_probes", "inner_language", "lens_probabilities", "HeadMasks",
+                  "duo_attention", "kept_share", "kv_bytes", "make_needles", "run_needle", "retrieval_scores", "duo_compare"]
     covered = " ".join(CALLS)
     for name in documented:
         assert name in readme, name
