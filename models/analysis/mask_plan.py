@@ -42,6 +42,7 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
         UnsupportedOperationError: a replaced mask on the fallback path; a mask per head on a stack that does
             not route through the AttentionInterface.
     """
+    named = isinstance(mask, dict)  # a dict names its stacks in the description
     if isinstance(mask, str) and head_masks.is_head_pattern(mask):
         mask = head_masks.HeadMasks(default=mask)  # a chosen pattern for every head (a_shape, vertical_slash ...)
     if isinstance(mask, head_masks.HeadMasks):
@@ -73,5 +74,5 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
         if matrix is not None:
             out[stack] = torch.from_numpy(np.ascontiguousarray(matrix))
     check_fallback_masks(loaded, out)
-    desc = ", ".join(f"{s}={d}" for s, d in descs.items()) if len(descs) > 1 else next(iter(descs.values()))
+    desc = ", ".join(f"{s}={d}" for s, d in descs.items()) if named else next(iter(descs.values()), "native")
     return out, desc
