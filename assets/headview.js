@@ -92,7 +92,8 @@
     var y = top + L.row * i + 14;
     var t = el("text", side === "q" ? { x: x1 - 4, y: y, "text-anchor": "end", "class": "hv-q" } : { x: x2 + 4, y: y, "class": "hv-k" }, label);
     t.setAttribute("data-index", String(i));
-    var title = el("title", {}, "#" + (D.first + i) + " " + label);
+    var tips = side === "q" ? D.qhover : D.khover;  // the morpheme level: what each unit is
+    var title = el("title", {}, "#" + (D.first + i) + " " + (tips ? tips[i] : label));
     t.appendChild(title);
     t.addEventListener("mouseenter", function () { if (!pinned) { focus = { side: side, index: i }; draw(); } });
     t.addEventListener("mouseleave", function () { if (!pinned) { focus = null; draw(); } });

@@ -385,7 +385,7 @@ def _head_view(zoom: float = HEAD_VIEW_ZOOM, width_px: int = 840) -> None:
         hv_qseg, hv_kseg = prep.q_segments, [prep.k_segments[i] for i in window_k]
         n_rows, start, end = max(len(q_tokens), len(k_tokens)), hv_start, min(max(len(q_tokens), len(k_tokens)),
                                                                                hv_start + HEAD_VIEW_MAX)
-        shown = max(len(hv_q), len(hv_k))
+        shown, tips = max(len(hv_q), len(hv_k)), (hover_q, hover_k and [hover_k[i] for i in window_k])
     else:
         n_rows = max(nq, nk)
         start = _hv_slider(n_rows)
@@ -393,7 +393,7 @@ def _head_view(zoom: float = HEAD_VIEW_ZOOM, width_px: int = 840) -> None:
         qs, ks = slice(start, min(end, nq)), slice(start, min(end, nk))
         weights = prep.weights[layer][:, qs, ks]
         hv_q, hv_k, hv_qseg, hv_kseg = prep.q_labels[qs], prep.k_labels[ks], prep.q_segments[qs], prep.k_segments[ks]
-        shown = end - start
+        shown, tips = end - start, (hover_q and hover_q[qs], hover_k and hover_k[ks])  # tips: the morphemes' labels
     hv_notes = list(notes)
     if n_rows > HEAD_VIEW_MAX:
         long_notes.append(t("hv_long", n=n_rows, a=start, b=end - 1, m=HEAD_VIEW_MAX))
@@ -405,7 +405,7 @@ def _head_view(zoom: float = HEAD_VIEW_ZOOM, width_px: int = 840) -> None:
         zoom = max(zoom, min(zoom * shared.factor(), (width_px - 20) / lay.width))
     doc = head_view_html(weights, hv_q, hv_k, head_names=head_names, query_segments=hv_qseg, key_segments=hv_kseg,
                          title=title, notes=hv_notes, strings=strings, filename=stem + "_headview", first_position=start,
-                         zoom=zoom)
+                         zoom=zoom, query_hover=tips[0], key_hover=tips[1])
     lines = lay.text_lines  # title and notes, wrapped
     st.iframe(doc + shared.plotly_preload(), height=html_height(shown, max(lines - 1, 0), n_heads, width_px=width_px, zoom=zoom))
     st.caption(t("hv_hint"))

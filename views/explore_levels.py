@@ -2,6 +2,11 @@
 (cached), the word level for a text that does not read as Turkish, and what the page says about the morphemes (the
 heatmap's hover, the legend and the straddling pieces under the figure). Not a page: views/explore.py calls it, and
 it holds no Session State of its own. The numbers are :mod:`viz.morphemes`'s.
+
+The Information flow and Head pruning pages draw one ``(query, key)`` map at a time from an analysis of their own
+(heads switched off, a mask, their own token limit): :func:`control` draws their level choice under the page's own
+key, :func:`page_axes` groups that analysis's axes (the same fallbacks, said the same way) and :func:`describe`
+writes the same legend under their figures.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import models
 from models import turkish
 from views import shared
 from views.shared import t
-from viz.morphemes import legend_lines, straddling_pieces, unit_hover
+from viz.morphemes import legend_lines, straddling_pieces, unit_hover, word_axis
 
 LEVELS = ["tokens", "words", "morphemes"]
 # the link keeps the old key, "words": 1 is the word level (a link made before the morpheme level still opens it),
@@ -100,6 +105,62 @@ def captions(prep, units, q_tokens, k_tokens, cross: bool) -> None:
     if cross:  # the keys are the source text's pieces
         straddle += straddling_pieces(k_tokens, units[1].straddling)
         n_pieces += sum(not x.special for x in k_tokens)
+    st.caption("ℹ️ " + (t("explore_morph_straddle", n=len(straddle), total=n_pieces,
+                              pieces=" · ".join(dict.fromkeys(straddle)))
+                        if straddle else t("explore_morph_no_straddle")))
+
+
+# ---- the level on a page that draws one map at a time (Information flow, Head pruning) -------------------------
+
+
+def control(key: str, help_text: str) -> str:
+    """The level choice (tokens / words / morphemes) under the page's own widget ``key`` (bound to the link by the
+    page); returns the level asked for."""
+    names = level_names()
+    return st.segmented_control(t("explore_level"), LEVELS, key=key, required=True, format_func=names.get,
+                                help=help_text) or "tokens"
+
+
+def page_axes(analysis, stack: str, level: str) -> tuple[str, object, object]:
+    """``(level drawn, query axis, key axis)`` of ``analysis``'s ``stack`` at ``level``: the axes are None at the
+    token level; the word level's are :func:`viz.morphemes.word_axis`; the morpheme level's are
+    :func:`models.turkish.analysis_units` (a piece that straddles two morphemes has a share in each). A text that
+    does not read as Turkish gives the word level with an info box, an engine error the word level with a warning,
+    as on Explore (never an error)."""
+    if level == "tokens":
+        return "tokens", None, None
+    if level == "morphemes":
+        try:
+            with st.spinner(t("explore_morph_loading")):
+                return ("morphemes", *turkish.analysis_units(analysis, stack))
+        except turkish.NotTurkishError as exc:
+            st.info(t("explore_morph_not_turkish", share=float(exc.params.get("share", 0.0))))
+        except models.DikkatError as exc:
+            st.warning(t("explore_morph_error") + " " + shared.message(exc))
+    (q_tokens, k_tokens), (q_words, k_words) = analysis.axis_tokens(stack), analysis.axis_words(stack)
+    return "words", word_axis(q_tokens, q_words), word_axis(k_tokens, k_words)
+
+
+def axis_hover(axis) -> list[str] | None:
+    """``"yi — accusative: definite object (-(y)I)"`` for each unit of a morpheme-level axis (None at the other
+    levels: the figure's hover keeps its labels)."""
+    if axis is None or not any(m is not None for m in axis.morphemes):
+        return None
+    names, kinds = _names()
+    return unit_hover(axis.labels, axis.morphemes, names, kinds)
+
+
+def describe(axis, tokens) -> None:
+    """Under a morpheme-level figure: what each morpheme is and the pieces that straddle two (as Explore's
+    :func:`captions`); nothing at the other levels."""
+    if axis is None or axis_hover(axis) is None:
+        return
+    names, kinds = _names()
+    lines, more = legend_lines(axis.morphemes, names, kinds, segments=axis.segments)
+    if lines:
+        st.caption(t("explore_morph_legend", items=" · ".join(lines) + (" …" if more else "")))
+    straddle = straddling_pieces(tokens, axis.straddling)
+    n_pieces = sum(not x.special for x in tokens)
     st.caption("ℹ️ " + (t("explore_morph_straddle", n=len(straddle), total=n_pieces,
                               pieces=" · ".join(dict.fromkeys(straddle)))
                         if straddle else t("explore_morph_no_straddle")))

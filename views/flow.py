@@ -13,9 +13,11 @@ import streamlit as st
 
 import models
 from models import flow as mflow
+from views import explore_levels as lv
 from views import shared
 from viz import flow as vf
 from viz import heatmap as vh
+from viz import morphemes as vm
 from viz import numbers as nb
 from viz import pruning as vp
 from viz import text as vtext
@@ -26,7 +28,7 @@ MASKS = ("native", "bidirectional", "causal")
 THRESHOLDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2)
 MAX_TOKENS = 256  # the page draws n-wide graphs and two n x n maps
 URL = shared.UrlState(("flow_mask", "flow_use_off", "flow_stack", "flow_position", "flow_layer", "flow_head",
-                       "flow_threshold", "flow_de_layer", "flow_de_head"))
+                       "flow_level", "flow_threshold", "flow_de_layer", "flow_de_head"))
 
 
 def _flow(name: str, text: str, heads_off: frozenset, mask: str, stack: str) -> mflow.Flow:
@@ -101,16 +103,25 @@ n_layers, n_heads = loaded.stacks[stack]
 st.header(t("flow_s1"))
 st.markdown(t("flow_s1_text"))
 layer, head = shared.layer_head("flow_layer", "flow_head", n_layers, n_heads, url=URL, slider=True)
+URL.bind("flow_level", "tokens", options=lv.LEVELS)
+level, q_axis, k_axis = lv.page_axes(analysis, stack, lv.control("flow_level", t("flow_level_help")))
 weights = _or_stop(flow.weights, layer)[head]  # from the flow's kept query and key: no forward pass
 weighted = flow.value_weighted(weights, layer, head)
+# words / morphemes: rows the mean of a unit's query pieces, columns the sum of its key pieces (contributions added up)
+maps = [weights, weighted] if q_axis is None else [vm.merge_units(m, q_axis, k_axis) for m in (weights, weighted)]
+q_labels, k_labels = (labels, labels) if q_axis is None else (q_axis.labels, k_axis.labels)
+at_level = "" if level == "tokens" else " · " + lv.level_names()[level]
 h1, h2 = st.columns(2)
-for col, matrix, title, unit in ((h1, weights, t("flow_raw_title", layer=layer, head=head), t("weight")),
-                                 (h2, weighted, t("flow_vw_title", layer=layer, head=head), t("flow_vw_unit"))):
+for col, matrix, title, unit in ((h1, maps[0], t("flow_raw_title", layer=layer, head=head), t("weight")),
+                                 (h2, maps[1], t("flow_vw_title", layer=layer, head=head), t("flow_vw_unit"))):
     with col:
-        shared.plotly_chart(vh.head_heatmap(matrix, labels, labels, title=title, query_title=t("query"),
-                                            key_title=t("key"), weight_title=unit, plot_px=shared.fewer(260),
-                                            max_ticks=shared.fewer(14), lang=L),
-                            key=f"flow_map_{unit}")
+        fig = vh.head_heatmap(matrix, q_labels, k_labels, title=title + at_level, query_title=t("query"),
+                              key_title=t("key"), weight_title=unit, plot_px=shared.fewer(260),
+                              max_ticks=shared.fewer(14), lang=L)
+        shared.plotly_chart(vm.heatmap_hover(fig, lv.axis_hover(q_axis), lv.axis_hover(k_axis)), key=f"flow_map_{unit}")
+if level != "tokens":
+    st.caption(t("flow_level_note", level=lv.level_names()[level]))
+    lv.describe(q_axis, tokens)
 if any(tok.special for tok in tokens):
     raw, vw = _or_stop(_shares, sel.model, sel.text, off, mask, stack)
     m1, m2 = st.columns(2)

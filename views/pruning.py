@@ -16,7 +16,9 @@ import streamlit as st
 
 import models
 from models import ahead, pruning
+from views import explore_levels as lv
 from views import hosting, shared
+from viz import morphemes as vm
 from viz import numbers as vnum
 from viz import pruning as vp
 from viz import text as vtext
@@ -334,13 +336,23 @@ if before is not None and after is not None:
     layer_sel, head_sel = shared.layer_head("prune_show_layer", "prune_show_head", a_layers, a_heads,
                                             labels=("prune_show_layer", "prune_show_head"), layer_default=a_layers - 1)
     q_tokens, k_tokens = before.axis_tokens(att_stack)
+    # words / morphemes: rows the mean of a unit's query pieces, columns the sum of its key pieces (as Explore)
+    level, q_axis, k_axis = lv.page_axes(before, att_stack, lv.control("prune_level", t("prune_level_help")))
     wb = before.attentions[att_stack][layer_sel, head_sel]
     wa = after.attentions[att_stack][layer_sel, head_sel]
-    shared.plotly_chart(vp.attention_before_after(
-        wb, wa, [tk.label for tk in q_tokens], [tk.label for tk in k_tokens],
+    if q_axis is not None:
+        wb, wa = vm.merge_units(wb, q_axis, k_axis), vm.merge_units(wa, q_axis, k_axis)
+    fig = vp.attention_before_after(
+        wb, wa, [tk.label for tk in q_tokens] if q_axis is None else q_axis.labels,
+        [tk.label for tk in k_tokens] if k_axis is None else k_axis.labels,
         titles=(t("prune_before"), t("prune_after"), t("prune_diff")), query_title=t("prune_query"),
-        key_title=t("prune_key"), weight_title=t("prune_weight"), lang=shared.lang()), width="stretch", key="prune_attn_fig")
+        key_title=t("prune_key"), weight_title=t("prune_weight"), lang=shared.lang())
+    vm.panel_hover(fig, lv.axis_hover(q_axis), lv.axis_hover(k_axis))  # the morpheme level: each unit's labels
+    shared.plotly_chart(fig, width="stretch", key="prune_attn_fig")
     st.caption(t("prune_max_change", value=float(np.abs(wa - wb).max(initial=0.0))))
+    if level != "tokens":
+        st.caption(t("prune_level_note", level=lv.level_names()[level]))
+        lv.describe(q_axis, q_tokens)
     first_off = min((layer for stack, layer, _ in off if stack == att_stack), default=None)
     if first_off is not None and layer_sel <= first_off and att_stack == grid_stack:
         st.caption(t("prune_no_upstream", layer=first_off))

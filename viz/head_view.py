@@ -132,7 +132,8 @@ def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels:
                    head_names: Sequence[str], query_segments: Sequence[int] | None = None,
                    key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
                    strings: dict | None = None, filename: str = "head_view", first_position: int = 0,
-                   zoom: float = 1.0) -> dict:
+                   zoom: float = 1.0, query_hover: Sequence[str] | None = None,
+                   key_hover: Sequence[str] | None = None) -> dict:
     """The JSON-ready data the browser drawing reads.
 
     Weights are sent as integers in thousandths (``round(1000 w)``), ``heads x query x key``.
@@ -142,11 +143,17 @@ def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels:
         dict of JSON-serialisable values (labels, segments, heads with colours, ``w``, layout).
 
     Raises:
-        ValueError: ``weights`` not 3-D ``(heads, query, key)``, or label / head-name counts that do not
-            match it.
+        ValueError: ``weights`` not 3-D ``(heads, query, key)``, or label / head-name / hover counts that do
+            not match it.
     """
     w = _check(weights, query_labels, key_labels, head_names)
     h, nq, nk = w.shape
+    hover = {}
+    for name, texts, n in (("qhover", query_hover, nq), ("khover", key_hover, nk)):
+        if texts is not None:
+            if len(texts) != n:
+                raise ValueError(f"{len(texts)} {name} texts for {n} labels")
+            hover[name] = [str(x) for x in texts]
     lay = head_view_layout(query_labels, key_labels, title, notes)
     qs = list(query_segments) if query_segments is not None else [0] * nq
     ks = list(key_segments) if key_segments is not None else [0] * nk
@@ -159,14 +166,15 @@ def head_view_data(weights: np.ndarray, query_labels: Sequence[str], key_labels:
         "first": int(first_position), "title_lines": lay.title_lines, "note_lines": lay.note_lines,
         "layout": {"row": ROW_H, "colq": lay.col_q, "colk": lay.col_k, "gap": GAP_W, "top": lay.top,
                    "line": LINE_H, "font": FONT, "min": MIN_WEIGHT, "zoom": float(zoom)},
-    }
+    } | hover
 
 
 def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                    head_names: Sequence[str], query_segments: Sequence[int] | None = None,
                    key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
                    strings: dict | None = None, filename: str = "head_view", first_position: int = 0,
-                   zoom: float = 1.0) -> str:
+                   zoom: float = 1.0, query_hover: Sequence[str] | None = None,
+                   key_hover: Sequence[str] | None = None) -> str:
     """Self-contained HTML of the interactive head view (script inlined from ``assets/headview.js``).
 
     Args:
@@ -182,6 +190,9 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
         first_position: position of the first drawn token in the whole input (long inputs are paged).
         zoom: the drawing's scale on screen (1: 13 px labels; the Explore page draws it larger, readable on a
             projector; it still shrinks to the frame's width). Downloads keep the natural size.
+        query_hover, key_hover: the tooltip of each row / column label, plain text, in place of the label itself
+            (the morpheme level: ``yi — accusative: definite object (-(y)I)``,
+            :func:`viz.morphemes.unit_hover`); the tooltip starts with the position either way.
 
     Returns:
         an HTML document (str) with no external reference.
@@ -191,7 +202,7 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
     """
     body = _head_view_body(weights, query_labels, key_labels, head_names=head_names, query_segments=query_segments,
                            key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
-                           first_position=first_position, zoom=zoom)
+                           first_position=first_position, zoom=zoom, query_hover=query_hover, key_hover=key_hover)
     return (
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>"
         f"body{{margin:0;{_FONT}}}{_css('')}</style></head><body>{body}</body></html>"
@@ -201,7 +212,8 @@ def head_view_html(weights: np.ndarray, query_labels: Sequence[str], key_labels:
 def head_view_fragment(weights: np.ndarray, query_labels: Sequence[str], key_labels: Sequence[str], *,
                        head_names: Sequence[str], query_segments: Sequence[int] | None = None,
                        key_segments: Sequence[int] | None = None, title: str = "", notes: Sequence[str] = (),
-                       strings: dict | None = None, filename: str = "head_view", first_position: int = 0) -> str:
+                       strings: dict | None = None, filename: str = "head_view", first_position: int = 0,
+                       query_hover: Sequence[str] | None = None, key_hover: Sequence[str] | None = None) -> str:
     """The interactive head view as one ``<div>`` to put inside another page (a Jupyter notebook's output):
     its style applies only inside the div (a selector with the div's own id, new on every call), the script
     finds its data and elements within the div, and it sets no element id, so any number of head views
@@ -213,7 +225,7 @@ def head_view_fragment(weights: np.ndarray, query_labels: Sequence[str], key_lab
     scope = f"dikkat-hv-{uuid.uuid4().hex}"
     body = _head_view_body(weights, query_labels, key_labels, scope=scope, head_names=head_names, query_segments=query_segments,
                            key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
-                           first_position=first_position)
+                           first_position=first_position, query_hover=query_hover, key_hover=key_hover)
     return (f'<div class="dikkat-head-view" id="{scope}"><style>#{scope}{{{_FONT}}}{_css("#" + scope + " ")}</style>'
             f"{body}</div>")
 

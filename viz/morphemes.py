@@ -1,5 +1,7 @@
 """Explore's morpheme level (issue 32): the weights of :func:`viz.prepare.prepare` regrouped into morphemes, and the
-words that say what each morpheme is. numpy only (no models: the units come in as plain objects).
+words that say what each morpheme is; and, for a page that draws one ``(query, key)`` map at a time (Information
+flow, Head pruning), any level's axes as membership matrices (:class:`LevelAxis`, :func:`word_axis`) and the map
+merged onto them (:func:`merge_units`). numpy only (no models: the units come in as plain objects).
 
 A token axis is grouped by a membership matrix ``M`` (pieces x units; every row sums to 1; a piece that straddles two
 morphemes has a share in each, in proportion to its characters): :func:`models.turkish.analysis_units` makes one per
@@ -16,11 +18,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from viz import transforms as tf
+from viz.heatmap import HOVER_LABEL_CELLS
 from viz.prepare import Prepared, prepare
 from viz.text import plotly_labels
 
 __all__ = ["UnitsPrepared", "prepare_units", "unit_description", "unit_hover", "legend_lines", "straddling_pieces",
-           "heatmap_hover"]
+           "heatmap_hover", "LevelAxis", "word_axis", "merge_units", "panel_hover"]
 
 
 @dataclass(frozen=True)
@@ -182,4 +186,100 @@ def heatmap_hover(fig, query_hover: Sequence[str] | None, key_hover: Sequence[st
     custom[:, :, 0] = np.asarray(plotly_labels(query_hover), dtype=object)[:, None]
     custom[:, :, 1] = np.asarray(plotly_labels(key_hover), dtype=object)[None, :]
     trace.customdata = custom
+    return fig
+
+
+@dataclass(frozen=True)
+class LevelAxis:
+    """One token axis grouped into units (the word level; :class:`models.turkish.MorphemeUnits` is the morpheme
+    level's, with the same attributes).
+
+    Attributes:
+        membership: float32 ``(n_pieces, n_units)``: the share of piece ``i`` in unit ``u``; every row sums to 1.
+        labels: display text of each unit (the word as typed, or the token's label for a unit of its own).
+        morphemes: the morpheme of each unit (None at the word level).
+        segments: the text segment (0 / 1) of each unit.
+    """
+
+    membership: np.ndarray
+    labels: list[str]
+    morphemes: list
+    segments: list[int]
+
+
+def word_axis(tokens: Sequence, words: Sequence) -> LevelAxis:
+    """The word level of one token axis, as Explore's (:func:`viz.prepare.prepare` with ``words``): each word's
+    pieces one unit (share 1 each), a piece in no word (a special token, a whitespace piece) a unit of its own,
+    units ordered by their first piece (:func:`viz.transforms.word_units`).
+
+    Args:
+        tokens: the axis's tokens (``label``, ``segment``). words: its words (``text``, ``tokens``: indices).
+
+    Raises:
+        ValueError: a token index out of range or in two words.
+    """
+    units = tf.word_units(len(tokens), [w.tokens for w in words])
+    texts = {tuple(sorted(w.tokens)): w.text for w in words}
+    matrix = np.zeros((len(tokens), len(units)), dtype=np.float32)
+    for u, idx in enumerate(units):
+        matrix[list(idx), u] = 1.0
+    return LevelAxis(matrix, [texts.get(u, tokens[u[0]].label) for u in units], [None] * len(units),
+                     [int(getattr(tokens[u[0]], "segment", 0)) for u in units])
+
+
+def merge_units(weights: np.ndarray, query, key=None) -> np.ndarray:
+    """A token-level map at a unit level: **sum over a unit's key pieces, mean over its query pieces** (each piece
+    weighted by its share), ``W' = Q · W · M_k`` with ``Q[a, q] = M_q[q, a] / Σ_q' M_q[q', a]`` (the word level's
+    rule, Clark et al. 2019, §4.1; :func:`viz.transforms.merge_words` with whole pieces, and
+    :func:`models.turkish.morpheme_attention`'s for morphemes). A row that summed to 1 still does; a map of
+    contributions (Kobayashi et al. 2020's ``‖α W_O v‖``) gives each unit's contributions added up.
+
+    Args:
+        weights: float ``(..., n_q, n_k)``. query, key: :class:`LevelAxis` (or anything with ``membership``, or the
+            matrix itself) of the query and key axes; ``key`` defaults to ``query``.
+
+    Returns:
+        float32 ``(..., n_query_units, n_key_units)``.
+
+    Raises:
+        ValueError: a membership whose piece count does not match ``weights``, or a unit with no piece.
+    """
+    w = np.asarray(weights, dtype=np.float32)
+    mq = np.asarray(getattr(query, "membership", query), dtype=np.float32)
+    mk = mq if key is None else np.asarray(getattr(key, "membership", key), dtype=np.float32)
+    if w.ndim < 2 or mq.ndim != 2 or mk.ndim != 2 or mq.shape[0] != w.shape[-2] or mk.shape[0] != w.shape[-1]:
+        raise ValueError(f"weights {w.shape} do not match memberships {mq.shape} (queries) and {mk.shape} (keys)")
+    size = mq.sum(axis=0)
+    if (size <= 0).any() or (mk.sum(axis=0) <= 0).any():
+        raise ValueError("a unit has no piece")
+    return ((mq / size).T @ w @ mk).astype(np.float32)
+
+
+def panel_hover(fig, query_hover: Sequence[str] | None, key_hover: Sequence[str] | None):
+    """Put ``query_hover`` / ``key_hover`` (:func:`unit_hover`) in the hover of every heatmap of ``fig`` that names
+    its rows and columns by position (``%{y}``, ``%{x}``: the before / after / difference panels of
+    :func:`viz.pruning.attention_before_after`). Heatmaps over :data:`viz.heatmap.HOVER_LABEL_CELLS` cells, and
+    None for the texts (not the morpheme level), are left as they are. Returns ``fig``.
+
+    Raises:
+        ValueError: hover texts that do not match a heatmap's matrix.
+    """
+    if query_hover is None or key_hover is None:
+        return fig
+    q_text = np.asarray(plotly_labels(query_hover), dtype=object)
+    k_text = np.asarray(plotly_labels(key_hover), dtype=object)
+    for trace in fig.data:
+        if trace.type != "heatmap" or trace.z is None:
+            continue
+        z = np.asarray(trace.z)
+        if z.shape != (len(q_text), len(k_text)):
+            raise ValueError(f"{len(q_text)} query / {len(k_text)} key hover texts for a {z.shape} matrix")
+        if z.size > HOVER_LABEL_CELLS:
+            continue
+        custom = np.empty(z.shape + (2,), dtype=object)
+        custom[:, :, 0] = q_text[:, None]
+        custom[:, :, 1] = k_text[None, :]
+        trace.customdata = custom
+        trace.hovertemplate = (trace.hovertemplate or "").replace("%{y}", "%{customdata[0]}").replace(
+            "%{x}", "%{customdata[1]}")
     return fig

@@ -15,6 +15,7 @@ the original, so every morpheme is mapped back to a span of the input as typed (
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -39,16 +40,21 @@ _AGREEMENT = {"A1sg", "A2sg", "A3sg", "A1pl", "A2pl", "A3pl"}
 _NONFINITE = {"Inf1", "Inf2", "Inf3", "PastPart", "NarrPart", "FutPart", "PresPart", "AorPart", "While", "When",
               "SinceDoingSo", "AsLongAs", "ByDoingSo", "Adamantly", "AfterDoingSo", "WithoutHavingDoneSo",
               "WithoutBeingAbleToHaveDoneSo", "AsIf"}
+# a finite verb carries one of these (tense, aspect or mood); the conditional alone makes a subordinate clause
+_FINITE = {"Past", "Narr", "Aor", "Prog1", "Prog2", "Fut", "Neces", "Opt", "Imp", "Desr"}
+# case suffixes that a lexicalised word can hide (``sudan`` "flimsy" = ``su+dan`` "from water"): see _lexicalised
+_CASES = {"Dat", "Acc", "Abl", "Loc", "Ins", "Gen"}
 _LOCK = threading.Lock()
 TIE_ORDER = ("Pron", "Conj", "Postp", "Ques", "Det", "Num", "Adj", "Noun", "Verb", "Adv", "Interj", "Dup", "Punc")
 
 
 def tie(reading) -> tuple:
     """The order of readings with the same penalty: the stem's part of speech (:data:`TIE_ORDER`), more morphemes,
-    then the labels and boundaries, so the result does not depend on zeyrek's order of search."""
+    a stem spelled as its root before an altered one (``suda`` = ``su+da``, not ``sud+a`` of the rare ``sut``), then
+    the labels and boundaries, so the result does not depend on zeyrek's order of search."""
     label = reading.parts[0].label if reading.parts else ""
     rank = TIE_ORDER.index(label) if label in TIE_ORDER else len(TIE_ORDER)
-    return rank, -len(reading.parts), reading.labels, tuple(p.end for p in reading.parts)
+    return rank, -len(reading.parts), reading.altered, reading.labels, tuple(p.end for p in reading.parts)
 
 
 @dataclass(frozen=True)
@@ -71,12 +77,17 @@ class Part:
 @dataclass(frozen=True)
 class Reading:
     """One analysis of a word: its parts (cover the normalised word exactly), a penalty (lower is likelier) and
-    the analyzer's own order. ``proper``: the root is a proper noun."""
+    the analyzer's own order. ``proper``: the root is a proper noun. ``finite``: a finite verb (a verb root, no
+    derivation out of the verb, a tense, aspect or mood of :data:`_FINITE`), what ends a Turkish clause
+    (:mod:`.segment` prefers it there). ``altered``: the stem is not spelled as its root (softening ``kitab``,
+    vowel loss ``burn``)."""
 
     parts: tuple[Part, ...]
     penalty: float
     order: int
     proper: bool = False
+    finite: bool = False
+    altered: bool = False
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -173,7 +184,8 @@ def readings(norm: str) -> tuple[Reading, ...]:
     analyzer = _zeyrek()
     with _LOCK:  # one analysis at a time: zeyrek's objects are shared between the app's sessions
         found = analyzer._parse(norm)
-    out = []
+    out: list[Reading] = []
+    transparent: list[float] = []  # penalties of the readings _transparent accepts
     for order, a in enumerate(found):
         parts = _parts(a)
         if parts is None or "".join(norm[p.start:p.end] for p in parts) != norm or parts[-1].end != len(norm):
@@ -181,8 +193,50 @@ def readings(norm: str) -> tuple[Reading, ...]:
         secondary = str(getattr(a.dict_item.secondary_pos, "value", a.dict_item.secondary_pos))
         proper = secondary in ("Prop", "ProperNoun") or "Prop" in secondary
         abbreviation = "Abbrv" in secondary or "Abbreviation" in secondary
-        out.append(Reading(parts, _penalty(a, parts, proper, abbreviation), order, proper))
+        altered = norm[:parts[0].end] != str(a.dict_item.root)
+        out.append(Reading(parts, _penalty(a, parts, proper, abbreviation), order, proper, _finite(a), altered))
+        if _transparent(a, parts, norm, proper):
+            transparent.append(out[-1].penalty)
+    whole = {r.parts[0].label for r in out if len(r.parts) == 1 and not r.proper}
+    if transparent and "Adj" in whole and "Noun" not in whole:  # ``sudan``; not ``damla`` (a drop; dam+la)
+        out = [_lexicalised(r, min(transparent)) for r in out]
     return tuple(sorted(out, key=lambda r: (r.penalty,) + tie(r)))
+
+
+def _finite(analysis) -> bool:
+    """A finite verb: a verb root, no zero derivation, the last part of speech still a verb, and a tense, aspect or
+    mood (:data:`_FINITE`): ``çık+tı``, ``ye+di+ler``, ``gel+ir`` (not the participle ``gel+en`` or ``gel+ir``
+    the adjective, not the copula of a noun, ``ev+de+Zero+Verb``)."""
+    ids = [m.id_ for m, _ in analysis.morphemes]
+    pos = [i for i in ids if i in _POS]
+    return bool(ids) and ids[0] == "Verb" and pos[-1] == "Verb" and "Zero" not in ids and bool(_FINITE & set(ids))
+
+
+def _transparent(analysis, parts: tuple[Part, ...], norm: str, proper: bool) -> bool:
+    """A common noun whose stem is spelled as its dictionary root (no softening, no vowel loss) followed only by
+    case suffixes of two letters or more that start with a consonant (``-dAn``, ``-DA``, ``-(y)lA``, ``-nIn``,
+    ``-yA``, ``-yI``): a bare vowel (``kar+a``, ``kap+ı``) is too easily the end of a word of its own, and a
+    derivation (``bel+li``: "with a waist", for ``belli`` "evident") too easily lexicalised with a meaning of its
+    own."""
+    if proper or len(parts) < 2 or parts[0].label != "Noun":
+        return False
+    if norm[parts[0].start:parts[0].end] != str(analysis.dict_item.root):
+        return False
+    for p in parts[1:]:
+        surface = norm[p.start:p.end]
+        if p.tags != (p.label,) or p.label not in _CASES or len(surface) < 2 or surface[0] in "aeıioöuü":
+            return False
+    return True
+
+
+def _lexicalised(reading: Reading, split: float) -> Reading:
+    """A one-part adjective, adverb or name of a word the lexicon lists as an adjective but not as a common noun,
+    that another reading spells as a transparent noun + case (:func:`_transparent`: ``sudan`` "flimsy" = ``su+dan``
+    "from water"), is the lexicon's record of that inflected form: it ranks just after the split (``split``: the
+    split's penalty, + 0.5), which shows the morphemes the word is made of."""
+    if len(reading.parts) != 1 or reading.parts[0].label not in ("Adj", "Adv", "Noun"):
+        return reading
+    return dataclasses.replace(reading, penalty=max(reading.penalty, split + 0.5))
 
 
 def _parts(analysis) -> tuple[Part, ...] | None:
@@ -226,11 +280,16 @@ def _penalty(analysis, parts: tuple[Part, ...], proper: bool, abbreviation: bool
       ``gözlük`` + ``çü``), but only +0.5 for the verb's non-finite forms (participles, converbs, verbal nouns:
       ``gel+ince``), and a zero derivation (a part of speech changed without a suffix) +3 more;
     - the second-person possessives (P2sg, P2pl) +1.5 (``evin``: genitive before "your house"), P3pl +1
-      (``evlerinden`` = ``ev+ler+i+nden``), a possessive P3sg +0.5 (``kitabı``: accusative first), but a ``-DIk`` /
+      (``evlerinden`` = ``ev+ler+i+nden``), P1sg +1 (``adam`` the noun, not ``ada+m`` "my island"; ``kalemle`` =
+      ``kalem+le``, not ``kale+m+le``: a one-letter ``-m`` is most often the end of a word of its own), a possessive
+      P3sg +0.5 (``kitabı``: accusative first), but a ``-DIk`` /
       ``-(y)AcAk`` participle without a possessive +1 (they take the subject's possessive: ``okuduğu``; Göksel &
       Kerslake 2005, §25.1.1);
     - an imperative or optative without a suffix of its own +2 (``onun``: not "rise!"), an optative or an equative
       with one +1 (``sana``: the pronoun before "let him think"; ``gelince``: not "like a bride").
+
+    After the penalties, a one-part adjective that the lexicon lists for a transparent noun + case (``sudan``)
+    ranks after that split (:func:`_lexicalised`).
 
     Ties go by the stem's part of speech (:data:`TIE_ORDER`: closed classes, then adjectives, nouns, verbs:
     ``beni`` is the pronoun, ``güzel`` the adjective, ``kanadı`` the noun), then to the finer segmentation
@@ -249,7 +308,7 @@ def _penalty(analysis, parts: tuple[Part, ...], proper: bool, abbreviation: bool
             penalty += 0.5 if morpheme.id_ in _NONFINITE else 1.5
     tags = [t for p in parts for t in p.tags]
     penalty += 1.5 * sum(t in ("P2sg", "P2pl") for t in tags)
-    penalty += 1.0 * tags.count("P3pl") + 0.5 * tags.count("P3sg")
+    penalty += 1.0 * (tags.count("P1sg") + tags.count("P3pl")) + 0.5 * tags.count("P3sg")
     if {"PastPart", "FutPart"} & set(tags) and not {"P1sg", "P2sg", "P3sg", "P1pl", "P2pl", "P3pl"} & set(tags):
         penalty += 1.0
     overt = {p.label for p in parts[1:]}

@@ -7,7 +7,11 @@ re-ranked in context (:func:`_context`):
 
 - a capitalised word that does not start a sentence, or one with an apostrophe, is read as a proper noun first;
 - after a word read as a genitive (``Ali'nin kitabı``), a possessive reading (P3sg, P3pl) comes first
-  (the genitive-possessive construction: Göksel & Kerslake 2005, *Turkish: A Comprehensive Grammar*, §14.4).
+  (the genitive-possessive construction: Göksel & Kerslake 2005, *Turkish: A Comprehensive Grammar*, §14.4);
+- a string that is both a finite verb and a one-part word of the lexicon (``çıktı``: ``çık+tı`` or "printout",
+  ``yedi``: ``ye+di`` or "seven") is the verb where a clause ends or right after an accusative object, the word
+  elsewhere (Turkish puts its verb last); a word read alone ends its text, so it takes the verb;
+- a capitalised stem before an apostrophe is labelled a noun (a name: ``Ali'ye``).
 
 What each kind of word becomes:
 
@@ -26,6 +30,7 @@ letters (``İ``/``ı``, ``I``/``i``, decomposed ``İ``, ``â``/``î``/``û``, ap
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..analysis.tokens import WORD_PATTERN
@@ -35,6 +40,7 @@ from .analyzer import Part, Reading
 
 MIN_SHARE = 0.6  # below this share of letter words analysed, a text is not taken for Turkish
 KINDS = ("stem", "suffix", "unknown", "punct")
+_WORDS = ("Noun", "Num", "Adj", "Adv")  # one-part readings a finite verb's string can also be (_context)
 TURKISH_LETTERS = frozenset("abcçdefgğhıijklmnoöprsştuüvyz")  # after analyzer.normalise (no q, w, x; â -> a)
 
 
@@ -121,21 +127,28 @@ def segment_words(text: str, *, check_language: bool = True) -> list[MorphWord]:
     if not isinstance(text, str):
         raise InvalidArgumentError(f"The text must be a string, got {type(text).__name__}.", code="arg_text",
                                    name="text", value=type(text).__name__)
+    return list(_segment_words(text, bool(check_language)))
+
+
+@functools.lru_cache(maxsize=64)
+def _segment_words(text: str, check_language: bool) -> tuple[MorphWord, ...]:
+    """:func:`segment_words`, kept for the last texts (a page draws the same text again on every click; the words
+    are frozen dataclasses, so sharing them is safe; a refusal is raised again, never kept)."""
     words: list[MorphWord] = []
     previous: Reading | None = None
     initial = True
     judged = known = 0
-    for match in WORD_PATTERN.finditer(text):
+    matches = list(WORD_PATTERN.finditer(text))
+    for index, match in enumerate(matches):
         start, end = match.span()
         surface = match.group()
-        index = len(words)
         if not any(c.isalnum() for c in surface):
             words.append(MorphWord(surface, start, end, (Morpheme(surface, start, end, "punct", "Punc", index,
                                                                   ("Punc",)),), False, 0))
             previous = None
             initial = initial or any(c in ".!?…" for c in surface)
             continue
-        word, reading = _word(text, start, end, index, previous, initial)
+        word, reading = _word(text, start, end, index, previous, initial, _clause_end(matches, index))
         words.append(word)
         if not any(c.isdigit() for c in surface) and word.turkish is not None:
             judged += 1
@@ -147,7 +160,7 @@ def segment_words(text: str, *, check_language: bool = True) -> list[MorphWord]:
             f"The text does not read as Turkish: the analyzer knows {share:.0%} of its {judged} words. The morpheme "
             "level is for Turkish text; use the word level.",
             code="not_turkish", share=share, words=judged)
-    return words
+    return tuple(words)
 
 
 def turkish_share(text: str) -> float:
@@ -159,9 +172,25 @@ def turkish_share(text: str) -> float:
     return sum(w.turkish for w in judged) / len(judged) if judged else 1.0
 
 
-def _word(text: str, start: int, end: int, index: int, previous: Reading | None,
-          initial: bool) -> tuple[MorphWord, Reading | None]:
-    """One letter/digit word: its best reading in context, as :class:`Morpheme` objects spanning the input."""
+def _clause_end(matches: list, index: int) -> bool:
+    """The word ``matches[index]`` ends a clause: nothing but punctuation follows it up to a sentence's end
+    (``.``, ``!``, ``?``, ``…``, ``;``, ``:``) or the end of the text, or a question particle (``mı``, ``miydi``)
+    follows it. Turkish puts its verb last (SOV; Göksel & Kerslake 2005, ch. 23): a finite verb is likeliest
+    there."""
+    for match in matches[index + 1:]:
+        surface = match.group()
+        if any(c.isalnum() for c in surface):
+            found = analyzer.readings(analyzer.normalise(surface)[0])
+            return any(r.parts[0].label == "Ques" for r in found)
+        if any(c in ".!?…;:" for c in surface):
+            return True
+    return True
+
+
+def _word(text: str, start: int, end: int, index: int, previous: Reading | None, initial: bool,
+          final: bool = False) -> tuple[MorphWord, Reading | None]:
+    """One letter/digit word: its best reading in context, as :class:`Morpheme` objects spanning the input
+    (``final``: it ends a clause, :func:`_clause_end`)."""
     surface = text[start:end]
     norm, first, after = analyzer.normalise(surface)
     cut = _apostrophe(surface, first)
@@ -173,11 +202,15 @@ def _word(text: str, start: int, end: int, index: int, previous: Reading | None,
             found = tuple(r for r in found if any(p.start == cut for p in r.parts))
         capital = surface[:1].isupper() and (not initial or cut is not None)
         marks = _marks(surface, first) if any(c in "âîûÂÎÛ" for c in surface) else None
-        ranked = sorted(found, key=lambda r: (_context(r, capital or cut is not None, previous, cut is not None)
+        verb = _verb_place(final, previous) if _verb_or_word(found) else None
+        ranked = sorted(found, key=lambda r: (_context(r, capital or cut is not None, previous, cut is not None, verb)
                                               - (marks is not None and _keeps(marks, r.parts[0])),) + analyzer.tie(r))
         if ranked:
             reading = ranked[0]
             parts, known, count = reading.parts, True, len(ranked)
+            if cut is not None and surface[:1].isupper() and parts[0].label not in ("Noun", "Num"):
+                # a capitalised stem before an apostrophe is a name (``Ali'ye``: not the adjective ``ali``)
+                parts = (Part(parts[0].start, parts[0].end, "Noun", ("Noun",), parts[0].lemma),) + parts[1:]
         elif cut is not None:
             parts, known = _split(norm, cut)
             count, reading = 0, None
@@ -237,11 +270,36 @@ def _split(norm: str, cut: int) -> tuple[tuple[Part, ...], bool]:
     return stem + (Part(cut, len(norm), "Unk", ("Unk",)),), False
 
 
-def _context(reading: Reading, proper_name: bool, previous: Reading | None, apostrophe: bool = False) -> float:
+def _verb_or_word(found) -> bool:
+    """The readings include a finite verb and a one-part noun, number, adjective or adverb spelling the same string
+    (``çıktı``: ``çık+tı`` and the noun "printout"): the place in the sentence decides (:func:`_context`)."""
+    return any(r.finite for r in found) and any(len(r.parts) == 1 and r.parts[0].label in _WORDS for r in found)
+
+
+def _verb_place(final: bool, previous: Reading | None) -> bool:
+    """Where a finite verb is at home: where a clause ends (``final``, :func:`_clause_end`) or right after an
+    accusative object (``elmayı yedi``)."""
+    return final or (previous is not None and previous.last == "Acc")
+
+
+def _context(reading: Reading, proper_name: bool, previous: Reading | None, apostrophe: bool = False,
+             verb: bool | None = None) -> float:
     """A reading's penalty in context (lower first): its own (:func:`models.turkish.analyzer.readings`), a
     proper-noun reading -2.5 where the word looks like a name, a possessive reading -1.5 after a genitive, a stem
-    that is neither a noun nor a number +1 before an apostrophe (which follows names, numbers, abbreviations)."""
+    that is neither a noun nor a number +1 before an apostrophe (which follows names, numbers, abbreviations).
+
+    ``verb``: None unless the word reads both as a finite verb (:attr:`models.turkish.analyzer.Reading.finite`) and
+    as a one-part word (:func:`_verb_or_word`); else whether it stands where a verb is at home (:func:`_verb_place`;
+    Turkish puts its verb last, Göksel & Kerslake 2005, ch. 23). There, a one-part noun, number, adjective or adverb spelling the same string is the lexicon's
+    record of a word form, +1 (``çıktı`` "printout", ``yedi`` "seven", ``yediler`` "the Seven", ``gelir`` "income"
+    give way to ``çık+tı``, ``ye+di``, ``ye+di+ler``, ``gel+ir``); elsewhere the finite verb +1 (``yedi kedi``: the
+    number; ``genç yazar kitabı yazdı``: ``yazar`` the noun)."""
     penalty = reading.penalty
+    if verb is not None:
+        if not verb and reading.finite:
+            penalty += 1.0
+        elif verb and len(reading.parts) == 1 and reading.parts[0].label in _WORDS:
+            penalty += 1.0
     if apostrophe and reading.parts[0].label not in ("Noun", "Num"):
         penalty += 1.0
     if proper_name and reading.proper:

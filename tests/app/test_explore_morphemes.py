@@ -60,6 +60,10 @@ def test_every_view_draws_at_the_morpheme_level(minilm, lang):
     at = morpheme_page(lang, view="head")
     data = head_view_data(at)
     assert data["q"] == MORPHEMES and data["k"] == MORPHEMES
+    # each label's tooltip says what the morpheme is, in the interface language (the labels stay the morphemes)
+    assert data["qhover"][3].startswith(ACC[lang]) and data["khover"][3].startswith(ACC[lang])
+    assert data["qhover"][0] == "[CLS]" and data["khover"][2].startswith("fare — ")
+    assert ("stem: noun" if lang == "en" else "gövde: ad (isim)") in data["khover"][2]
     w = np.asarray(data["w"], dtype=np.float64) / 1000  # thousandths
     np.testing.assert_allclose(w.sum(axis=-1), 1.0, atol=0.01)
     at = morpheme_page(lang, view="model")
@@ -82,6 +86,7 @@ def test_an_english_text_falls_back_to_words_with_a_note_never_an_error(minilm, 
     assert not at.error and not at.exception
     data = head_view_data(at)
     assert data["q"] == ["[CLS]", "The", "cat", "chased", "the", "mouse", ".", "[SEP]"]
+    assert "qhover" not in data and "khover" not in data  # the word level: the tooltips are the labels
     assert ("word level" if lang == "en" else "sözcük düzeyi") in data["title"]
 
 

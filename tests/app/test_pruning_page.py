@@ -3,6 +3,7 @@ metric, presets set the expected heads, and the page runs on minilm-l6 and smoll
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -252,3 +253,52 @@ def test_the_curve_is_computed_once_for_every_session_and_kept_on_disk(tiny_fold
     forget_curves()
     third = _page("minilm-l6", "the cat chased the mouse", custom=folder)  # a new process: read from disk
     assert [c.value for c in third.caption if "at 40 %" in c.value] == first
+
+
+def _before_after(at: AppTest) -> dict:
+    """The before / after / difference figure of one head, as figure JSON."""
+    figures = [json.loads(e.proto.spec) for e in at.main if type(e).__name__ == "UnknownElement"
+               and e.type == "plotly_chart"]
+    return next(f for f in figures if sum(d.get("type") == "heatmap" for d in f["data"]) == 3)
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_one_heads_attention_before_and_after_at_the_morpheme_level(minilm, lang):
+    """Issue 32: the before / after maps merged onto morphemes by the word level's rule (keys summed, queries
+    averaged by share), their difference on the same units, each morpheme's label in every panel's hover and the
+    legend in the interface language; English text at the morpheme level says so and shows words."""
+    from plotly_json import decode
+
+    from models import turkish
+    from views import shared
+
+    text = "Kedi fareyi kovaladı."
+    at = _page("minilm-l6", text, lang=lang)
+    at.button_group(key="prune_level").set_value("morphemes").run()
+    at.pills[1].unselect(2).run()  # head (1, 2) off: the last layer's maps move
+    _ok(at)
+    fig = _before_after(at)
+    morphemes = ["[CLS]", "Kedi", "fare", "yi", "kovala", "dı", ".", "[SEP]"]
+    assert fig["layout"]["xaxis"]["ticktext"] == morphemes and fig["layout"]["yaxis"]["ticktext"] == morphemes
+    before = shared.get_analysis("minilm-l6", text, max_tokens=pruning.MAX_TOKENS)
+    after = shared.get_analysis("minilm-l6", text, heads_off=frozenset({("encoder", 1, 2)}),
+                                max_tokens=pruning.MAX_TOKENS)
+    q, k = turkish.analysis_units(before, "encoder")
+    layer, head = at.selectbox(key="prune_show_layer").value, at.selectbox(key="prune_show_head").value
+    zb, za, zd = (decode(d["z"]) for d in fig["data"])
+    np.testing.assert_allclose(zb, turkish.morpheme_attention(before.attentions["encoder"][layer, head], q, k), atol=1e-6)
+    np.testing.assert_allclose(za, turkish.morpheme_attention(after.attentions["encoder"][layer, head], q, k), atol=1e-6)
+    np.testing.assert_allclose(zd, za - zb, atol=1e-6)
+    assert np.abs(zd).max() > 1e-4 and np.allclose(za.sum(axis=1), 1.0, atol=1e-5)
+    acc = "yi — accusative" if lang == "en" else "yi — belirtme hâli"
+    assert all(acc in json.dumps(d["customdata"], ensure_ascii=False) for d in fig["data"])
+    assert all("customdata[0]" in d["hovertemplate"] for d in fig["data"])
+    captions = " ".join(c.value for c in at.caption)
+    assert "fareyi = fare + yi" in captions and ("accusative" if lang == "en" else "belirtme hâli") in captions
+    assert ("largest change is measured on these maps" if lang == "en" else "bu haritalarda ölçülür") in captions
+    at = _page("minilm-l6", "The cat chased the mouse.", lang=lang)
+    at.button_group(key="prune_level").set_value("morphemes").run()
+    _ok(at)
+    assert ("does not read as Turkish" if lang == "en" else "Türkçe görünmüyor") in " ".join(i.value for i in at.info)
+    words = ["[CLS]", "The", "cat", "chased", "the", "mouse", ".", "[SEP]"]
+    assert _before_after(at)["layout"]["xaxis"]["ticktext"] == words

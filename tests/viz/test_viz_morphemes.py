@@ -10,8 +10,9 @@ import plotly.graph_objects as go
 import pytest
 
 from viz.heatmap import head_heatmap
-from viz.morphemes import (UnitsPrepared, heatmap_hover, legend_lines, prepare_units, straddling_pieces,
-                           unit_description, unit_hover)
+from viz.head_view import head_view_data, head_view_html
+from viz.morphemes import (LevelAxis, UnitsPrepared, heatmap_hover, legend_lines, merge_units, panel_hover,
+                           prepare_units, straddling_pieces, unit_description, unit_hover, word_axis)
 from viz.prepare import prepare
 
 
@@ -151,3 +152,75 @@ def test_straddling_pieces_and_heatmap_hover():
     bare = go.Figure(go.Heatmap(z=np.eye(2)))
     assert heatmap_hover(bare, ["a", "b"], ["c", "d"]).data[0].customdata is None
     assert heatmap_hover(fig, None, None) is fig  # not the morpheme level: as it was
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    tokens: tuple
+
+
+def test_word_axis_groups_a_words_pieces_and_keeps_the_rest_alone():
+    a = FakeAnalysis()
+    axis = word_axis(a.tokens, [Word("x", (1,)), Word("yy", (2, 3))])
+    assert isinstance(axis, LevelAxis) and axis.labels == ["[CLS]", "x", "yy", "[SEP]"]
+    np.testing.assert_array_equal(axis.membership, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0],
+                                                    [0, 0, 0, 1]])
+    assert axis.morphemes == [None] * 4 and axis.segments == [0] * 4
+    with pytest.raises(ValueError):
+        word_axis(a.tokens, [Word("x", (1,)), Word("xy", (1, 2))])  # a piece in two words
+
+
+def test_merge_units_sums_keys_and_averages_queries_by_share():
+    """By hand on one map: the word level equals merge_words; a straddling piece counts in each unit by its share;
+    a map of contributions (not rows of 1) gives each unit's contributions added up."""
+    from viz.transforms import merge_words
+
+    w = FakeAnalysis().attentions["encoder"][0, 1].astype(np.float64)
+    words = word_axis(FakeAnalysis().tokens, [Word("x", (1,)), Word("yy", (2, 3))])
+    units = [(0,), (1,), (2, 3), (4,)]
+    np.testing.assert_allclose(merge_units(w, words), merge_words(w, units, units), rtol=1e-6)
+    got = merge_units(w, UNITS, UNITS)
+    row = (1.0 * w[1] + 0.5 * w[2]) / 1.5  # the stem's row: x (share 1) and half of y1
+    np.testing.assert_allclose(got[1], [row[0], row[1] + 0.5 * row[2], 0.5 * row[2] + row[3], row[4]], rtol=1e-5)
+    np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-5)
+    norms = 3.0 * w  # contributions: the suffix column of [CLS]'s row = half of y1's + y2's
+    assert merge_units(norms, UNITS)[0, 2] == pytest.approx(3.0 * (0.5 * w[0, 2] + w[0, 3]), rel=1e-5)
+    assert got.dtype == np.float32 and merge_units(np.stack([w, w]), UNITS).shape == (2, 4, 4)
+    with pytest.raises(ValueError, match="do not match"):
+        merge_units(w, M[:3])
+    with pytest.raises(ValueError, match="no piece"):
+        merge_units(w, np.hstack([M, np.zeros((5, 1), dtype=np.float32)]))
+
+
+def test_panel_hover_names_the_units_in_every_panel():
+    from viz.pruning import attention_before_after
+
+    fig = attention_before_after(np.eye(2), np.eye(2) * 0.5, ["xy", "<b>"], ["xy", "yy"])
+    panel_hover(fig, ["xy — stem: noun", "<b>"], ["xy — stem: noun", "yy — accusative"])
+    assert len(fig.data) == 3
+    for trace in fig.data:
+        custom = np.asarray(trace.customdata)
+        assert custom[0, 1, 1] == "yy — accusative" and custom[1, 0, 0] == "&lt;b&gt;"  # escaped for plotly
+        assert "%{customdata[0]}" in trace.hovertemplate and "%{y}" not in trace.hovertemplate
+    with pytest.raises(ValueError):
+        panel_hover(fig, ["a"], ["b", "c"])
+    bare = attention_before_after(np.eye(2), np.eye(2), ["a", "b"], ["c", "d"])
+    assert panel_hover(bare, None, None).data[0].customdata is None  # not the morpheme level: as it was
+
+
+def test_the_head_view_tooltip_names_each_morpheme():
+    """The head view's labels stay the morphemes' text; the tooltip of each is its hover text (the position first,
+    written by assets/headview.js), sent as data, never markup."""
+    w = np.full((1, 2, 2), 0.5, dtype=np.float32)
+    data = head_view_data(w, ["xy", "yy"], ["xy", "yy"], head_names=["0"],
+                          query_hover=["xy — stem: noun", "yy — accusative"], key_hover=["xy — stem: noun", "<b>"])
+    assert data["q"] == ["xy", "yy"] and data["qhover"] == ["xy — stem: noun", "yy — accusative"]
+    assert data["khover"] == ["xy — stem: noun", "<b>"]
+    assert "qhover" not in head_view_data(w, ["xy", "yy"], ["xy", "yy"], head_names=["0"])  # the token level
+    with pytest.raises(ValueError):
+        head_view_data(w, ["xy", "yy"], ["xy", "yy"], head_names=["0"], query_hover=["one"])
+    doc = head_view_html(w, ["xy", "yy"], ["xy", "yy"], head_names=["0"], query_hover=["a", "b"],
+                         key_hover=["c", "<b>"])
+    assert "\\u003cb\\u003e" in doc and "<b>" not in doc  # escaped inside the data block
+    assert "tips ? tips[i] : label" in doc  # the script reads the tooltips
