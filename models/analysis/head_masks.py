@@ -86,7 +86,14 @@ def parse_pattern(pattern) -> MaskMode | Chosen | None:
         if kind in CHOSEN:
             a, b = _two(kind, match.group(2))
             return Chosen(kind, a, b)
-    mode = parse_mask(pattern)
+    try:
+        mode = parse_mask(pattern)
+    except InvalidMaskError as exc:
+        if exc.code != "unknown_mask":
+            raise
+        raise InvalidMaskError(f"Unknown head pattern {checks.shown(pattern)}. Use one of: {', '.join(PATTERNS[:-1])}, "
+                               "or a boolean matrix.", code="unknown_mask", value=checks.shown(pattern),
+                               kinds=", ".join(PATTERNS[:-1])) from None
     return None if mode.kind == "native" else mode
 
 

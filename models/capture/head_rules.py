@@ -72,6 +72,92 @@ def per_head_mask(rules, layer: int, eager, module, query, key, value, attention
     return found
 
 
+def fused_per_head(rules, layer: int, eager, module, query, key, value, attention_mask, args, kwargs, cache: dict):
+    """A call whose weights nobody reads, with a mask per head, run as one fused sdpa call per group of heads that
+    share a rule (:func:`torch.nn.functional.scaled_dot_product_attention`): the heads that keep the model's causal
+    mask with sdpa's own ``is_causal`` (the blocks above the diagonal skipped), each pattern with its one plane
+    broadcast over its heads; no ``(1, heads, q, k)`` mask is made. Outputs equal the eager function's up to float
+    rounding, as the whole-stack fused path (:attr:`models.capture.CaptureState.fused`).
+
+    Returns:
+        ``(output (batch, q, heads, head_dim), the keys any head may attend bool (q, k), head -> its bool (q, k))``,
+        or None when the call has arguments a plain sdpa call does not take (positional extras, T5's position bias,
+        soft-capping, learned sinks): then the mask is made whole.
+    """
+    row = rules.rules.get(layer)
+    extra = ("position_bias", "softcap", "s_aux", "sinks")
+    if row is None or args or any(kwargs.get(name) is not None for name in extra):
+        return None
+    q_len, k_len, heads = query.shape[-2], key.shape[-2], query.shape[1]
+    own_key = ("own", id(attention_mask), q_len, k_len, query.dtype, query.device)
+    if own_key not in cache:
+        per_head_mask(rules, layer, eager, module, query, key, value, attention_mask, args, kwargs, cache)
+    own, own_allowed, _ = cache[own_key]
+    rules.note_native(layer, own_allowed)
+    causal_key = ("own_causal", id(attention_mask), q_len, k_len)
+    if causal_key not in cache:
+        tril = torch.ones((q_len, k_len), dtype=torch.bool, device=own_allowed.device).tril(k_len - q_len)
+        cache[causal_key] = bool(torch.equal(own_allowed, tril)) and q_len == k_len
+    chosen = [h for h, r in enumerate(row) if r is not None and not isinstance(r, torch.Tensor)]
+    picked = _choose(rules, layer, row, chosen, eager, module, query, key, value, attention_mask, args, kwargs,
+                     own_allowed) if chosen else {}
+    groups: dict = {}
+    for h, rule in enumerate(row):
+        groups.setdefault(("head", h) if h in picked else ("rule", id(rule)), []).append(h)
+    per = heads // key.shape[1]  # GQA: query head h reads key/value head h // per (transformers' repeat_kv)
+    scaling = kwargs.get("scaling", getattr(module, "scaling", None))
+    out = query.new_empty((query.shape[0], heads, q_len, value.shape[-1]))
+    empty, has_empty = torch.zeros((heads, q_len), dtype=torch.bool, device=query.device), False
+    for (what, which), members in groups.items():
+        rule = row[members[0]]
+        causal, mask = False, None
+        if what == "head":
+            mask, rows = _plane(picked[which], query.dtype)
+            empty[members], has_empty = rows, has_empty or bool(rows.any())
+        elif rule is None:
+            causal = cache[causal_key]
+            mask = None if causal else own[0, 0]
+        else:
+            plane_key = ("fused plane", id(rule), q_len, k_len, query.dtype, query.device)
+            if plane_key not in cache:
+                plane, rows = _plane(rule[k_len - q_len:k_len, :k_len].to(query.device), query.dtype)
+                cache[plane_key] = (plane, rows, bool(rows.any()))
+            mask, rows, some = cache[plane_key]
+            if some:
+                empty[members], has_empty = rows, True
+        index = torch.tensor(members, device=query.device)
+        kv = torch.tensor([h // per for h in members], device=query.device)
+        out[:, index] = torch.nn.functional.scaled_dot_product_attention(
+            query[:, index], key[:, kv], value[:, kv], attn_mask=mask, is_causal=causal, scale=scaling)
+    out = out.transpose(1, 2).contiguous()
+    if has_empty:  # a query with no allowed key attends to nothing (sdpa would give NaN)
+        out = out.masked_fill(empty.transpose(0, 1)[None, :, :, None], 0.0)
+    planes = {}
+    for (what, which), members in groups.items():
+        rule = row[members[0]]
+        allowed = (picked[which] if what == "head" else own_allowed if rule is None
+                   else rule[k_len - q_len:k_len, :k_len].to(query.device))
+        planes.update({h: allowed for h in members})
+    union_key = ("union", frozenset(id(planes[h]) if h in picked else id(row[h]) for h in range(heads)),
+                 id(attention_mask), q_len, k_len)
+    union = cache.get(union_key) if not picked else None
+    if union is None:
+        union = torch.zeros((q_len, k_len), dtype=torch.bool, device=query.device)
+        for allowed in {id(a): a for a in planes.values()}.values():
+            union |= allowed
+        if not picked:
+            cache[union_key] = union
+    return out, union, planes
+
+
+def rows_mask(planes: dict, heads: int, r0: int, r1: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The additive per-head mask ``(1, heads, r1 - r0, k)`` of rows ``r0 .. r1 - 1`` and their empty rows
+    ``(heads, r1 - r0)``, from each head's bool ``(q, k)`` (:func:`fused_per_head`'s ``planes``)."""
+    allowed = torch.stack([planes[h][r0:r1] for h in range(heads)])
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None], ~allowed.any(dim=-1)
+
+
 def _plane(allowed: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """An additive ``(q, k)`` plane (0 allowed, the dtype's minimum forbidden) and the rows that allow no key."""
     plane = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
@@ -97,11 +183,15 @@ def _choose(rules, layer, row, chosen, eager, module, query, key, value, attenti
     return out
 
 
-def rows_weights(eager, module, query, key, value, attention_mask, args, kwargs, q0: int, q1: int) -> torch.Tensor:
+def rows_weights(eager, module, query, key, value, attention_mask, args, kwargs, q0: int, q1: int,
+                 sliced: bool = False) -> torch.Tensor:
     """The family's eager weights ``(batch, heads, q1 - q0, k)`` of query rows ``q0 .. q1 - 1`` under
-    ``attention_mask`` (the same function, scaling, softcap and position bias as the call itself)."""
+    ``attention_mask`` (the same function, scaling, softcap and position bias as the call itself); ``sliced``: the
+    mask holds those rows only."""
     q_len, k_len = query.shape[-2], key.shape[-2]
-    m = attention_mask[..., -q_len:, :][..., q0:q1, :] if attention_mask is not None else None
+    m = attention_mask
+    if m is not None and not sliced:
+        m = attention_mask[..., -q_len:, :][..., q0:q1, :]
     sub_args = [block_of(a, q_len, k_len, q0, q1, 0, k_len) for a in args]
     sub_kwargs = {name: block_of(v, q_len, k_len, q0, q1, 0, k_len) for name, v in kwargs.items()}
     return eager(module, query[:, :, q0:q1], key, value, m, *sub_args, **sub_kwargs)[1]

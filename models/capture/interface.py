@@ -24,7 +24,7 @@ from torch import nn
 
 from ..anatomy.site import GATE_PROJ, Site
 from .blocks import apply_mask, block_of, is_causal, plan_blocks
-from .head_rules import per_head_mask, rows_weights
+from .head_rules import fused_per_head, per_head_mask, rows_mask, rows_weights
 from .state import _STATE, CaptureState, StopForward, per_head
 
 ATTN_IMPLEMENTATION = "dikkat"
@@ -85,6 +85,10 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
         if _gate_of(state, site) is not None:
             return _second_call(state, site, eager, module, query, key, value, attention_mask, args, kwargs)
         site = None
+    if state.fused and site is not None and _head_rules(state, site) is not None:
+        done = _fused_heads(state, site, eager, module, query, key, value, attention_mask, args, kwargs)
+        if done is not None:
+            return _finish(state, site, module, done, None, query, key, again)
     attention_mask, empty_rows = _replaced_mask(state, site, eager, module, query, key, value, attention_mask, args,
                                                 kwargs)
     q_len, k_len = query.shape[-2], key.shape[-2]
@@ -109,13 +113,52 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
                                 args, kwargs)
     if keep and weights is not None:
         state.weights[(site.stack, site.layer)] = weights
+    return _finish(state, site, module, out, weights, query, key, again)
+
+
+def _fused_heads(state, site, eager, module, query, key, value, attention_mask, args, kwargs):
+    """A call with a mask per head whose whole weights nobody reads (no recording, no call kept for
+    :mod:`models.why`, a sink only for some rows): one fused sdpa call per group of heads
+    (:func:`models.capture.head_rules.fused_per_head`), the mask sink told the keys any head may attend, the rows'
+    weights computed under those rows' mask alone. Returns the output, or None to take the general path."""
+    chosen = state.want is None or (site.stack, site.layer) in state.want
+    sent = chosen and state.sink is not None
+    if state.record or (chosen and state.calls is not None) or (sent and state.rows is None):
+        return None
+    done = fused_per_head(_head_rules(state, site), site.layer, eager, module, query, key, value, attention_mask, args,
+                          kwargs, state.made_masks)
+    if done is None:
+        return None
+    out, union, planes = done
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    if chosen and state.mask_sink is not None:
+        state.mask_sink(site, union[None, None], q_len, k_len)
+    if sent:
+        r0, r1 = max(0, state.rows[0]), min(q_len, state.rows[1])
+        if r1 > r0:
+            mask, empty = rows_mask(planes, query.shape[1], r0, r1, query.dtype)
+            weights = rows_weights(eager, module, query, key, value, mask, args, kwargs, r0, r1, sliced=True)
+            _, weights = _empty(query.new_zeros((1, r1 - r0, query.shape[1], 1)), weights, empty)
+            state.sink(site, r0, 0, weights, q_len, k_len)
+    return out
+
+
+def _head_rules(state: CaptureState, site: Site):
+    """The stack's :class:`models.analysis.head_masks.HeadRules` when it has a mask per head, else None."""
+    rules = state.masks.get(site.stack)
+    return None if rules is None or isinstance(rules, torch.Tensor) else rules
+
+
+def _finish(state: CaptureState, site: Site | None, module, out, weights, query, key, again: bool):
+    """The end of every call: the probe's record (no site), the gate, the output kept, the wanted layer counted."""
     if site is None:
         if state.probe is not None and not again:
-            state.probe.append((module, int(query.shape[1]), int(q_len), int(k_len), out.detach()))
+            state.probe.append((module, int(query.shape[1]), int(query.shape[-2]), int(key.shape[-2]), out.detach()))
         return out, weights
     out = _gated(state, site, out)
     if state.outputs is not None:
         state.outputs.setdefault((site.stack, site.layer), out)
+    chosen = state.want is None or (site.stack, site.layer) in state.want
     if chosen and state.pending is not None:
         state.pending.discard((site.stack, site.layer))
         if not state.pending:

@@ -35,7 +35,7 @@ BLOCK = 64  # MInference's block size (Jiang et al. 2024, Algorithm 3)
 
 def pattern_at(kind: str, budget: int) -> str:
     """The pattern of ``kind`` that keeps about ``budget`` keys per query: ``sliding_window:B``,
-    ``a_shape:B-4,4``, ``strided:B/2`` (window B/2 plus every (B/2)-th earlier token, so a little more than B/2 on
+    ``a_shape:B-4,4``, ``strided:max(2, B/2)`` (window B/2 plus every (B/2)-th earlier token, so a little more than B/2 on
     average), ``vertical_slash:B/2,B/2``, ``block_sparse:min(64, B),B/min(64, B)``.
 
     Raises:
@@ -49,7 +49,7 @@ def pattern_at(kind: str, budget: int) -> str:
         sinks = min(SINKS, budget - 1)
         return f"a_shape:{budget - sinks},{sinks}"
     if kind == "strided":
-        return f"strided:{half}"
+        return f"strided:{max(2, half)}"  # strided:1 would keep every key
     if kind == "vertical_slash":
         return f"vertical_slash:{half},{budget - half}"
     block = min(BLOCK, budget)
@@ -93,13 +93,22 @@ def kept_share(analysis, budget: int, stack: str | None = None, kinds=KEPT_PATTE
     keys = np.zeros_like(share)
     held: dict[int, torch.Tensor] = {}
 
+    rules = [hm.parse_pattern(pattern) for pattern in patterns]
+    static = {p: torch.from_numpy(rule.matrix(n_k)[n_k - n_q:]) for p, rule in enumerate(rules)
+              if not isinstance(rule, hm.Chosen)}  # the same keys for every head and layer
+
     def done(layer: int) -> None:
         w = held.pop(layer)
         native = torch.from_numpy(np.array(analysis.masks[stack][layer])) if stack in analysis.masks else (
             torch.ones((n_q, n_k), dtype=torch.bool))
-        for p, pattern in enumerate(patterns):
+        for p, rule in enumerate(rules):
+            if p in static:  # one matrix for all heads
+                allowed = static[p] & native
+                share[p, layer] = (w * allowed).sum(dim=-1).mean(dim=-1).numpy()
+                keys[p, layer] = float(allowed.sum(dim=-1).float().mean())
+                continue
             for h in range(heads):
-                allowed = _allowed(hm.parse_pattern(pattern), w[h], n_q, n_k) & native
+                allowed = _allowed(rule, w[h], n_q, n_k) & native
                 share[p, layer, h] = float((w[h] * allowed).sum(dim=-1).mean())
                 keys[p, layer, h] = float(allowed.sum(dim=-1).float().mean())
 
@@ -117,13 +126,11 @@ def kept_share(analysis, budget: int, stack: str | None = None, kinds=KEPT_PATTE
 
 
 def _allowed(rule, weights: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
-    """Bool ``(q, k)`` of a pattern for one head's weights ``(q, k)`` (chosen patterns chosen from them)."""
-    if isinstance(rule, hm.Chosen):
-        note = SimpleNamespace(chosen={})
-        if rule.kind == "vertical_slash":
-            return head_rules.vertical_slash(note, 0, 0, rule, weights[-head_rules.LAST_Q:], n_q, n_k)
-        return head_rules.block_sparse(note, 0, 0, rule, weights, n_q, n_k)
-    return torch.from_numpy(rule.matrix(n_k)[n_k - n_q:])
+    """Bool ``(q, k)`` of a chosen pattern for one head's weights ``(q, k)``, chosen from them."""
+    note = SimpleNamespace(chosen={})
+    if rule.kind == "vertical_slash":
+        return head_rules.vertical_slash(note, 0, 0, rule, weights[-head_rules.LAST_Q:], n_q, n_k)
+    return head_rules.block_sparse(note, 0, 0, rule, weights, n_q, n_k)
 
 
 def kv_bytes(loaded, spec, n: int, bytes_per_value: int | None = None) -> dict:

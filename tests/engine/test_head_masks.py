@@ -202,3 +202,25 @@ def _as_fallback(loaded):
         name, capture_path, stacks, fallback_stacks = loaded.name, "fallback", loaded.stacks, ()
 
     return Fallback()
+
+
+@pytest.mark.parametrize("arch", ("llama", "gpt2", "gemma3"))
+def test_the_fused_pass_one_sdpa_call_per_group_of_heads_gives_the_eager_outputs(tiny, arch):
+    """keep=False runs a mask per head as one fused call per group of heads (no (1, heads, q, k) mask); its loss
+    and predictions equal the eager pass's (keep=True) up to float rounding, and the keys recorded per layer are
+    the union of the heads' own."""
+    loaded = tiny(arch)
+    assert loaded.sdpa_ok  # these families have sdpa: keep=False takes the fused path
+    n = len(models.analyze(loaded, TEXT).tokens)
+    custom = np.tril(np.ones((n, n), bool))
+    custom[2] = False
+    spec = HeadMasks(default="sink_window:3,1", heads={(0, 0): "full", (0, 1): custom, (1, 1): "vertical_slash:3,2"})
+    eager = models.analyze(loaded, TEXT, mask=spec, keep=True)
+    fused = models.analyze(loaded, TEXT, mask=spec, keep=False)
+    assert abs(eager.loss - fused.loss) < 1e-5
+    assert np.allclose(eager.next_token.probs, fused.next_token.probs, atol=1e-5)
+    assert np.array_equal(fused.head_masks["decoder"].chosen[(1, 1)]["columns"],
+                          eager.head_masks["decoder"].chosen[(1, 1)]["columns"])
+    for layer in range(2):
+        union = np.any([eager.head_mask(layer, h) for h in range(loaded.stacks["decoder"][1])], axis=0)
+        assert np.array_equal(np.asarray(fused.masks["decoder"][layer]), union)
