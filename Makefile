@@ -124,7 +124,7 @@ bench-live: install nginx redis
 
 ## What a student waits for in Chromium (issue 27): every page open and common action, click to page settled.
 bench-browser: install-dev /usr/bin/chromium
-	$(BIN)/python bench/browser.py --runs 5
+	$(BIN)/python bench/browser.py --runs 5 $(BROWSER_ARGS)
 
 ## Explore page vs BertViz 1.4.1 (bench-only dependencies, not needed to run the app).
 bench-render: install-dev /usr/bin/chromium

@@ -187,7 +187,7 @@ PARAMS: dict[str, dict[str, Param]] = {
     },
     "pruning": {"off": Param("heads"), "prune_show_layer": LAYER, "prune_show_head": HEAD},
     "masks": {
-        "masks_section": Param("choice", ("compare", "bert_gpt", "encdec", "gqa")),
+        "masks_section": Param("choice", ("compare", "bert_gpt", "encdec", "gqa", "per_head")),
         "masks_kinds": Param("several", MASK_KINDS, most=4, when=_section("compare")),
         "masks_window": Param("whole", bounds=(1, MASK_MAX), when=_kind("sliding_window")),
         "masks_stride": Param("whole", bounds=(1, MASK_MAX), when=_kind("strided")),
@@ -213,9 +213,19 @@ PARAMS: dict[str, dict[str, Param]] = {
         "masks_audio_tgt": Param("text", when=_speech_encdec(True)),
         "masks_audio_heads": Param("choice", ("alignment", "selected"), when=_speech_encdec(True)),
         "masks_gqa_layer": Param("layer", of=_gqa, when=_section("gqa")),
+        # masks per head (issue 31)
+        "masks_ph_text": Param("choice", ("long", "sidebar"), when=_section("per_head")),
+        "masks_ph_preset": Param("choice", ("window", "duo", "custom"), when=_section("per_head")),
+        "masks_ph_window": Param("whole", bounds=(1, MASK_MAX), when=_section("per_head")),
+        "masks_ph_sinks": Param("whole", bounds=(0, MASK_MAX), when=_section("per_head")),
+        "masks_ph_k": Param("whole", bounds=(0, BIG), when=_section("per_head")),
+        "masks_ph_score": Param("choice", ("lost", "retrieval"), when=_section("per_head")),
+        "masks_ph_default": Param("text", when=_section("per_head")),
+        "masks_ph_budget": Param("whole", bounds=(2, BIG), when=_section("per_head")),
     },
     "flow": {
         "flow_mask": Param("choice", ("native", "bidirectional", "causal")), "flow_use_off": FLAG,
+        "flow_level": Param("choice", ("tokens", "words", "morphemes")),  # Turkish morphemes (issue 32)
         "flow_stack": Param("choice", _stack_options(True)), "flow_position": Param("whole", bounds=(0, BIG)),
         "flow_layer": LAYER, "flow_head": HEAD,
         "flow_threshold": Param("choice", (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2)),

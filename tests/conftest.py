@@ -30,6 +30,12 @@ from tiny import build_tiny  # noqa: E402
 
 _TINY: dict[str, models.LoadedModel] = {}
 
+# Where the fixtures' tiny and bundled models run: DIKKAT_TEST_DEVICE (default cpu), in DIKKAT_TEST_DTYPE (default
+# auto: float32 on cpu, bfloat16 on a GPU). bench/device_check.sh runs this tier with cuda and float32. Tests that
+# call models.load themselves keep their own device.
+TEST_DEVICE = os.environ.get("DIKKAT_TEST_DEVICE", "cpu")
+TEST_DTYPE = os.environ.get("DIKKAT_TEST_DTYPE", "auto")
+
 
 @pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory):
@@ -49,22 +55,22 @@ def tiny_folder(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny(tiny_folder):
-    """``tiny(arch) -> LoadedModel`` loaded on CPU through ``models.load(folder)``."""
+    """``tiny(arch) -> LoadedModel`` loaded on ``TEST_DEVICE`` (CPU unless set) through ``models.load(folder)``."""
 
     def get(arch: str) -> models.LoadedModel:
-        return models.load(str(tiny_folder(arch)), device="cpu")
+        return models.load(str(tiny_folder(arch)), device=TEST_DEVICE, dtype=TEST_DTYPE)
 
     return get
 
 
 @pytest.fixture(scope="session")
 def minilm():
-    return models.load("minilm-l6", device="cpu")
+    return models.load("minilm-l6", device=TEST_DEVICE, dtype=TEST_DTYPE)
 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    return models.load("smollm2-135m", device="cpu")
+    return models.load("smollm2-135m", device=TEST_DEVICE, dtype=TEST_DTYPE)
 
 
 def free_port() -> int:

@@ -283,6 +283,66 @@ def _show_inner_language(r, loaded: models.LoadedModel) -> None:
     st.caption(t("exp_inner_differs", model=shared.model_name(loaded)))
 
 
+def _show_retrieval(r, loaded: models.LoadedModel) -> None:
+    duo = r.duo
+    length = max(duo.lengths)
+    st.caption(t("exp_retr_setup", needles=len(duo.depths) * len(duo.lengths), length=length,
+                 depths=", ".join(_pct(d, 0) for d in duo.depths), window=duo.window, sinks=duo.sinks, draws=r.draws))
+    pairs = r.pairs()
+    top, rnd = pairs[-1]
+    full = r.row("all full")
+    scores = np.asarray(duo.scores, dtype=np.float64)
+    kept = np.zeros(scores.shape, dtype=bool)
+    for i in np.argsort(-scores.reshape(-1), kind="stable")[:top.k]:
+        kept[divmod(int(i), scores.shape[1])] = True
+    c1, c2 = st.columns(2)
+    shared.plotly_chart(vp.head_grid(scores, kept, title=tp("exp_retr_grid_title", k=top.k),
+                                     score_title=tp("exp_retr_score"), layer_title=tp("exp_layer"),
+                                     head_title=tp("exp_head"), off_title=tp("exp_retr_kept"), lang=L),
+                        container=c1, width="stretch", key="exp_fig_retr_grid")
+    rows = duo.rows
+    shared.plotly_chart(vx.loss_bars([_retr_name(x) for x in rows], [x.recall for x in rows],
+                                     title=tp("exp_retr_recall_title", length=length), loss_title=tp("exp_retr_recall"),
+                                     spread=[x.recall_range if x.name.startswith("random") else None for x in rows],
+                                     lang=L, unit=""),
+                        container=c2, width="stretch", key="exp_fig_retr_recall")
+    shared.table(pd.DataFrame({
+        tp("exp_retr_col_config"): [_retr_name(x) for x in rows],
+        tp("exp_retr_col_recall"): [_pct(x.recall, 0) for x in rows],
+        tp("exp_retr_col_range"): [f"{_pct(x.recall_range[0], 0)} – {_pct(x.recall_range[1], 0)}"
+                                   if x.name.startswith("random") else "–" for x in rows],
+        tp("exp_retr_col_loss"): [nb.num(x.loss, 2, L) for x in rows],
+        tp("exp_retr_col_kv"): [nb.human_bytes(x.kv.get(length, 0), L) for x in rows]}), hide_index=True)
+    best = float(scores.max(initial=0.0))
+    ratio = r.kv_ratio(top)
+    _compare("retrieval_heads", r, [
+        (tp("exp_retr_m_share"), tp("exp_retr_p_share"),
+         tp("exp_retr_o_share", share=_pct(r.retrieval_share), n=int((scores > r.threshold).sum()), heads=scores.size,
+            best=nb.num(best, 2, L))),
+        (tp("exp_retr_m_top", k=top.k), tp("exp_retr_p_top"),
+         tp("exp_retr_o_top", top=_pct(top.recall, 0), full=_pct(full.recall, 0), loss=_nats(top.loss))),
+        (tp("exp_retr_m_random", k=top.k), tp("exp_retr_p_random"),
+         tp("exp_retr_o_random", recall=_pct(rnd.recall, 0), lo=_pct(rnd.recall_range[0], 0),
+            hi=_pct(rnd.recall_range[1], 0), loss=_nats(rnd.loss)) if rnd is not None else "–"),
+        (tp("exp_retr_m_kv", k=top.k), tp("exp_retr_p_kv"),
+         tp("exp_retr_o_kv", ratio=nb.num(ratio, 2, L), n=length, bytes=nb.human_bytes(top.kv.get(length, 0), L),
+            full=nb.human_bytes(full.kv.get(length, 0), L))),
+    ])
+    st.caption(t("exp_retr_differs", model=shared.model_name(loaded), window=duo.window, sinks=duo.sinks,
+                 length=length))
+
+
+def _retr_name(row) -> str:
+    """A :class:`models.sparse.DuoRow`'s configuration in the interface language."""
+    if row.name == "all full":
+        return tp("exp_retr_all_full")
+    if row.name.startswith("top-"):
+        return tp("exp_retr_top", k=row.k)
+    if row.name.startswith("random"):
+        return tp("exp_retr_random", k=row.k)
+    return tp("exp_retr_window")
+
+
 def _cut(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters with an ellipsis (a figure title must fit half the page)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -294,7 +354,8 @@ def _heads(heads: list[tuple[int, int]]) -> str:
 
 
 SHOW = {"sinks": _show_sinks, "induction": _show_induction, "clark": _show_clark, "alignment": _show_alignment,
-        "prunable": _show_prunable, "grammar": _show_grammar, "inner_language": _show_inner_language}
+        "prunable": _show_prunable, "grammar": _show_grammar, "inner_language": _show_inner_language,
+        "retrieval_heads": _show_retrieval}
 
 # ---------------------------------------------------------------------------------------------------- page
 st.title(t("exp_title"))

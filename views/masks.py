@@ -1,5 +1,6 @@
 """Masks page: the same sentence under different attention masks; BERT vs GPT; encoder-decoder
-cross-attention with word alignment; grouped-query attention and the KV cache.
+cross-attention with word alignment; grouped-query attention and the KV cache; a mask per head (which heads keep
+the whole context) and what a sparse kernel would keep.
 
 Glue only: widgets -> models (analyze, models.compare) -> viz (viz.masks, viz.alignment). Each section
 lives in :mod:`views.mask_sections`.
@@ -15,13 +16,15 @@ from views.mask_sections.common import URL, bind, t
 from views.mask_sections.compare import section_compare
 from views.mask_sections.encdec import section_encdec
 from views.mask_sections.gqa import section_gqa
+from views.mask_sections.per_head import section_per_head
 
 # -------------------------------------------------------------------------------------------------- page
 
 sel = shared.selection()
 st.title(t("masks_title"))
 st.markdown(t("masks_intro"))
-SECTIONS = {"compare": section_compare, "bert_gpt": section_bert_gpt, "encdec": section_encdec, "gqa": section_gqa}
+SECTIONS = {"compare": section_compare, "bert_gpt": section_bert_gpt, "encdec": section_encdec, "gqa": section_gqa,
+            "per_head": section_per_head}
 bind("masks_section", "compare", options=list(SECTIONS))
 section = st.radio(t("masks_section"), list(SECTIONS), key="masks_section", horizontal=True,
                    format_func=lambda s: t(f"masks_sec_{s}"))

@@ -35,6 +35,13 @@ ONE_FRAME_S = 0.02
 CONTROL_TIMES = 5.0
 # Wendler et al. fig. 2: English "rises" in the middle layers: its mean first-token probability at least this high
 LATENT_MIN = 0.05
+# Wu et al. 2024 §3.1: "less than 5 %" of the heads are retrieval heads (retrieval score above 0.1)
+RETRIEVAL_SHARE = 0.05
+# DuoAttention (Xiao et al. 2024): the retrieval heads full and the rest a window keep the needle: recall at least
+# this share of the all-full recall
+KEEPS_RECALL = 0.9
+# Wu et al. fig. 1: k random heads do not carry it: their best draw's recall at most this share of the top-k's
+RANDOM_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -111,8 +118,17 @@ def _inner_language(r) -> list[Verdict]:
     return [_v("inner_latent", latent), _v("inner_final", turkish[-1] > english[-1]), _v("inner_size", None)]
 
 
+def _retrieval(r) -> list[Verdict]:
+    full, pairs = r.row("all full"), r.pairs()
+    top, rnd = pairs[-1] if pairs else (None, None)  # the largest k
+    kept = full is not None and top is not None and full.recall > 0 and top.recall >= KEEPS_RECALL * full.recall
+    random = top is not None and rnd is not None and top.recall > 0 and rnd.recall_range[1] <= RANDOM_SHARE * top.recall
+    return [_v("retr_share", r.retrieval_share < RETRIEVAL_SHARE), _v("retr_top", kept), _v("retr_random", random),
+            _v("retr_kv", None)]
+
+
 _RULES = {"sinks": _sinks, "induction": _induction, "prunable": _prunable, "clark": _clark, "alignment": _alignment,
-          "grammar": _grammar, "inner_language": _inner_language}
+          "grammar": _grammar, "inner_language": _inner_language, "retrieval_heads": _retrieval}
 
 
 def verdicts(which: str, result) -> list[Verdict]:
@@ -121,7 +137,7 @@ def verdicts(which: str, result) -> list[Verdict]:
 
     Args:
         which: the experiment's key (``sinks``, ``induction``, ``prunable``, ``clark``, ``alignment``, ``grammar``,
-            ``inner_language``).
+            ``inner_language``, ``retrieval_heads``).
         result: what :func:`models.experiments.run` returned for it.
 
     Raises:

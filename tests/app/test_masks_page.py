@@ -341,3 +341,101 @@ def test_window_plus_sinks_on_the_masks_page(smollm2):
     at.number_input(key="masks_sinks").set_value(3).run()
     _clean(at)
     assert at.query_params["masks_sinks"] == "3"
+
+
+# ------------------------------------------------------------------------------------- masks per head (issue 31)
+
+MASKS = json.loads((Path(APP).parent / "assets" / "i18n" / "masks.json").read_text(encoding="utf-8"))
+
+
+def _per_head(lang: str = "en", **state) -> AppTest:
+    """The Masks per head section on smollm2-135m, reading the sidebar's sentence (5 tokens) unless told."""
+    state.setdefault("masks_ph_text", "sidebar")
+    return _app("smollm2-135m", section="per_head", lang=lang, **state)
+
+
+def _grid(at) -> tuple[np.ndarray, list[str]]:
+    """The pattern grid's kind index per head and the legend's kind names (index order)."""
+    fig = _figures(at)["masks_ph_grid"]
+    return _heat(fig), [tr["name"] for tr in fig["data"][1:]]
+
+
+def _table(at, column: str):
+    return next(tb.value for tb in at.table if column in list(tb.value.columns))
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_masks_per_head_section_renders_in_both_languages(smollm2, lang):
+    """DuoAttention's preset by default: 10 % of the 270 heads (27) keep the whole context, ranked by the attention a
+    window would lose; the grid, the effect, the cache and what a sparse kernel keeps, in the interface language."""
+    at = _per_head(lang)
+    _clean(at)
+    subheaders = [s.value for s in at.subheader]
+    assert MASKS["masks_ph_result"][lang] in subheaders and MASKS["masks_ph_keep_title"][lang] in subheaders
+    z, legend = _grid(at)
+    assert z.shape == (30, 9) and legend == [MASKS["masks_ph_kind_full"][lang], MASKS["masks_ph_kind_sink_window"][lang]]
+    assert int((z == 0).sum()) == 27
+    keep = _figures(at)["masks_ph_keep_fig"]
+    assert sum(tr["type"] == "heatmap" for tr in keep["data"]) == 5
+    assert MASKS["masks_ph_kv_full"][lang] in list(_table(at, MASKS["masks_ph_kv_full"][lang]).columns)
+    assert any(MASKS["masks_ph_preset_duo_explain"][lang][:30] in c.value for c in at.caption)
+
+
+def test_a_preset_changes_the_grid_and_the_cache_it_needs(smollm2):
+    """Everything a window of 2 + 1 sink: no head keeps the model's own mask, and at 8,192 tokens the cache holds 3
+    tokens per key/value head instead of 8,192; DuoAttention with k = 9 then keeps 9 heads full."""
+    from models.analysis.head_masks import window_everywhere
+    from models.sparse import kv_bytes
+    from viz import numbers as nb
+
+    at = _per_head(masks_ph_preset="window", masks_ph_window=2, masks_ph_sinks=1)
+    _clean(at)
+    z, legend = _grid(at)
+    assert legend == [MASKS["masks_ph_kind_sink_window"]["en"]] and np.all(z == 0)
+    assert any(c.value.startswith("0 of 270 heads") for c in at.caption)
+    kv = _table(at, "Every head full")
+    want = kv_bytes(smollm2, window_everywhere(2, 1), 8192)
+    row = kv[kv.iloc[:, 0] == "8,192"].iloc[0]
+    assert (row.iloc[1], row.iloc[2]) == (nb.human_bytes(want["full"]), nb.human_bytes(want["bytes"]))
+    assert row.iloc[2] == "135.0 KiB" and want["ratio"] > 2000  # 30 layers x 3 KV heads x 3 tokens x 512 B
+    effect = _table(at, "This mask")
+    assert effect.iloc[0, 0].startswith("Next-token loss")
+    at.radio(key="masks_ph_preset").set_value("duo").run()
+    at.slider(key="masks_ph_k").set_value(9).run()
+    _clean(at)
+    z, _ = _grid(at)
+    assert int((z == 0).sum()) == 9
+
+
+@pytest.mark.parametrize("lang", ["en", "tr"])
+def test_a_bad_pattern_is_said_in_the_interface_language_and_what_was_typed_stays(smollm2, lang):
+    """A width of 0, then a budget larger than the text: the engine's message in the interface language, the typed
+    pattern kept in its box; a good one then draws. (Each value opens the page afresh: outside a script run AppTest
+    formats a translated radio's options in English, so the Turkish page cannot be driven by set_value.)"""
+    expected = {"sliding_window:0": {"en": "needs a width of at least 1", "tr": "en az 1 olan bir tam sayı genişlik ister"},
+                "sliding_window:99": {"en": "more than the text's 5 tokens", "tr": "metnin 5 parçasından fazla"}}
+    for typed, message in expected.items():
+        at = _per_head(lang, masks_ph_preset="custom", masks_ph_default=typed)
+        assert not at.exception
+        assert at.error and message[lang] in at.error[0].value, [e.value for e in at.error]
+        assert at.text_input(key="masks_ph_default").value == typed
+        assert "masks_ph_grid" not in _figures(at)
+    at = _per_head(lang, masks_ph_preset="custom", masks_ph_default="sliding_window:2")
+    _clean(at)
+    z, legend = _grid(at)
+    assert legend == [MASKS["masks_ph_kind_sliding_window"][lang]] and np.all(z == 0)
+
+
+def test_the_custom_pattern_comes_back_after_another_preset(smollm2):
+    """Streamlit forgets an undrawn widget's value: the typed pattern is kept aside and drawn again."""
+    at = _per_head(masks_ph_preset="custom")
+    at.text_input(key="masks_ph_default").set_value("sliding_window:2").run()
+    _clean(at)
+    at.radio(key="masks_ph_preset").set_value("window").run()
+    _clean(at)
+    assert "masks_ph_default" not in at.session_state  # the widget's own value is gone
+    at.radio(key="masks_ph_preset").set_value("custom").run()
+    _clean(at)
+    assert at.text_input(key="masks_ph_default").value == "sliding_window:2"
+    z, legend = _grid(at)
+    assert legend == [MASKS["masks_ph_kind_sliding_window"]["en"]]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import models
-from models.experiments import induction, prunable, sinks
+from models.experiments import induction, prunable, retrieval, sinks
+from models.experiments.verdicts import verdicts
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +80,20 @@ def test_a_third_of_the_heads_can_go_by_importance_but_not_at_random(name, flat,
     r = prunable.heads_that_can_go(loaded)
     assert r.flat_share >= flat - 1e-9 and r.flat_share_random <= flat_random + 1e-9, r
     assert r.flat_share - r.flat_share_random >= 0.2, (r.flat_share, r.flat_share_random)
+
+
+def test_retrieval_heads_carry_the_needle_and_as_many_random_heads_do_not(smollm2):
+    """Wu et al. 2024 (under 5 % of heads are retrieval heads; they, not random heads, carry the needle) in
+    DuoAttention's form (the other heads a window of 64 + 4 sinks), kept short: smollm2-135m, one 512-token needle at
+    depth 0.5, 10 % of the heads (27) full, one random draw (~25-50 s here). Measured: 10 of 270 heads (3.7 %) score
+    above 0.1 (layers 6-24); needle recall 1.0 with every head full (loss 0.03 nats), 1.0 with the top 27 full
+    (0.34), 0.0 with 27 random heads full (3.22) and with a window everywhere (3.38); the top-27 split's cache is
+    3.87x smaller at 512 tokens. (The page's default, 1,024 tokens, 3 depths, 2 draws: 3.7 %; top 14: 0.62, top 27:
+    0.71, random 14 or 27: 0.05.)"""
+    r = retrieval.retrieval_heads(smollm2, lengths=(512,), depths=(0.5,), fractions=(0.1,), draws=1)
+    assert 0 < r.retrieval_share < 0.05
+    full, (top, rnd) = r.row("all full"), r.pairs()[0]
+    assert full.recall == 1.0 and top.k == rnd.k == 27
+    assert top.recall >= 0.85 and rnd.recall <= 0.3 and top.loss < rnd.loss - 1.5
+    assert r.kv_ratio(top) > 3
+    assert [v.held for v in verdicts("retrieval_heads", r)] == [True, True, True, None]

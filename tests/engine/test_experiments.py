@@ -87,7 +87,8 @@ def test_experiments_refuse_the_wrong_kind_of_model_with_a_code(tiny):
 
 
 def test_every_experiment_names_its_source_and_bundled_models():
-    assert list(E.EXPERIMENTS) == ["sinks", "induction", "clark", "alignment", "prunable", "grammar", "inner_language"]
+    assert list(E.EXPERIMENTS) == ["sinks", "induction", "clark", "alignment", "prunable", "grammar", "inner_language",
+                                  "retrieval_heads"]
     for exp in E.EXPERIMENTS.values():
         assert exp.sources and all(s.url.startswith(("https://arxiv.org/abs/", "https://doi.org/"))
                                    for s in exp.sources), exp.key
@@ -116,3 +117,52 @@ def test_odd_arguments_get_a_dikkat_error_not_a_python_one(tiny):
     from models.experiments import bert_heads
     assert bert_heads.what_heads_look_at(bert, "the cat chased the mouse").targets.sentences == [
         "the cat chased the mouse"]  # a string is one sentence, not its characters
+
+
+def _counting_passes(loaded) -> list[int]:
+    """Count the forward passes through ``loaded.model`` from now on (``count[0]``)."""
+    count, forward = [0], loaded.model.forward
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return forward(*args, **kwargs)
+
+    loaded.model.forward = counted
+    return count
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert"])
+def test_the_grammar_estimate_counts_the_passes_the_probes_make(tiny, arch):
+    # the cost model's units (sentences read, suffixes scored or sentences embedded, with every set of heads off)
+    # make as many forward passes as grammar_probes does, on a causal LM and on an encoder
+    from models.experiments import grammar
+
+    loaded = tiny(arch)
+    count = _counting_passes(loaded)
+    try:
+        for kwargs in ({"limit": 2, "top": 1, "controls": 1}, {"limit": 3, "top": 2, "controls": 0}):
+            plan = E._grammar_plan(loaded, **kwargs)
+            assert ("score_order" in plan) == (arch == "gpt2") and ("embed" in plan) == (arch == "bert")
+            count[0] = 0
+            grammar.grammar_probes(loaded, **kwargs)
+            assert count[0] == E._passes(plan), (kwargs, plan)
+    finally:
+        del loaded.model.forward
+    full = E._grammar_plan(loaded)  # the registry's estimate: grammar_probes' defaults, every item
+    sets = grammar.load_pairs()
+    assert full["read_order"] == 4 * len(sets["word_order"]) and full["read_agreement"] == len(sets["agreement"])
+
+
+def test_the_inner_language_estimate_counts_the_passes_the_run_makes(tiny):
+    from models.experiments import inner_language
+
+    gpt2 = tiny("gpt2")
+    assert E.estimate_seconds("inner_language", gpt2) > 0  # also pays the flow's one-off probe pass
+    count = _counting_passes(gpt2)
+    try:
+        r = inner_language.inner_language(gpt2, limit=3, shots=1)
+    finally:
+        del gpt2.model.forward
+    plan = E._inner_plan(gpt2, limit=3, shots=1)
+    assert plan == {"prompt_fr": len(r.words), "prompt_en": len(r.words)}  # the pairs the run keeps, per task
+    assert count[0] == E._passes(plan) == 2 * 2 * len(r.words)  # an analysis and the flow's pass per prompt

@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from viz import alignment, audio_alignment, cost, experiments, flow, heatmap, masks, model_view, positions, pruning, qkv
+from viz import alignment, audio_alignment, cost, experiments, flow, head_masks, heatmap, masks, model_view, positions, pruning, qkv
 from viz import numbers as nb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,6 +118,10 @@ BUILDERS = {
                                                         lang=lang),
     "flow.lens_figure": lambda lang: flow.lens_figure([LABELS, LABELS], np.full((2, N), 1e-7), ["0", "1"], lang=lang),
     "flow.share_figure": lambda lang: flow.share_figure(np.array([0.01, 0.5]), np.array([1e-7, 0.2]), lang=lang),
+    "head_masks.pattern_grid": lambda lang: head_masks.pattern_grid([["full", "sink_window:64,4"],
+                                                                      ["vertical_slash:8,8", "full"]], lang=lang),
+    "head_masks.kept_share_figure": lambda lang: head_masks.kept_share_figure(np.full((2, 3, 4), 1e-7), ["a", "b"],
+                                                                              lang=lang),
     "heatmap.head_heatmap": lambda lang: heatmap.head_heatmap(np.zeros((N, N)), LABELS, LABELS, lang=lang),
     "masks.mask_figure": lambda lang: masks.mask_figure(np.tril(np.ones((N, N), dtype=bool)), LABELS, LABELS, lang=lang),
     "masks.attention_figure": lambda lang: masks.attention_figure(TINY, LABELS, LABELS, lang=lang),
@@ -141,7 +145,8 @@ BUILDERS = {
     "qkv.weighted_values": lambda lang: qkv.weighted_values(TINY, np.full(N, 0.25), np.zeros(N), LABELS, lang=lang),
     "qkv.rope_before_after": lambda lang: qkv.rope_before_after(TINY, TINY, LABELS, lang=lang),
 }
-MODULES = (alignment, audio_alignment, cost, experiments, flow, heatmap, masks, model_view, positions, pruning, qkv)
+MODULES = (alignment, audio_alignment, cost, experiments, flow, head_masks, heatmap, masks, model_view, positions, pruning,
+           qkv)
 NOT_BUILDERS = {"experiments.published_marks"}  # adds lines to a figure a builder made
 
 

@@ -52,7 +52,9 @@ URL = shared.UrlState(("masks_section", "masks_kinds", "masks_window", "masks_st
                        "masks_cmp_layer", "masks_cmp_head", "masks_bg_enc_layer", "masks_bg_enc_head",
                        "masks_bg_dec_layer", "masks_bg_dec_head", "masks_encdec_choice", "masks_src", "masks_tgt",
                        "masks_encdec_hide", "masks_ed_layer", "masks_ed_head", "masks_align_threshold", "masks_clip",
-                       "masks_audio_lang", "masks_audio_tgt", "masks_audio_heads", "masks_gqa_layer"))
+                       "masks_audio_lang", "masks_audio_tgt", "masks_audio_heads", "masks_gqa_layer",
+                       "masks_ph_text", "masks_ph_preset", "masks_ph_window", "masks_ph_sinks", "masks_ph_k",
+                       "masks_ph_score", "masks_ph_default", "masks_ph_budget"))
 bind = URL.bind
 
 
