@@ -274,8 +274,11 @@ def resolve(loaded: LoadedModel, spec: HeadMasks, n: int) -> tuple[str, HeadRule
             whose budget (:func:`budget`) is larger than the text (``head_mask_budget``), or a block-sparse
             block larger than the text.
     """
-    stack = spec.stack or loaded.mask_stack
-    if stack not in loaded.stacks or stack == "cross":
+    if not isinstance(spec.fit, (bool, np.bool_)):
+        raise InvalidMaskError(f"HeadMasks.fit must be True or False, got {checks.shown(spec.fit)}.",
+                               code="head_mask_key", value=checks.shown(spec.fit))
+    stack = loaded.mask_stack if spec.stack is None else spec.stack
+    if not isinstance(stack, str) or stack not in loaded.stacks or stack == "cross":
         raise InvalidMaskError(
             f"Model '{loaded.name}' has no self-attention stack '{checks.shown(stack)}' for head masks (it has "
             f"{', '.join(s for s in loaded.stacks if s != 'cross')}).", code="no_such_stack", model=loaded.name,

@@ -46,7 +46,12 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
     if isinstance(mask, str) and head_masks.is_head_pattern(mask):
         mask = head_masks.HeadMasks(default=mask)  # a chosen pattern for every head (a_shape, vertical_slash ...)
     if isinstance(mask, head_masks.HeadMasks):
-        mask = {mask.stack or loaded.mask_stack: mask}
+        stack = loaded.mask_stack if mask.stack is None else mask.stack
+        if not isinstance(stack, str):
+            raise InvalidMaskError(f"HeadMasks.stack must be a stack's name, got {checks.shown(stack)}.",
+                                   code="no_such_stack", model=loaded.name, stack=checks.shown(stack),
+                                   stacks=", ".join(loaded.stacks))
+        mask = {stack: mask}
     if isinstance(mask, dict):
         for stack in mask:
             if stack not in loaded.stacks:

@@ -35,7 +35,8 @@ def decoder_call(loaded: LoadedModel, probed=None) -> dict:
     inputs = probe_inputs(loaded)
     start = inputs["decoder_input_ids"][0, 0]
     vocab = int(getattr(loaded.model.get_output_embeddings(), "out_features", 0) or 0) or 8
-    a = torch.stack([start, torch.tensor((int(start) + 1) % vocab), torch.tensor((int(start) + 2) % vocab)])[None]
+    a = torch.tensor([[int(start), (int(start) + 1) % vocab, (int(start) + 2) % vocab]], dtype=start.dtype,
+                     device=start.device)
     b = a.clone()
     b[0, -1] = (int(start) + 3) % vocab
     fast = _with_encoder_outputs(loaded, inputs, probed)  # the encoder runs at most once, not once per pass

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import TEST_DEVICE
 from models import ahead, pruning
 from models.experiments.induction import InductionResult
 from models.experiments.sinks import FirstTokenShare
@@ -92,7 +93,7 @@ def test_compute_ahead_once_per_machine(ahead_root, gpt2, tiny_folder):
     folder = str(tiny_folder("gpt2"))
     job = ahead.curve_job(folder, ["the cat chased the mouse", "kedi fareyi kovaladı"], random_orders=1)
     lines = []
-    counts = ahead.compute_ahead([job], device="cpu", log=lines.append)
+    counts = ahead.compute_ahead([job], device=TEST_DEVICE, log=lines.append)  # where the fixtures' gpt2 runs
     assert counts == {"done": 1, "kept": 0, "failed": 0, "busy": 0}, lines
     curve = ahead.load(job, gpt2)
     assert isinstance(curve, pruning.PruningCurve)

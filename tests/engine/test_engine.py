@@ -11,6 +11,7 @@ import torch
 import transformers as tf
 
 import models
+from conftest import TEST_DEVICE
 
 ARCHS = ["bert", "bert-mlm", "gpt2", "llama", "mistral", "gemma3", "gpt_neo", "t5", "marian", "bart"]
 TEXT = "Kedi fareyi kovaladı"
@@ -38,20 +39,21 @@ def _eager(tiny_folder, arch):
         "gemma3": tf.Gemma3ForCausalLM, "gpt_neo": tf.GPTNeoForCausalLM,
         "t5": tf.T5ForConditionalGeneration, "marian": tf.MarianMTModel, "bart": tf.BartForConditionalGeneration,
     }[arch]
-    return loaded_cls.from_pretrained(str(tiny_folder(arch)), attn_implementation="eager").eval()
+    # on the fixtures' device (DIKKAT_TEST_DEVICE): the same kernels as the analysis, so bits can be compared
+    return loaded_cls.from_pretrained(str(tiny_folder(arch)), attn_implementation="eager").eval().to(TEST_DEVICE)
 
 
 def _inputs(a: models.Analysis) -> dict:
-    inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
+    inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]], device=TEST_DEVICE)}
     if a.target_tokens is not None:
-        inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
+        inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]], device=TEST_DEVICE)
     return inputs
 
 
 def _main_output(arch, a: models.Analysis | None = None, outputs=None):
-    """The tensor compared bit for bit: logits, or the last hidden state for a headless encoder."""
+    """The tensor compared bit for bit: logits, or the last hidden state for a headless encoder (on the CPU)."""
     if outputs is not None:
-        return outputs.last_hidden_state[0] if arch == "bert" else outputs.logits[0]
+        return (outputs.last_hidden_state[0] if arch == "bert" else outputs.logits[0]).cpu()
     return torch.from_numpy(a.hidden_states["encoder"][-1] if arch == "bert" else a.logits)
 
 
@@ -73,7 +75,7 @@ def test_weights_equal_eager_and_rows_sum_to_one(tiny, tiny_folder, arch):
     assert set(a.attentions) == set(expected)
     for stack, tensors in expected.items():
         got = a.attentions[stack]
-        want = torch.stack([t[0] for t in tensors]).numpy()
+        want = torch.stack([t[0] for t in tensors]).cpu().numpy()
         assert got.dtype == np.float32 and got.shape == want.shape
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
         np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import archsweep  # noqa: E402
 
 import models  # noqa: E402
+from conftest import TEST_DEVICE, TEST_DTYPE  # noqa: E402
 from models.capture import softmax as fallback_masks  # noqa: E402
 
 TEXT = "the cat chased the mouse and the dog"
@@ -27,7 +28,7 @@ def tiny(tmp_path_factory):
         if model_type not in made:
             folder = tmp_path_factory.mktemp(model_type) / model_type
             archsweep.build(model_type, folder)
-            made[model_type] = models.load(str(folder))
+            made[model_type] = models.load(str(folder), device=TEST_DEVICE, dtype=TEST_DTYPE)
         return made[model_type]
 
     return get

@@ -100,7 +100,7 @@ def test_the_decomposition_adds_up_to_the_models_own_streams(tiny, arch, stack):
             h.remove()
     n = len(analysis.axis_tokens(stack)[0])
     hidden = analysis.hidden_states[stack]
-    np.testing.assert_allclose(flow.x_in, first["x"][0].float().numpy(), atol=1e-6)
+    np.testing.assert_allclose(flow.x_in, first["x"][0].float().cpu().numpy(), atol=1e-6)
     x_in = torch.from_numpy(flow.x_in)
     for layer, lf in enumerate(flow.layers):
         own = seen[names[layer]][0].float()
@@ -208,11 +208,11 @@ def test_direct_effect_is_the_heads_output_taken_out_of_the_last_stream(tiny):
             h.remove()
     p = 3
     effect = flow.direct_effect(p)
-    x = torch.from_numpy(flow.layers[-1].x_out[p])
+    x = torch.from_numpy(flow.layers[-1].x_out[p]).to(loaded.device)
 
     def head(v):
         with torch.no_grad():
-            return loaded.model.lm_head(loaded.model.model.norm(v[None]))[0]
+            return loaded.model.lm_head(loaded.model.model.norm(v[None]))[0].cpu()
 
     for layer in range(2):
         w = modules[names[layer]].weight.detach()

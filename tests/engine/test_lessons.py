@@ -94,7 +94,7 @@ def test_qkv_head_output_equals_module_output(tiny, arch):
         models.analyze(loaded, SENTENCE)
     finally:
         handle.remove()
-    per_head = seen["x"][0].detach().float().numpy()  # (n, heads * head_dim)
+    per_head = seen["x"][0].detach().float().cpu().numpy()  # (n, heads * head_dim)
     n_heads = loaded.stacks[lc.stack][1]
     for head in range(n_heads):
         steps = qkv.head_steps(loaded, lc, head)
