@@ -114,3 +114,18 @@ def build_tiny(arch: str, folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(str(folder), safe_serialization=True)
     _tokenizer(folder, kind)
     return folder
+
+
+def build_long_llama(folder: Path, positions: int, seed: int = 0) -> Path:
+    """The tiny Llama of :func:`build_tiny` with room for ``positions`` tokens (config and tokenizer), e.g. for a
+    needle in a haystack (tests/engine/test_sparse.py, test_retrieval_experiment.py); returns ``folder``."""
+    import json
+
+    config, cls, kind = _config("llama")
+    config.max_position_embeddings = positions
+    torch.manual_seed(seed)
+    cls(config).eval().save_pretrained(str(folder), safe_serialization=True)
+    _tokenizer(folder, kind)
+    conf = folder / "tokenizer_config.json"
+    conf.write_text(json.dumps({**json.loads(conf.read_text()), "model_max_length": positions}))
+    return folder

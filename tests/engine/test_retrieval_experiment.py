@@ -18,21 +18,9 @@ from models.sparse import DuoResult, DuoRow
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """The tests' tiny Llama (tests/tiny.py: 2 layers x 4 heads, 2 key/value heads) with 256 positions."""
-    import json
+    from tiny import build_long_llama
 
-    import torch
-
-    import tiny as tiny_models
-
-    config, cls, kind = tiny_models._config("llama")
-    config.max_position_embeddings = 256
-    folder = tmp_path_factory.mktemp("llama-256")
-    torch.manual_seed(0)
-    cls(config).eval().save_pretrained(str(folder), safe_serialization=True)
-    tiny_models._tokenizer(folder, kind)
-    conf = folder / "tokenizer_config.json"
-    conf.write_text(json.dumps({**json.loads(conf.read_text()), "model_max_length": 256}))
-    return models.load(str(folder), device="cpu")
+    return models.load(str(build_long_llama(tmp_path_factory.mktemp("llama-256"), 256)), device="cpu")
 
 
 def test_the_entry_is_registered_for_the_bundled_causal_lms_and_computed_ahead():

@@ -15,21 +15,9 @@ from models.sparse.needle import Needle, NeedleRun
 @pytest.fixture(scope="module")
 def long_llama(tmp_path_factory):
     """The tests' tiny Llama (tests/tiny.py) with room for a needle: 1,024 positions."""
-    import torch
+    from tiny import build_long_llama
 
-    import tiny as tiny_models
-
-    config, cls, kind = tiny_models._config("llama")
-    config.max_position_embeddings = 1024
-    folder = tmp_path_factory.mktemp("long-llama")
-    torch.manual_seed(0)
-    cls(config).eval().save_pretrained(str(folder), safe_serialization=True)
-    tiny_models._tokenizer(folder, kind)
-    import json
-
-    conf = folder / "tokenizer_config.json"
-    conf.write_text(json.dumps({**json.loads(conf.read_text()), "model_max_length": 1024}))
-    return models.load(str(folder), device="cpu")
+    return models.load(str(build_long_llama(tmp_path_factory.mktemp("long-llama"), 1024)), device="cpu")
 
 
 TEXT = "the cat sat on the mat and the dog ran to the cat while the bird sang on a high branch over the river"
