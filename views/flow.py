@@ -24,7 +24,6 @@ from viz import text as vtext
 
 t = shared.t
 L = shared.lang()
-MASKS = ("native", "bidirectional", "causal")
 THRESHOLDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2)
 MAX_TOKENS = 256  # the page draws n-wide graphs and two n x n maps
 URL = shared.UrlState(("flow_mask", "flow_use_off", "flow_stack", "flow_position", "flow_layer", "flow_head",
@@ -69,23 +68,13 @@ if loaded.capture_path != "interface":
     st.stop()
 
 # ---- what to measure ------------------------------------------------------------------------------------------
-c1, c2 = st.columns(2)
-URL.bind("flow_mask", "native", options=list(MASKS))
-mask = c1.selectbox(t("flow_mask"), MASKS, key="flow_mask", format_func=lambda m: t(f"flow_mask_{m}"))
-pruned = shared.heads_off(sel.model)
-URL.bind("flow_use_off", True, kind=bool)
-use_off = c2.toggle(t("flow_use_off", n=len(pruned)), key="flow_use_off", disabled=not pruned)
-off = pruned if use_off else frozenset()
+mask, off = shared.mask_and_heads_off(URL, "flow", shared.heads_off(sel.model), st.columns(2))
 analysis = shared.analysis_ui(sel.model, sel.text, heads_off=off, mask=mask, max_tokens=MAX_TOKENS)
 if analysis is None:
     URL.finish()
     st.stop()
 stacks = [s for s in loaded.stacks if s != "cross"]
-stack = stacks[0]
-if len(stacks) > 1:
-    URL.bind("flow_stack", "decoder", options=stacks)
-    stack = st.radio(t("teach_stack"), stacks, key="flow_stack", horizontal=True,
-                     format_func=lambda s: t(f"stack_{s}"))
+stack = shared.self_stack(URL, "flow_stack", stacks)
 tokens = analysis.axis_tokens(stack)[0]
 labels = [tok.label for tok in tokens]
 n = len(tokens)

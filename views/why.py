@@ -23,7 +23,6 @@ from viz import why as vw
 t = shared.t
 tp = shared.t_plain
 L = shared.lang()
-MASKS = ("native", "bidirectional", "causal")
 PARTS = (4, 6, 8, 10, 12)  # parts per side drawn in the term matrix
 BY = ("weighted", "at_j")
 MAX_TOKENS = 256  # as the Information flow page: the two pages share one analysis of a text
@@ -131,22 +130,14 @@ if not sel.text.strip():
 
 # side by side at the normal text sizes; one under the other in projector mode, where a half column cuts the labels
 wide = shared.factor() < 1.5
-c1, c2 = st.columns(2) if wide else (st.container(), st.container())
-URL.bind("why_mask", "native", options=list(MASKS))
-mask = c1.selectbox(t("flow_mask"), MASKS, key="why_mask", format_func=lambda m: t(f"flow_mask_{m}"))
-pruned = shared.heads_off(sel.model)
-URL.bind("why_use_off", True, kind=bool)
-use_off = c2.toggle(t("flow_use_off", n=len(pruned)), key="why_use_off", disabled=not pruned)
-off = pruned if use_off else frozenset()
+columns = st.columns(2) if wide else (st.container(), st.container())
+mask, off = shared.mask_and_heads_off(URL, "why", shared.heads_off(sel.model), columns)
 analysis = shared.analysis_ui(sel.model, sel.text, heads_off=off, mask=mask, max_tokens=MAX_TOKENS)
 if analysis is None:
     URL.finish()
     st.stop()
 stacks = [s for s in loaded.stacks if s != "cross"]
-stack = stacks[0]
-if len(stacks) > 1:
-    URL.bind("why_stack", "decoder", options=stacks)
-    stack = st.radio(t("teach_stack"), stacks, key="why_stack", horizontal=True, format_func=lambda s: t(f"stack_{s}"))
+stack = shared.self_stack(URL, "why_stack", stacks)
 tokens = analysis.axis_tokens(stack)[0]
 if not tokens:
     st.info(t("why_no_tokens"))

@@ -90,3 +90,27 @@ def grid_cell(key: str, layers: int, heads: int) -> tuple[int, int] | None:
         if 0 <= layer < layers and 0 <= head < heads:
             return layer, head
     return None
+
+
+REPLACED_MASKS = ("native", "bidirectional", "causal")
+"""The masks Information flow and Why a head attends offer (the same run of one text, shared by both pages)."""
+
+
+def mask_and_heads_off(url: UrlState, prefix: str, heads_off: frozenset, columns) -> tuple[str, frozenset]:
+    """The mask selector and the "heads switched off on Head pruning" toggle of a page that analyses one run
+    (``<prefix>_mask``, ``<prefix>_use_off``, both kept in the link through ``url``), drawn in ``columns`` (two
+    containers); returns ``(mask, the heads switched off when the toggle is on, else none)``."""
+    c1, c2 = columns
+    url.bind(f"{prefix}_mask", "native", options=list(REPLACED_MASKS))
+    mask = c1.selectbox(t("flow_mask"), REPLACED_MASKS, key=f"{prefix}_mask", format_func=lambda m: t(f"flow_mask_{m}"))
+    url.bind(f"{prefix}_use_off", True, kind=bool)
+    use_off = c2.toggle(t("flow_use_off", n=len(heads_off)), key=f"{prefix}_use_off", disabled=not heads_off)
+    return mask, heads_off if use_off else frozenset()
+
+
+def self_stack(url: UrlState, key: str, stacks: list[str]) -> str:
+    """The self-attention stack to show: the only one, or a choice kept in the link (``key``, default decoder)."""
+    if len(stacks) < 2:
+        return stacks[0]
+    url.bind(key, "decoder", options=stacks)
+    return st.radio(t("teach_stack"), stacks, key=key, horizontal=True, format_func=lambda s: t(f"stack_{s}"))
