@@ -389,6 +389,6 @@ def test_the_sidebar_reads_model_key_and_text_and_the_options_are_the_pages():
     assert tuple(k.value for k in _constant(common, "CLIPS").keys) + ("record",) == L.CLIPS
     assert tuple(k.value for k in _constant("views/masks.py", "SECTIONS").keys) == \
         L.PARAMS["masks"]["masks_section"].options
-    assert ev(_constant("views/flow.py", "MASKS")) == L.PARAMS["flow"]["flow_mask"].options
+    assert ev(_constant("views/shared/pickers.py", "REPLACED_MASKS")) == L.PARAMS["flow"]["flow_mask"].options
     assert ev(_constant("views/flow.py", "THRESHOLDS")) == L.PARAMS["flow"]["flow_threshold"].options
     assert sorted(p.name for p in (ROOT / "assets" / "audio").glob("*.wav")) == sorted(L.CLIPS[:-1])
