@@ -227,18 +227,46 @@ def test_pruning_curve(tiny):
         pruning.pruning_curve(m, TEXTS, np.zeros(3))
 
 
-def test_curve_estimate_scales_the_shortest_text_by_tokens(tiny):
-    """The estimate probes the set's shortest text and scales by the total token count (issue 13: the page
-    says how long the pruning curve will take before it runs)."""
+def test_curve_estimate_scales_the_probe_by_a_fitted_line(tiny):
+    """The estimate probes the set's shortest text and scales its time to each text by the line ``a + b·n`` fitted
+    to timed passes (issue 13: the page says how long the pruning curve will take before it runs). Scaling by
+    tokens alone counted a pass's fixed cost once per token: an overestimate wherever ``a > 0``."""
     m = tiny("gpt2")
     texts = ["a b c d e f g h i j k l", "a b", "a b c d e"]
     est = pruning.estimate_curve_seconds(m, texts, random_orders=1)
     assert est.tokens == [len(m.tokenizer(t)["input_ids"]) for t in texts]
     assert est.probe_text == "a b"
     assert est.probe_seconds > 0
-    assert est.seconds == pytest.approx(est.probe_seconds * sum(est.tokens) / min(est.tokens))
+    assert est.batch_rows == 2 * len(pruning.DEFAULT_SHARES)  # (random_orders + 1) rows per share, one pass
+    a, b, n0 = est.pass_seconds, est.token_seconds, min(est.tokens)
+    assert a >= 0 and b >= 0 and a + b * n0 > 0
+    assert est.seconds == pytest.approx(est.probe_seconds * sum(a + b * n for n in est.tokens) / (a + b * n0))
+    assert est.seconds == pytest.approx(sum(est.text_seconds(n) for n in est.tokens))
+    by_tokens = est.probe_seconds * sum(est.tokens) / n0
+    assert est.seconds <= by_tokens * (1 + 1e-9)
+    if a > 0:
+        assert est.seconds < by_tokens
+    # a set of one length: no slope to fit, every text costs the probe
+    same = pruning.estimate_curve_seconds(m, ["a b", "a b"], random_orders=1)
+    assert same.token_seconds == 0 and same.pass_seconds > 0
+    assert same.seconds == pytest.approx(2 * same.probe_seconds)
     with pytest.raises(models.EmptyTextError):
         pruning.estimate_curve_seconds(m, [])
+
+
+def test_curve_estimate_line_arithmetic():
+    """The fitted line's clamps and the per-text scaling, on numbers (no timing)."""
+    from models.pruning.curve import _fit_line
+
+    assert _fit_line(4, 1.0, 12, 3.0) == pytest.approx((0.0, 0.25))  # through the origin: pure token scaling
+    assert _fit_line(4, 2.0, 12, 4.0) == pytest.approx((1.0, 0.25))
+    assert _fit_line(4, 2.0, 12, 1.5) == (2.0, 0.0)  # the longer text timed faster (noise): flat
+    assert _fit_line(4, 1.0, 12, 9.0) == (0.0, 1.0)  # steeper than the origin line: a clamped to 0
+    assert _fit_line(4, 2.0, 4, 2.0) == (2.0, 0.0)  # one length: flat
+    est = pruning.CurveEstimate(0.0, 2.0, "x", [4, 8, 12], pass_seconds=1.0, token_seconds=0.25, batch_rows=10)
+    assert [est.text_seconds(n) for n in est.tokens] == pytest.approx([2.0, 3.0, 4.0])  # by tokens: 2, 4, 6
+    zero = pruning.CurveEstimate(0.0, 2.0, "x", [4, 8], pass_seconds=0.0, token_seconds=0.0)
+    assert zero.text_seconds(8) == pytest.approx(4.0)  # no line: by tokens
 
 
 def test_rank_correlation():
