@@ -16,6 +16,7 @@ import numbers
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+import torch
 
 from .errors import AttentionTooLargeError, EmptyTextError, InvalidArgumentError
 
@@ -277,3 +278,86 @@ def cells(name: str, *dims: int, bytes_per_cell: int = 8, limit: int = MAX_BYTES
         raise AttentionTooLargeError(f"{name} of shape {shape} takes {size}; the largest array built here takes "
                                      f"{_size(limit)}. Ask for fewer positions.", code="array_too_large",
                                      name=name, shape=shape, size=size)
+
+
+# ---- indices checked before a kernel runs ----------------------------------------------------------------------
+
+class IndexOutOfBounds(IndexError):
+    """An index :func:`index_guard` refused before the kernel ran (the CPU would raise an IndexError there; a GPU
+    kernel asserts on the device instead, and the process can use the GPU no more)."""
+
+
+def _bad(index, size: int, dim: int) -> None:
+    """Raise :class:`IndexOutOfBounds` when an integer ``index`` (tensor, list or int) leaves ``[-size, size)``."""
+    if isinstance(index, (list, tuple)):
+        if not index or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in index):
+            return
+        index = torch.tensor(index)
+    if isinstance(index, torch.Tensor):
+        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool or not index.numel():
+            return
+        low, high = int(index.min()), int(index.max())
+    elif isinstance(index, numbers.Integral) and not isinstance(index, bool):
+        low = high = int(index)
+    else:
+        return
+    if low < -size or high >= size:
+        bad = high if high >= size else low
+        raise IndexOutOfBounds(f"index {bad} is out of bounds for dimension {dim} with size {size}")
+
+
+def _getitem(t: torch.Tensor, key) -> None:
+    """Check the integer indices of ``t[key]`` (ints, slices, None, Ellipsis, bool and integer tensors, lists)."""
+    items = key if isinstance(key, tuple) else (key,)
+
+    def width(item) -> int:  # dimensions of ``t`` an item consumes
+        if item is None or item is Ellipsis:
+            return 0
+        if isinstance(item, torch.Tensor) and item.dtype == torch.bool:
+            return item.dim()
+        return 1
+
+    dim = 0
+    for at, item in enumerate(items):
+        if item is Ellipsis:
+            dim = t.dim() - sum(width(i) for i in items[at + 1:])
+            continue
+        if dim < t.dim() and not isinstance(item, slice) and width(item) == 1:
+            _bad(item, t.shape[dim], dim)
+        dim += width(item)
+
+
+class _IndexGuard(torch.overrides.TorchFunctionMode):
+    """See :func:`index_guard`."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in ("__getitem__", "__setitem__") and len(args) > 1 and isinstance(args[0], torch.Tensor):
+            _getitem(args[0], args[1])
+        elif name in ("index_select", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+                      "scatter_reduce", "scatter_reduce_", "index_add", "index_add_", "index_copy", "index_copy_",
+                      "index_fill", "index_fill_") and len(args) > 2 and isinstance(args[0], torch.Tensor):
+            dim = args[1] if isinstance(args[1], int) else kwargs.get("dim")
+            if isinstance(dim, int) and args[0].dim():
+                _bad(args[2], args[0].shape[dim], dim % args[0].dim())
+        elif func is torch.nn.functional.embedding and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            _bad(args[0], args[1].shape[0], 0)  # (indices, weight)
+        elif func is torch.embedding and len(args) > 1 and isinstance(args[0], torch.Tensor):
+            _bad(args[1], args[0].shape[0], 0)  # (weight, indices)
+        elif name == "take" and len(args) > 1 and isinstance(args[0], torch.Tensor):
+            _bad(args[1], args[0].numel(), 0)
+        return func(*args, **kwargs)
+
+
+def index_guard():
+    """Context in which every integer index of a tensor indexing op (``t[idx]`` and ``t[idx] = v``,
+    ``index_select``, ``gather``, ``scatter*``, ``index_add/copy/fill``, ``take``, ``embedding``) is checked against
+    the size it indexes before the op runs, raising :class:`IndexOutOfBounds` (an IndexError) for one out of range.
+
+    For the probes that run a model in a way it may not take and catch what fails (a mask form the model's code
+    does not read): on the CPU torch raises an IndexError there, which the probe catches; on a GPU the kernel
+    asserts on the device instead, and every later CUDA call of the process fails. Each checked index costs a
+    ``min``/``max`` (a device sync on a GPU): for load-time probes on a short text, not for analyses.
+    """
+    return _IndexGuard()

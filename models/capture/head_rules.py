@@ -232,7 +232,7 @@ def block_sparse(rules, layer, head, rule, weights, q_len: int, k_len: int) -> t
     mass = padded.reshape(rows, size, cols, size).sum(dim=(1, 3))
     shift = (k_len - q_len)  # a query row's absolute position is its index + shift
     diag = torch.clamp((torch.arange(rows, device=weights.device) * size + shift) // size, max=cols - 1)
-    mass[torch.arange(rows), diag] = float("inf")
+    mass[torch.arange(rows, device=weights.device), diag] = float("inf")
     top = torch.topk(mass, min(rule.b, cols), dim=-1).indices  # (rows, K)
     keep = torch.zeros((rows, cols), dtype=torch.bool, device=weights.device)
     keep.scatter_(1, top, True)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .. import checks
 from ..anatomy.inputs import probe_inputs
 from ..anatomy.maps import attention_tuples
 from ..anatomy.site import GATE_SOFTMAX
@@ -61,14 +62,15 @@ def as_argument(allowed: torch.Tensor, form: str, dtype: torch.dtype, device) ->
     Returns:
         the tensor to pass as ``attention_mask``.
     """
+    allowed = allowed.to(device)
     if form == "3d":
-        return allowed[None].long().to(device)
+        return allowed[None].long()
     if form == "4d_binary":
-        return allowed[None, None].long().to(device)
+        return allowed[None, None].long()
     if form == "4d_additive":
-        out = torch.zeros(allowed.shape, dtype=dtype)
+        out = torch.zeros(allowed.shape, dtype=dtype, device=device)
         out.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return out[None, None].to(device)
+        return out[None, None]
     raise ValueError(f"unknown mask form {form!r}")
 
 
@@ -86,6 +88,7 @@ def _obeys(tensors, allowed: torch.Tensor) -> bool:
     is True, and sums to 1 per row."""
     if not tensors:
         return False
+    allowed = allowed.cpu()
     for t in tensors:
         if t is None or t.dim() != 4 or tuple(t.shape[-2:]) != tuple(allowed.shape):
             return False
@@ -276,7 +279,7 @@ def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = f
         handles.append(module.register_forward_hook(pop, always_call=True))
     recorder = _Recorder(running)
     try:
-        with torch.no_grad(), recorder:
+        with torch.no_grad(), checks.index_guard(), recorder:  # a failing probe fails alike on a GPU: see _probe_run
             out = loaded.model(**inputs, output_attentions=True, return_dict=True)
     except Exception:  # noqa: BLE001 - the probe does not run: no softmax form
         return {}
@@ -371,8 +374,15 @@ def eager_maps(loaded, outputs, state) -> dict[str, tuple]:
 
 
 def _probe_run(loaded, inputs: dict, masks: dict | None = None, **extra) -> dict[str, tuple]:
-    """One probe pass (``masks`` applied at the softmax, ``extra`` added to the inputs): the eager maps."""
-    with torch.no_grad(), capture(loaded.site_index, record=False) as state, applying(masks or {}):
+    """One probe pass (``masks`` applied at the softmax, ``extra`` added to the inputs): the eager maps.
+
+    Run under :func:`models.checks.index_guard`: a mask form the model does not take may make its code index out of
+    range (Longformer reads a 3-D mask as its 2-D padding mask over its padded length, ``mask[batch, key]`` with
+    keys up to 511 of 12). The probe catches the failure and tries the next form; on the CPU torch raises an
+    IndexError, but a GPU kernel asserts on the device, after which no CUDA call of the process works. The guard
+    raises the IndexError before the kernel runs, on every device."""
+    with torch.no_grad(), checks.index_guard(), capture(loaded.site_index, record=False) as state, \
+            applying(masks or {}):
         out = loaded.model(**inputs, **extra, output_attentions=True, return_dict=True)
     return eager_maps(loaded, out, state)
 

@@ -29,14 +29,15 @@ the terms to the score, the softmax of the logits to the model's weights, within
 before the projection, a learned sink, a chain from the stream to the query or key not proven.
 
 Use :func:`explain` once per layer and its methods (the page), or the functions below (one call each; the last two
-layers explained are kept, so calling them for several heads and positions of one layer runs one pass).
+layers explained are kept, so calling them for several heads and positions of one layer runs one pass). Each
+checks all of its arguments before the pass runs or any tensor is indexed (:func:`.explain.checked`).
 """
 
 from __future__ import annotations
 
 from .. import checks
 from .composition import Composition, composition
-from .explain import LayerWhy, explain
+from .explain import LayerWhy, checked, explain
 from .refuse import REASONS, WHAT
 from .results import NeuronView, RopeSplit, RowTerms, ScoreTerms, Term
 from .stream import Component
@@ -59,6 +60,7 @@ def neuron_view(loaded, analysis, stack: str | None, layer: int, head: int, i: i
         UnsupportedOperationError: see :func:`explain` (codes ``why_refused``, ``why_identity``).
         ModelOutOfMemoryError: the pass ran out of memory.
     """
+    stack, layer, head, i, j = checked(loaded, analysis, stack, layer, head, i, checks.whole("j", j))
     return explain(loaded, analysis, stack, layer).neuron_view(head, i, j)
 
 
@@ -70,6 +72,7 @@ def row_terms(loaded, analysis, stack: str | None, layer: int, head: int, i: int
     Raises:
         as :func:`neuron_view`.
     """
+    stack, layer, head, i, _ = checked(loaded, analysis, stack, layer, head, i)
     return explain(loaded, analysis, stack, layer).row_terms(head, i)
 
 
@@ -82,6 +85,8 @@ def score_terms(loaded, analysis, stack: str | None, layer: int, head: int, i: i
     Raises:
         as :func:`neuron_view`; InvalidArgumentError also for ``k`` outside [1, 100].
     """
+    stack, layer, head, i, j = checked(loaded, analysis, stack, layer, head, i, checks.whole("j", j))
+    k = checks.whole("k", k, 1, 100)
     return explain(loaded, analysis, stack, layer).row_terms(head, i).at(j, k)
 
 
@@ -95,4 +100,6 @@ def rope_split(loaded, analysis, stack: str | None, layer: int, head: int, i: in
         as :func:`neuron_view`; UnsupportedOperationError (code ``why_refused``, reason ``no_rope``) for a family
         without rotary embeddings; InvalidArgumentError for ``max_distance`` outside [1, the model's positions].
     """
+    stack, layer, head, i, j = checked(loaded, analysis, stack, layer, head, i, j)
+    max_distance = checks.whole("max_distance", max_distance, 1, loaded.max_positions, none=True)
     return explain(loaded, analysis, stack, layer).rope_split(head, i, j, max_distance)

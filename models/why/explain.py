@@ -184,9 +184,10 @@ class LayerWhy:
             refuse(self.model, self.stack, "no_rope")
         head = self._head(head)
         i = self._pos("i", i, self.n_q)
-        raw, bias, logits, weights, allowed = self._row(head, i)
-        j = int(torch.argmax(weights)) if j is None else self._pos("j", j, self.n_k)
+        j = None if j is None else self._pos("j", j, self.n_k)
         top = checks.whole("max_distance", max_distance, 1, self.max_positions, none=True) or max(i, 1)
+        raw, bias, logits, weights, allowed = self._row(head, i)
+        j = int(torch.argmax(weights)) if j is None else j
         g = self._kv(head)
         cos, sin = self.tables(top + 1)
         side = self.q.side.rope[1]
@@ -230,16 +231,7 @@ def explain(loaded, analysis, stack: str | None = None, layer: int = 0) -> Layer
             not proven), or ``why_identity`` where a check fails on this run.
         ModelOutOfMemoryError: the pass ran out of memory.
     """
-    if getattr(analysis, "model", None) != loaded.name or not hasattr(analysis, "run"):
-        raise InvalidArgumentError(f"The analysis is not one of '{loaded.name}' (it is of "
-                                   f"{getattr(analysis, 'model', None)!r}): pass the model it came from.",
-                                   code="flow_other_model", model=loaded.name,
-                                   other=checks.shown(getattr(analysis, "model", None)))
-    stack = loaded.input_stack if stack is None else stack
-    if isinstance(stack, str) and stack == "cross" and "cross" in loaded.stacks:
-        refuse(loaded.name, stack, "cross")
-    stack = checks.choice("stack", stack, [s for s in loaded.stacks if s != "cross"])
-    layer = checks.whole("layer", layer, 0, loaded.stacks[stack][0] - 1)
+    stack, layer = where(loaded, analysis, stack, layer)
     key = (id(analysis), stack, layer)
     with _LOCK:
         found = _CACHE.get(key)
@@ -252,6 +244,49 @@ def explain(loaded, analysis, stack: str | None = None, layer: int = 0) -> Layer
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
     return why
+
+
+def where(loaded, analysis, stack, layer) -> tuple[str, int]:
+    """:func:`explain`'s ``(stack, layer)`` checked, before any tensor is touched (no pass, no indexing).
+
+    Raises:
+        InvalidArgumentError: an analysis of another model (code ``flow_other_model``), an unknown stack
+            (``arg_choice``), a layer out of range (``arg_whole``).
+        UnsupportedOperationError: ``cross`` (code ``why_refused``).
+    """
+    if getattr(analysis, "model", None) != loaded.name or not hasattr(analysis, "run"):
+        raise InvalidArgumentError(f"The analysis is not one of '{loaded.name}' (it is of "
+                                   f"{getattr(analysis, 'model', None)!r}): pass the model it came from.",
+                                   code="flow_other_model", model=loaded.name,
+                                   other=checks.shown(getattr(analysis, "model", None)))
+    stack = loaded.input_stack if stack is None else stack
+    if isinstance(stack, str) and stack == "cross" and "cross" in loaded.stacks:
+        refuse(loaded.name, stack, "cross")
+    stack = checks.choice("stack", stack, [s for s in loaded.stacks if s != "cross"])
+    return stack, checks.whole("layer", layer, 0, loaded.stacks[stack][0] - 1)
+
+
+def checked(loaded, analysis, stack, layer, head, i, j=None) -> tuple[str, int, int, int, int | None]:
+    """``(stack, layer, head, i, j)`` of a call of :mod:`models.why` checked before its pass runs (positions as
+    indices ``0 .. n − 1``; ``j`` None stays None): the heads from ``loaded.stacks``, the query and key counts from
+    the shape ``(layers, heads, n_q, n_k)`` of the analysis's weights of that stack. On a GPU an index out of range
+    must never reach a kernel (a device-side assert ends the process's use of the GPU), so nothing here indexes a
+    tensor; :class:`LayerWhy`'s methods check again against the captured call.
+
+    Raises:
+        InvalidArgumentError: as :func:`where`; a head (``arg_whole``) or position (``arg_whole``) out of range.
+        UnsupportedOperationError: as :func:`where`.
+    """
+    stack, layer = where(loaded, analysis, stack, layer)
+    head = checks.whole("head", head, 0, loaded.stacks[stack][1] - 1)
+    maps = getattr(analysis, "attentions", None)
+    shape = getattr(maps.get(stack), "shape", None) if isinstance(maps, dict) else None
+    if shape is None or len(shape) != 4:  # a stack the analysis does not show: the layer's call checks them
+        return stack, layer, head, i, j
+    n_q, n_k = int(shape[2]), int(shape[3])
+    i = checks.whole("i", i, -n_q, n_q - 1) % n_q
+    j = None if j is None else checks.whole("j", j, -n_k, n_k - 1) % n_k
+    return stack, layer, head, i, j
 
 
 def _build(loaded, analysis, stack: str, layer: int) -> LayerWhy:

@@ -264,3 +264,54 @@ def test_other_arguments_are_checked(tiny):
     llama = tiny("llama")
     with pytest.raises(models.InvalidArgumentError):
         why.rope_split(llama, models.analyze(llama, TEXT), "decoder", 1, 0, -1, max_distance=0)
+
+
+class _TensorWork(torch.overrides.TorchFunctionMode):
+    """Records every torch function and tensor method called while active (indexing, ``.shape``, a forward pass)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(getattr(func, "__qualname__", repr(func)))
+        return func(*args, **(kwargs or {}))
+
+
+BAD_CALLS = {  # name -> (arch, call(loaded, analysis)) with one argument out of range or of the wrong type
+    "neuron_view head 4": ("gpt2", lambda m, a: why.neuron_view(m, a, "decoder", 1, 4, 3, 1)),
+    "neuron_view i 99": ("gpt2", lambda m, a: why.neuron_view(m, a, "decoder", 1, 0, 99, 1)),
+    "neuron_view j -99": ("gpt2", lambda m, a: why.neuron_view(m, a, "decoder", 1, 0, 3, -99)),
+    "neuron_view j None": ("gpt2", lambda m, a: why.neuron_view(m, a, "decoder", 1, 0, 3, None)),
+    "neuron_view layer 2": ("gpt2", lambda m, a: why.neuron_view(m, a, "decoder", 2, 0, 3, 1)),
+    "row_terms head -1": ("gpt2", lambda m, a: why.row_terms(m, a, "decoder", 1, -1, 3)),
+    "row_terms i 1.0": ("gpt2", lambda m, a: why.row_terms(m, a, "decoder", 1, 0, 1.0)),
+    "score_terms j 50": ("gpt2", lambda m, a: why.score_terms(m, a, "decoder", 1, 0, 2, 50)),
+    "score_terms k '5'": ("gpt2", lambda m, a: why.score_terms(m, a, "decoder", 1, 0, 2, 1, k="5")),
+    "rope_split i -99": ("llama", lambda m, a: why.rope_split(m, a, "decoder", 1, 0, -99)),
+    "rope_split j 99": ("llama", lambda m, a: why.rope_split(m, a, "decoder", 1, 0, -1, 99)),
+    "rope_split max_distance 0": ("llama", lambda m, a: why.rope_split(m, a, "decoder", 1, 0, -1, max_distance=0)),
+    "composition layer 5": ("gpt2", lambda m, a: why.composition(m, layer=5)),
+    "LayerWhy.neuron_view i 99": ("gpt2", lambda m, a: why.explain(m, a, "decoder", 1).neuron_view(0, 99, 1)),
+    "LayerWhy.row_terms head 4": ("gpt2", lambda m, a: why.explain(m, a, "decoder", 1).row_terms(4, 0)),
+    "LayerWhy.rope_split j 99": ("llama", lambda m, a: why.explain(m, a, "decoder", 1).rope_split(0, -1, 99)),
+    "LayerWhy.rope_split max_distance 0": ("llama", lambda m, a: why.explain(m, a, "decoder", 1).rope_split(
+        0, -1, max_distance=0)),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CALLS))
+def test_a_bad_argument_is_refused_before_any_tensor_is_touched(tiny, name):
+    """On a GPU an index out of range that reaches a kernel is a device-side assert, which ends the process's use
+    of the GPU (every later CUDA call fails), where the CPU raises an IndexError: so every argument is checked
+    before a pass runs or a tensor is indexed. The call is made on a fresh analysis (no layer explained yet; the
+    ``LayerWhy.*`` calls explain the layer first, outside the check) under a mode that records every torch call."""
+    arch, call = BAD_CALLS[name]
+    loaded = tiny(arch)
+    analysis = models.analyze(loaded, TEXT)
+    if name.startswith("LayerWhy."):
+        why.explain(loaded, analysis, "decoder", 1)  # the layer's pass, run before the recording starts
+    work = _TensorWork()
+    with pytest.raises(models.InvalidArgumentError) as err, work:
+        call(loaded, analysis)
+    assert err.value.code in ("arg_whole", "arg_choice") and not work.calls, (err.value.code, work.calls[:10])
