@@ -20,6 +20,7 @@ from .model import LoadedModel
 from .families import auto_class, family_and_head, named_class
 from ..errors import DikkatError, InvalidArgumentError, ModelOutOfMemoryError, NoUsableModelError, UnknownModelError
 from .library_errors import load_failure
+from .precision import dtype_note, forget_frames, half_precision_fault
 
 
 def _pick_device(device: str) -> torch.device:
@@ -232,7 +233,7 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
         rebuilt = False
         while True:
             try:
-                loaded = _load_folder(name, spec, folder, dev, dt, placement)
+                loaded = _load_in_float32_if_half_fails(name, spec, folder, dev, dt, placement)
                 break
             except (DikkatError, MemoryError):
                 raise
@@ -252,6 +253,32 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
                             "max_memory": max_memory, "offload_folder": offload_folder}
         _LOADED.put(key, loaded)
         return loaded
+
+
+def _load_in_float32_if_half_fails(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt: torch.dtype,
+                                   placement: dict | None = None) -> LoadedModel:
+    """:func:`_load_folder` in ``dt``; when ``dt`` is a half dtype the model cannot run in (a dtype mismatch in its
+    own code, maps that rounding keeps from summing to 1: :func:`models.loading.precision.half_precision_fault`),
+    once more in float32, with a ``dtype_fallback`` note in ``notes``. A float32 load that fails too raises the
+    first failure."""
+    try:
+        return _load_folder(name, spec, folder, dev, dt, placement)
+    except Exception as exc:
+        kind = half_precision_fault(exc, dt)
+        if kind is None:
+            raise
+        first = exc
+    forget_frames(first)  # the half model a failed probe holds in its frames is freed first
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    try:
+        loaded = _load_folder(name, spec, folder, dev, torch.float32, placement)
+    except Exception:  # noqa: BLE001 - not a fault of the half dtype after all: the first failure says what is
+        loaded = None
+    if loaded is None:
+        raise first
+    loaded.notes.append(dtype_note(dt, torch.float32, kind, first))
+    return loaded
 
 
 def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt: torch.dtype,

@@ -47,6 +47,10 @@ class LoadedModel:
         call_kwargs: extra arguments of every analysing forward pass, found at load time
             (:func:`models.anatomy.decoder.decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose decoder is causal
             only without a cache (FSMT builds its causal mask only then, as in training).
+        notes: what the user should know about how the model was loaded, each a dict with ``code``, its params
+            and ``message`` (English): ``dtype_fallback`` (params ``asked``, ``used``, ``kind``): the model could
+            not run in the half dtype asked for (or chosen by ``auto``) and was loaded in float32, which
+            :attr:`dtype` says (:mod:`models.loading.precision`).
     """
 
     name: str
@@ -68,6 +72,7 @@ class LoadedModel:
     fallback_stacks: tuple[str, ...] = ()
     missing_stacks: dict[str, str] = field(default_factory=dict)
     call_kwargs: dict = field(default_factory=dict)
+    notes: list[dict] = field(default_factory=list)
 
     @property
     def stacks(self) -> dict[str, tuple[int, int]]:

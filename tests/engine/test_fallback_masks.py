@@ -208,7 +208,7 @@ def test_heads_off_at_the_softmax_equal_heads_off_at_the_output_projection(tiny,
     assert all(s.o_proj and s.gate == "o_proj" for s in by_proj.sites if s.stack == stack)
     monkeypatch.setattr(probe, "find_out_projs", lambda *a, **k: {})
     archsweep.build(model_type, tmp_path / model_type)
-    by_softmax = models.load(str(tmp_path / model_type))
+    by_softmax = models.load(str(tmp_path / model_type), device=TEST_DEVICE, dtype=TEST_DTYPE)
     assert all(s.gate == "softmax" and not s.o_proj for s in by_softmax.sites)
     off = [(stack, 0, 1), (stack, 1, 0)] + ([("cross", 1, 1)] if by_proj.family == "encoder-decoder" else [])
     kw = dict(target="the cat") if by_proj.family == "encoder-decoder" else {}

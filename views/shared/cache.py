@@ -136,6 +136,10 @@ def _show_device(loaded: models.LoadedModel) -> None:
         about = f" ({md(spec.title)})" if spec is not None else ""
         line = t("page_model_other", model=model_name(loaded)) + about + " · " + line
     slot.caption(line)
+    for note in getattr(loaded, "notes", ()):
+        if note.get("code") == "dtype_fallback":  # loaded in float32: the half dtype asked for could not run it
+            slot.caption(t("device_dtype_fallback", asked=note["asked"], used=note["used"],
+                           why=t(f"device_dtype_fallback_{note['kind']}")))
 
 
 def load_model_ui(name: str) -> models.LoadedModel | None:
