@@ -34,8 +34,13 @@ every run, the kB column is per student, and "class MB" is what the server sent 
 over the runs). The N browsers' own drawing shares the machine's cores with the server, so on 2 cores this is
 an upper bound; bench/classroom.py times 30 students over the websocket protocol without browsers.
 
+``--peers 29`` (a class of 30 on a machine too small for 30 browsers): one Chromium student and 29 protocol students
+(bench/peers.py) who do each action at the same moment with the same widget change, so the server does the whole
+class's work and the browser shows what one student waits for. The peers' own seconds (to the run finished, no
+drawing) and failures get columns of their own.
+
     .venv/bin/python bench/browser.py [--models minilm-l6,smollm2-135m] [--langs en,tr | --lang tr] [--runs 5]
-                                      [--students 30] [--classroom] [--tree OTHER_CHECKOUT]
+                                      [--students 30 | --peers 29] [--classroom] [--tree OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ from playwright.async_api import async_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "deploy"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import replicas  # noqa: E402
+from peers import Peer  # noqa: E402  (bench/peers.py: the rest of the class over the websocket protocol)
 from launch import classroom_env, streamlit_command  # noqa: E402
 
 TIMEOUT_MS = 120_000  # a first visit loads a model: seconds, not minutes
@@ -148,18 +155,29 @@ def _actions(url: str, lang: str):
             ("open masks", nav("masks")), ("open flow", nav("flow")), ("open experiments", nav("experiments"))]
 
 
-async def _round(browser, url: str, lang: str, students: int, label: str, out: dict, key: tuple) -> None:
-    """One run of the action list by ``students`` fresh pages at once: each action started on every page together,
-    the next when all have settled; ``out[key + (name + label,)]`` gets one list of ``(seconds, bytes)`` per round."""
+async def _round(browser, url: str, lang: str, students: int, label: str, out: dict, key: tuple,
+                 peers: int = 0) -> None:
+    """One run of the action list by ``students`` fresh pages at once (and ``peers`` protocol students, see
+    bench/peers.py): each action started on every page and peer together, the next when all have settled;
+    ``out[key + (name + label,)]`` gets one list of ``(seconds, bytes)`` per round, ``out[key + (name + label,
+    "peers")]`` the peers' ``(seconds, bytes, error)``."""
     pages = [await Page.open(browser, url, f"student {i + 1}: " if students > 1 else "") for i in range(students)]
+    base, query = url.split("/?", 1)
+    class_ = [Peer(base, query, i + 2, SENTENCES[lang], MENU[lang]["model"]) for i in range(peers)]
     for name, action in _actions(url, lang):
         if label:
             print(f"{key[0]} {lang} first visit: {name}", file=sys.stderr, flush=True)
-        out.setdefault(key + (name + label,), []).append(list(await asyncio.gather(*(p.timed(action) for p in pages))))
-    await asyncio.gather(*(p.page.context.close() for p in pages))
+        done = await asyncio.gather(*(p.timed(action) for p in pages), *(c.act(name) for c in class_))
+        out.setdefault(key + (name + label,), []).append(list(done[:students]))
+        if peers:
+            out.setdefault(key + (name + label, "peers"), []).append(list(done[students:]))
+            for c, (_, _, error) in zip(class_, done[students:]):
+                if error:
+                    print(f"  peer {c.number}: {name}: {error}", file=sys.stderr)
+    await asyncio.gather(*(p.page.context.close() for p in pages), *(c.close() for c in class_))
 
 
-async def measure(url: str, models: list[str], langs: list[str], runs: int, students: int = 1) -> dict:
+async def measure(url: str, models: list[str], langs: list[str], runs: int, students: int = 1, peers: int = 0) -> dict:
     """``(model, lang, action) -> [[(seconds, bytes) per student] per round]``: the class's first visit (action
     names ending " (1st)"), then ``runs`` rounds, each by ``students`` fresh pages at once."""
     out: dict = {}
@@ -169,11 +187,11 @@ async def measure(url: str, models: list[str], langs: list[str], runs: int, stud
             for lang in langs:
                 page_url = f"{url}/?model_key={model}&lang={lang}"
                 # the class's first visit: the model loads, nothing is cached yet (shown apart from the runs)
-                await _round(browser, page_url, lang, students, " (1st)", out, (model, lang))
+                await _round(browser, page_url, lang, students, " (1st)", out, (model, lang), peers)
                 for r in range(runs):
                     if students > 1:
                         print(f"{model} {lang} run {r + 1} of {runs}", file=sys.stderr, flush=True)
-                    await _round(browser, page_url, lang, students, "", out, (model, lang))
+                    await _round(browser, page_url, lang, students, "", out, (model, lang), peers)
         await browser.close()
     return out
 
@@ -186,10 +204,16 @@ def p95(values: list[float]) -> float:
 
 def table(results: dict, students: int) -> list[str]:
     """The printed rows: per model, language and action the median and p95 seconds over every student and run (failed
-    actions left out and counted), the median kB per student, and with ``students`` > 1 the MB sent to the class."""
+    actions left out and counted), the median kB per student, and with ``students`` > 1 the MB sent to the class;
+    with peers, their median and p95 seconds to the run finished (over the websocket, no drawing) and failures."""
+    has_peers = any(len(k) == 4 for k in results)
     lines = [f"{'model':<14} {'lang':<4} {'action':<22} {'median s':>9} {'p95 s':>7} {'median kB':>10}"
-             + (f" {'class MB':>9}" if students > 1 else "")]
-    for (model, lang, name), rounds in results.items():
+             + (f" {'class MB':>9}" if students > 1 else "")
+             + (f" {'peers med s':>11} {'peers p95 s':>11}" if has_peers else "")]
+    for key, rounds in results.items():
+        if len(key) == 4:
+            continue
+        model, lang, name = key
         values = [v for r in rounds for v in r]
         secs = [s for s, _ in values if not math.isnan(s)]
         kb = statistics.median(b for _, b in values) / 1024
@@ -198,7 +222,14 @@ def table(results: dict, students: int) -> list[str]:
         if students > 1:
             row += f" {statistics.median(sum(b for _, b in r) for r in rounds) / 2 ** 20:>9.1f}"
         failed = len(values) - len(secs)
-        lines.append(row + (f"  ({failed} of {len(values)} failed)" if failed else ""))
+        note = f"  ({failed} of {len(values)} failed)" if failed else ""
+        if has_peers:
+            peer = [v for r in results.get(key + ("peers",), []) for v in r]
+            psecs = [s for s, _, _ in peer if not math.isnan(s)]
+            row += f" {statistics.median(psecs) if psecs else float('nan'):>11.2f} {p95(psecs):>11.2f}"
+            if len(peer) > len(psecs):
+                note += f"  (peers: {len(peer) - len(psecs)} of {len(peer)} failed)"
+        lines.append(row + note)
     return lines
 
 
@@ -208,12 +239,14 @@ def main() -> None:
     ap.add_argument("--langs", "--lang", default="en,tr", help="UI languages, comma-separated (en, tr)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--students", type=int, default=1, help="browser contexts doing each action at once")
+    ap.add_argument("--peers", type=int, default=0,
+                    help="protocol students (bench/peers.py) doing each action with the browser: a class of peers + 1")
     ap.add_argument("--classroom", action="store_true", help="serve in classroom mode (make serve)")
     ap.add_argument("--tree", default=str(ROOT), help="serve the app of another checkout (a before/after table)")
     args = ap.parse_args()
     langs = args.langs.split(",")
-    if args.students < 1 or args.runs < 0 or not set(langs) <= set(MENU):
-        ap.error(f"--students must be ≥ 1, --runs ≥ 0, languages among {', '.join(MENU)}")
+    if args.students < 1 or args.runs < 0 or args.peers < 0 or not set(langs) <= set(MENU):
+        ap.error(f"--students must be ≥ 1, --runs and --peers ≥ 0, languages among {', '.join(MENU)}")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -225,12 +258,14 @@ def main() -> None:
     try:
         replicas.wait_healthy(url, server, timeout=90)
         load_before = os.getloadavg()
-        results = asyncio.run(measure(url, args.models.split(","), langs, args.runs, args.students))
+        results = asyncio.run(measure(url, args.models.split(","), langs, args.runs, args.students,
+                                      args.peers))
         load_after = os.getloadavg()
     finally:
         server.terminate()
         server.wait(timeout=15)
     who = f"{args.students} students at once" if args.students > 1 else "one student"
+    who += f" and {args.peers} protocol students (bench/peers.py) with them" if args.peers else ""
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min; {os.cpu_count()} cores); "
           f"{who}, {args.runs} runs each; seconds from the click to the page settled (incl. 300 ms quiet)")
     print("\n".join(table(results, args.students)))

@@ -304,6 +304,7 @@ class Student:
         self.runs = 0  # finished script runs
         self.max_age = 2  # the server's global.maxCachedMessageAge (new_session.config)
         self.figure_text = ""  # the last figure's text (for the baseline)
+        self.pages: dict[str, str] = {}  # the app's pages: url path ("" for the default) -> page script hash
 
     async def connect(self) -> None:
         self.ws = await websockets.connect(self.url, subprotocols=["streamlit"], origin=self.origin,
@@ -383,6 +384,8 @@ class Student:
             elif kind == "navigation":
                 run.by_kind[kind] += len(data)
                 self.page_hash = msg.navigation.page_script_hash
+                self.pages = {("" if p.is_default else p.url_pathname): p.page_script_hash
+                              for p in msg.navigation.app_pages} or self.pages
             elif kind == "script_finished":
                 run.by_kind[kind] += len(data)
                 if msg.script_finished == FINISHED_EARLY_FOR_RERUN:
