@@ -89,6 +89,13 @@ class InvalidHeadError(DikkatError, ValueError):
     """A (stack, layer, head) triple that does not exist in the model."""
 
 
+class IndexOutOfRangeError(DikkatError, IndexError):
+    """An integer index (a layer, head, row or query of stored attention weights) outside its axis. An IndexError
+    too, so that Python's sequence protocol (iteration, ``range(len(x))[i]``) works on the stores as on arrays.
+    Codes ``index_layer``, ``index_head``, ``index_row``, ``index_key`` (params ``index``, ``size``: the axis's
+    length) and ``index_axes`` (``index``: indices given, ``size``: axes) (:mod:`models.analysis.indexing`)."""
+
+
 class InvalidAudioError(DikkatError, ValueError):
     """Audio that cannot be analysed: empty, not finite, an unreadable or unsupported WAV file."""
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .indexing import checked_int
 from .store import AttentionStack, MaskStack
 from .tokens import Token, Word
 
@@ -153,9 +154,9 @@ class Analysis:
             the layer's weights (computed when indexed, like ``attentions``).
 
         Raises:
-            KeyError: an unknown stack. IndexError: a layer or head out of range.
+            KeyError: an unknown stack. IndexOutOfRangeError (an IndexError): a layer or head out of range.
         """
-        layer = range(len(self.attentions[stack]))[layer]
+        layer = checked_int(layer, len(self.attentions[stack]), "layer")
         weights = self.attentions[stack][layer] if head is None else self.attentions[stack][layer, head]
         if layer not in self.sinks.get(stack, ()):
             return np.zeros(weights.shape[:-1], dtype=np.float32)

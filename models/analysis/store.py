@@ -35,6 +35,7 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from .. import capture
 from ..errors import AttentionTooLargeError, ModelOutOfMemoryError
+from .indexing import ATTENTION_AXES, MASK_AXES, checked_int, indexed
 
 # Largest array built at once by np.asarray(stack) or stack[layer] (bytes).
 MATERIALIZE_BYTES = 1 << 30
@@ -177,12 +178,10 @@ def _range_of(key, n: int, what: str) -> tuple[int, int] | None:
     """``(start, stop)`` of an int or a step-1 slice over an axis of ``n``, else None.
 
     Raises:
-        IndexError: an int out of range (``what`` names the axis in the message).
+        IndexOutOfRangeError: an int out of range (``what`` names the axis: ``head``, ``row``).
     """
     if _is_int(key):
-        i = int(key) + (n if key < 0 else 0)
-        if not 0 <= i < n:
-            raise IndexError(f"{what} {key} is out of range for {n}")
+        i = checked_int(key, n, what)
         return i, i + 1
     if isinstance(key, slice):
         start, stop, step = key.indices(n)
@@ -208,7 +207,7 @@ class AttentionStack(LazyArray):
 
     Raises:
         AttentionTooLargeError: the array (or layer) asked for exceeds :data:`MATERIALIZE_BYTES`.
-        IndexError: a layer, head or row out of range.
+        IndexOutOfRangeError (a DikkatError and an IndexError): a layer, head, row or key out of range.
     """
 
     what = "attention stack"
@@ -258,13 +257,11 @@ class AttentionStack(LazyArray):
             weights).
 
         Raises:
-            IndexError: layer out of range. AttentionTooLargeError: the block exceeds
+            IndexOutOfRangeError: layer out of range. AttentionTooLargeError: the block exceeds
             :data:`MATERIALIZE_BYTES`.
         """
         layers, n_heads, nq, nk = self.shape
-        layer = int(layer) + (layers if layer < 0 else 0)
-        if not 0 <= layer < layers:
-            raise IndexError(f"layer {layer} is out of range for {layers} layers")
+        layer = checked_int(layer, layers, "layer")
         h0, h1 = heads or (0, n_heads)
         r0, r1 = rows or (0, nq)
         if self.kept is not None:
@@ -300,36 +297,35 @@ class AttentionStack(LazyArray):
             pairs: ``(layer, head)`` pairs (e.g. Whisper's alignment heads).
 
         Raises:
-            IndexError: a layer or head out of range. AttentionTooLargeError: a layer above
+            IndexOutOfRangeError: a layer or head out of range. AttentionTooLargeError: a layer above
             :data:`MATERIALIZE_BYTES`.
         """
         pairs = [(int(layer), int(head)) for layer, head in pairs]
         layers = {layer: self.block(layer) for layer in dict.fromkeys(layer for layer, _ in pairs)}
         for layer, head in pairs:
-            if not -self.shape[1] <= head < self.shape[1]:
-                raise IndexError(f"head {head} is out of range for {self.shape[1]} heads")
+            checked_int(head, self.shape[1], "head")
         if not pairs:
             return np.zeros((0,) + self.shape[2:], dtype=np.float32)
         return np.stack([layers[layer][head] for layer, head in pairs])
 
     def __getitem__(self, key):
         if self.kept is not None:
-            return self.kept[key]
+            return indexed(self.kept, key, ATTENTION_AXES)
         key = key if isinstance(key, tuple) else (key,)
         if not key or not _is_int(key[0]):
-            return np.asarray(self)[key]
+            return indexed(np.asarray(self), key, ATTENTION_AXES)
         layers, n_heads, nq, nk = self.shape
         rest = key[1:]
         heads = (0, n_heads) if not rest else _range_of(rest[0], n_heads, "head")
-        rows = (0, nq) if len(rest) < 2 else _range_of(rest[1], nq, "query row")
+        rows = (0, nq) if len(rest) < 2 else _range_of(rest[1], nq, "row")
         if heads is None or rows is None:
             # any other index on the heads or rows: this layer whole, indexed as numpy would
-            return self.block(key[0])[None][(0,) + rest]
+            return indexed(self.block(key[0])[None], (0,) + rest, ATTENTION_AXES[1:], offset=1)
         # the computed block stands in for the layer; what was a slice is now the whole axis, what was an int
         # is index 0 (keeping each axis an int or a slice, so numpy places advanced indices the same way)
         picked = [0, 0 if rest and _is_int(rest[0]) else slice(None),
                   0 if len(rest) > 1 and _is_int(rest[1]) else slice(None), *rest[2:]]
-        return self.block(key[0], heads, rows)[None][tuple(picked)]
+        return indexed(self.block(key[0], heads, rows)[None], tuple(picked), ATTENTION_AXES[1:], offset=1)
 
 
 class LazyMap(Mapping):
@@ -386,8 +382,6 @@ class MaskStack(LazyArray):
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
         if key and _is_int(key[0]):
-            layer = int(key[0]) + (self.shape[0] if key[0] < 0 else 0)
-            if not 0 <= layer < self.shape[0]:
-                raise IndexError(f"layer {key[0]} is out of range for {self.shape[0]} layers")
-            return self.distinct[self.index[layer]][None][(0,) + key[1:]]
-        return np.asarray(self)[key]
+            layer = checked_int(key[0], self.shape[0], "layer")
+            return indexed(self.distinct[self.index[layer]][None], (0,) + key[1:], MASK_AXES[1:], offset=1)
+        return indexed(np.asarray(self), key, MASK_AXES)

@@ -18,7 +18,7 @@ import torch
 
 from .. import checks
 from ..analysis import analyze
-from ..errors import UnsupportedOperationError
+from ..errors import InvalidArgumentError, UnsupportedOperationError
 from ..loading.model import LoadedModel
 from .common import Progress, Source, Stopwatch, check_int, report
 from .sinks import _causal_lm
@@ -148,9 +148,15 @@ def induction_scores(weights: np.ndarray, start: int, length: int) -> np.ndarray
         float64 ``weights.shape[:-2]``: ``mean_i w[i, i - length + 1]`` over the queries ``i`` of the second copy.
 
     Raises:
-        IndexError: ``start + 2 * length`` beyond the ``n`` tokens.
+        InvalidArgumentError: weights not ``(..., n, n)``, ``start`` < 0, ``length`` < 1, or the second copy
+            (``start + 2 * length`` tokens) beyond the ``n`` tokens.
     """
     w = np.asarray(weights)
+    if w.ndim < 2 or w.shape[-1] != w.shape[-2]:
+        raise InvalidArgumentError(f"induction_scores needs weights of shape (..., n, n), not {w.shape}.",
+                                   code="induction_weights_shape", shape=str(w.shape))
+    start = check_int("start", start, 0, w.shape[-1] - 2)
+    length = check_int("length", length, 1, (w.shape[-1] - start) // 2)
     q = np.arange(start + length, start + 2 * length)
     return w[..., q, q - length + 1].astype(np.float64).mean(axis=-1)
 

@@ -430,7 +430,7 @@ def cross_attention_peaks(result: AudioAnalysis, heads: Iterable[tuple[int, int]
         int64 ``(target_len,)`` frame indices; multiply by ``result.frame_seconds`` for seconds.
 
     Raises:
-        IndexError: a ``(layer, head)`` outside the cross-attention array.
+        IndexOutOfRangeError (an IndexError): a ``(layer, head)`` outside the cross-attention array.
     """
     cross = result.analysis.attentions["cross"]  # (layers, heads, T, frames [+1])
     if heads is None:

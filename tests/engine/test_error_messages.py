@@ -21,7 +21,8 @@ DYNAMIC = {'EMPTY_CODES.get(name, "empty_text")': ["empty_text", "empty_text_pai
            "code": ["text_pair_needs_encoder", "target_needs_encdec"],  # analysis._only_for's callers
            "why.code": list(LOAD_CODES),  # a library's failure while loading a folder (library_errors.load_failure)
            "kind.code": list(GGUF_CODES),  # a library's failure while reading a GGUF file (library_errors.gguf_failure)
-           "_code(where)": ["flow_identity", "flow_identity_head"]}  # the flow's self-checks: a layer or the head
+           "_code(where)": ["flow_identity", "flow_identity_head"],  # the flow's self-checks: a layer or the head
+           'f"index_{axis}"': ["index_layer", "index_head", "index_row", "index_key"]}  # analysis.indexing
 # params a raise may pass for the English message and API users only: never in a translation, where they would
 # quote a library's English (issue 33)
 ENGLISH_ONLY = {"detail"}

@@ -57,6 +57,12 @@ def small(low: int = 0, high: int = 4) -> st.SearchStrategy:
     return arg(st.integers(low, high))
 
 
+# an index of stored weights: ints in and out of range, slices, int lists, None and Ellipsis, up to five deep
+INDEX = arg(st.lists(st.one_of(st.integers(-9, 9), st.sampled_from([slice(None), slice(1, 3), slice(None, None, 2),
+                                                                   None, Ellipsis, [0, 2], [0, 9], 2 ** 63, 1.5])),
+                     min_size=1, max_size=5).map(tuple))
+
+
 @pytest.fixture(scope="module")
 def dec(tiny):
     return tiny("gpt2")
@@ -362,6 +368,12 @@ CALLS = {
     "sparse.duo_compare": ("dec", st.fixed_dictionaries({"lengths": arg([[64], [10]]), "draws": small(-1, 1),
                                                          "fractions": arg([[0.1], [0.0], [2.0]])}),
                            lambda m, a, f, kw: sparse.duo_compare(m, depths=(0.5,), **kw)),
+    # stored weights and masks, indexed as the README shows (a.attentions[stack][layer, head], a.masks[stack][layer])
+    "attentions[stack][key]": ("dec", st.fixed_dictionaries({"key": INDEX, "keep": arg([True, False])}),
+                               lambda m, a, f, kw: models.analyze(m, "the cat chased", keep=kw["keep"])
+                               .attentions["decoder"][kw["key"]]),
+    "masks[stack][key]": ("dec", st.fixed_dictionaries({"key": INDEX}),
+                          lambda m, a, f, kw: models.analyze(m, "the cat chased").masks["decoder"][kw["key"]]),
     "why.composition": ("dec", st.fixed_dictionaries({"stack": arg([None, "decoder", "x"]), "layer": arg(
         st.one_of(st.none(), st.integers(-1, 3)))}), lambda m, a, f, kw: _composed(models.why.composition(m, **kw))),
 }
