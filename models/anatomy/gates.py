@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .. import checks
 from ..capture import hooks, state as capture_state
 from .projections import interface_projection
 from .site import GATE_MIXED, GATE_PROJ, Site
@@ -100,8 +101,8 @@ def _gated_probe(loaded: LoadedModel, inputs: dict, undecided: dict[int, Site], 
 
     handles = [modules[name].register_forward_pre_hook(keep(name)) for name in wanted]
     try:
-        with torch.no_grad(), capture_state.capture(loaded.site_index, record=False, gates=gates):
-            model(**inputs)
+        with torch.no_grad(), checks.index_guard(), capture_state.capture(loaded.site_index, record=False, gates=gates):
+            model(**inputs)  # index-guarded: a failing probe fails alike on a GPU (models.checks.index_guard)
     except Exception:  # noqa: BLE001 - a probe that does not run changes nothing
         return {}
     finally:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import checks
 from ..loading.model import LoadedModel
 
 _LOCK = threading.Lock()
@@ -105,7 +106,9 @@ def _is_rope(out) -> bool:
 def _answers(module: torch.nn.Module, device, layer_types: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
     pos = torch.tensor([list(_POSITIONS)], dtype=torch.long, device=device)
     x = torch.zeros(1, dtype=torch.float32, device=device)
-    with torch.no_grad():
+    # under the index guard: a module that is no rotary embedding may index past a table with these positions, which
+    # a GPU would answer with a device assert that ends the process's use of it, not an exception caught here
+    with torch.no_grad(), checks.index_guard():
         try:
             return _is_rope(module(x, pos)), ()
         except Exception:  # noqa: BLE001 - a module that is not a rotary embedding fails in any way it likes
