@@ -19,8 +19,9 @@ from views.shared import t
 from viz import transforms as tf
 from viz.export import attentions_npz, matrix_csv
 from viz.head_view import head_view_html, head_view_layout, head_view_svg, html_height
-from viz.heatmap import MAX_TICKS, PLOT_PX, head_heatmap, image_config
-from viz.model_view import model_view, point_to_cell
+from viz import heatmap as vh, model_view as vmv
+from viz.heatmap import MAX_TICKS, PLOT_PX, image_config
+from viz.model_view import point_to_cell
 from viz.morphemes import heatmap_hover, prepare_units
 from viz.prepare import Prepared, prepare as prepare_view
 from viz.summary import head_summary_table
@@ -35,6 +36,8 @@ HEAD_VIEW_ZOOM = 1.4
 # a ZOOM x ZOOM window at full resolution; words are merged up to WORDS_MAX_LONG tokens; the token list
 # shows the first TOKENS_LISTED tokens.
 HEATMAP_MAX = 256
+# figures built once for every session that shows the same thing (views/shared/figures.py)
+head_heatmap, model_view = shared.shared_figure(vh.head_heatmap), shared.shared_figure(vmv.model_view)
 ZOOM = 96
 WORDS_MAX_LONG = 2048
 TOKENS_LISTED = 600

@@ -23,6 +23,10 @@ from viz import pruning as vp
 from viz import text as vtext
 
 t = shared.t
+# figures built once for every session that shows the same thing (views/shared/figures.py)
+head_heatmap, head_grid = shared.shared_figure(vh.head_heatmap), shared.shared_figure(vp.head_grid)
+share_figure, route_figure, lens_figure = (shared.shared_figure(f) for f in (vf.share_figure, vf.route_figure,
+                                                                             vf.lens_figure))
 L = shared.lang()
 THRESHOLDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2)
 MAX_TOKENS = 256  # the page draws n-wide graphs and two n x n maps
@@ -38,6 +42,11 @@ def _flow(name: str, text: str, heads_off: frozenset, mask: str, stack: str) -> 
 def _shares(name: str, text: str, heads_off: frozenset, mask: str, stack: str):
     analysis = shared.get_analysis(name, text, heads_off=heads_off, mask=mask, max_tokens=MAX_TOKENS)
     return mflow.special_share(analysis, _flow(name, text, heads_off, mask, stack))
+
+
+@shared.cached
+def _lens(name: str, text: str, heads_off: frozenset, mask: str, stack: str, position: int) -> mflow.LogitLens:
+    return _flow(name, text, heads_off, mask, stack).logit_lens(position, k=5)
 
 
 @shared.cached
@@ -104,7 +113,7 @@ h1, h2 = st.columns(2)
 for col, matrix, title, unit in ((h1, maps[0], t("flow_raw_title", layer=layer, head=head), t("weight")),
                                  (h2, maps[1], t("flow_vw_title", layer=layer, head=head), t("flow_vw_unit"))):
     with col:
-        fig = vh.head_heatmap(matrix, q_labels, k_labels, title=title + at_level, query_title=t("query"),
+        fig = head_heatmap(matrix, q_labels, k_labels, title=title + at_level, query_title=t("query"),
                               key_title=t("key"), weight_title=unit, plot_px=shared.fewer(260),
                               max_ticks=shared.fewer(14), lang=L)
         shared.plotly_chart(vm.heatmap_hover(fig, lv.axis_hover(q_axis), lv.axis_hover(k_axis)), key=f"flow_map_{unit}")
@@ -118,7 +127,7 @@ if any(tok.special for tok in tokens):
     m2.metric(t("flow_special_vw"), _pct(vw.mean()), border=True,
               delta=shared.t_plain("flow_points", x=nb.num(100 * float(vw.mean() - raw.mean()), 1, L, sign=True)),
               delta_color="off")
-    shared.plotly_chart(vf.share_figure(raw, vw, names=(t("flow_raw"), t("flow_vw")), title=t("flow_special_title"),
+    shared.plotly_chart(share_figure(raw, vw, names=(t("flow_raw"), t("flow_vw")), title=t("flow_special_title"),
                                         layer_title=t("layer"), share_title=t("flow_share_axis"), lang=L), key="flow_special")
     st.caption(t("flow_special_note"))
 
@@ -129,7 +138,7 @@ URL.bind("flow_threshold", 0.04, options=list(THRESHOLDS))
 threshold = st.select_slider(t("flow_threshold"), THRESHOLDS, key="flow_threshold",
                              format_func=lambda v: nb.num(v, 2, L))
 route = _or_stop(flow.route, int(position), threshold)
-shared.plotly_chart(vf.route_figure(
+shared.plotly_chart(route_figure(
     route.nodes, route.edges, labels, n_layers, title=shared.t_plain("flow_route_title", token=vtext.plotly_text(labels[position]), n=len(route.nodes)),
     kind_names={k: t(f"flow_kind_{k}") for k in vf.KIND_COLOURS}, layer_title=t("layer"), position_title=t("flow_token"),
     share_title=t("flow_share"), lang=L), key="flow_route")
@@ -138,7 +147,7 @@ for s, lay, h in off:
     if s == stack:
         off_grid[lay, h] = True
 heads_at = np.stack([lf.heads[position] for lf in flow.layers])
-shared.plotly_chart(vp.head_grid(heads_at, off_grid, title=shared.t_plain("flow_heads_title", token=vtext.plotly_text(labels[position])),
+shared.plotly_chart(head_grid(heads_at, off_grid, title=shared.t_plain("flow_heads_title", token=vtext.plotly_text(labels[position])),
                                  score_title=t("flow_share"), layer_title=t("layer"), head_title=t("head"),
                                  off_title=t("flow_off"), lang=L), key="flow_heads")
 residual = [float(lf.heads_residual[position]) for lf in flow.layers]
@@ -151,15 +160,15 @@ if flow.head_refused is not None:
     URL.finish()
     st.stop()
 st.markdown(t("flow_s3_text"))
-lens = _or_stop(flow.logit_lens, int(position), k=5)
+lens = _or_stop(_lens, sel.model, sel.text, off, mask, stack, int(position))
 streams = [t("flow_embeddings")] + [t("flow_after_layer", layer=i) for i in range(n_layers)]
-shared.plotly_chart(vf.lens_figure(lens.labels, lens.probs, streams, title=shared.t_plain("flow_lens_title", token=vtext.plotly_text(labels[position])),
+shared.plotly_chart(lens_figure(lens.labels, lens.probs, streams, title=shared.t_plain("flow_lens_title", token=vtext.plotly_text(labels[position])),
                                    rank_title=t("flow_rank"), stream_title=t("flow_stream"),
                                    prob_title=t("flow_prob"), lang=L), key="flow_lens")
 first = int(np.argmax(lens.final_rank == 0)) if (lens.final_rank == 0).any() else n_layers
 st.caption(t("flow_lens_note", token=vtext.shown(lens.labels[-1][0]), stream=streams[first]))
 effect = _or_stop(_direct, sel.model, sel.text, off, mask, stack, int(position))
-shared.plotly_chart(vp.head_grid(effect.on_final, off_grid, title=shared.t_plain("flow_effect_title", token=vtext.plotly_text(vtext.shown(lens.labels[-1][0]))),
+shared.plotly_chart(head_grid(effect.on_final, off_grid, title=shared.t_plain("flow_effect_title", token=vtext.plotly_text(vtext.shown(lens.labels[-1][0]))),
                                  score_title=t("flow_logit_change"), layer_title=t("layer"), head_title=t("head"),
                                  off_title=t("flow_off"), diverging=True, lang=L), key="flow_effect")
 d1, d2 = st.columns(2)

@@ -23,6 +23,10 @@ from viz import numbers as vnum
 from viz import pruning as vp
 from viz import text as vtext
 
+# figures built once for every session that shows the same thing (views/shared/figures.py)
+attention_before_after, head_grid, pruning_curve = (shared.shared_figure(f) for f in (
+    vp.attention_before_after, vp.head_grid, vp.pruning_curve))
+
 t = shared.t
 OFF_KEY = shared.HEADS_OFF_KEY  # model name -> sorted list of [stack, layer, head] switched off
 VERSION_KEY = "prune_click_version"  # bumps after a click on a grid so the chart's selection resets
@@ -342,7 +346,7 @@ if before is not None and after is not None:
     wa = after.attentions[att_stack][layer_sel, head_sel]
     if q_axis is not None:
         wb, wa = vm.merge_units(wb, q_axis, k_axis), vm.merge_units(wa, q_axis, k_axis)
-    fig = vp.attention_before_after(
+    fig = attention_before_after(
         wb, wa, [tk.label for tk in q_tokens] if q_axis is None else q_axis.labels,
         [tk.label for tk in k_tokens] if k_axis is None else k_axis.labels,
         titles=(t("prune_before"), t("prune_after"), t("prune_diff")), query_title=t("prune_query"),
@@ -383,7 +387,7 @@ if st.session_state.get(imp_key):
             (g2, gradient, t("prune_gradient_title"), grad_short, False, "grad"),
         ):
             key = f"prune_grid_{tag}_{version}"
-            fig = vp.head_grid(scores.values[grid_stack], off_grid, title=title, score_title=short,
+            fig = head_grid(scores.values[grid_stack], off_grid, title=title, score_title=short,
                                layer_title=t("prune_layer"), head_title=t("prune_head"), off_title=t("prune_off"),
                                diverging=diverging, lang=shared.lang())
             shared.plotly_chart(fig, container=col, key=key, selection_mode="points", width="stretch",
@@ -432,7 +436,7 @@ if curve is None:
     except models.DikkatError:
         pass  # the run itself says what is wrong
 else:
-    shared.plotly_chart(vp.pruning_curve(
+    shared.plotly_chart(pruning_curve(
         curve.shares, curve.by_importance, curve.random, metric_title=metric_label,
         importance_label=t("prune_curve_by_importance"), random_label=t("prune_curve_random"),
         share_title=t("prune_curve_share"), lang=shared.lang()), width="stretch", key="prune_curve_fig")

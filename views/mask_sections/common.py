@@ -100,14 +100,19 @@ def chart(fig, key: str, columns: int = 1) -> None:
     shared.plotly_chart(fig, key=key, columns=columns, config={"displaylogo": False})
 
 
+# built once for every session that shows the same thing (views/shared/figures.py)
+_mask_figure, _attention_figure = shared.shared_figure(vm.mask_figure), shared.shared_figure(vm.attention_figure)
+kl_figure, drift_figure = shared.shared_figure(vm.kl_figure), shared.shared_figure(vm.drift_figure)
+
+
 def mask_figure(*args, **kwargs):
     """:func:`viz.masks.mask_figure` with its hover words and numbers in the interface language."""
-    return vm.mask_figure(*args, **{"allowed_label": t("masks_allowed"), "forbidden_label": t("masks_forbidden"),
+    return _mask_figure(*args, **{"allowed_label": t("masks_allowed"), "forbidden_label": t("masks_forbidden"),
                                     "lang": shared.lang(),
                                     "query_title": t("query"), "key_title": t("key"), **kwargs})
 
 
 def attention_figure(*args, **kwargs):
     """:func:`viz.masks.attention_figure` with its hover words, numbers and title note in the interface language."""
-    return vm.attention_figure(*args, **{"query_title": t("query"), "key_title": t("key"), "lang": shared.lang(),
+    return _attention_figure(*args, **{"query_title": t("query"), "key_title": t("key"), "lang": shared.lang(),
                                          "renormalised_label": t("masks_renormalised"), **kwargs})

@@ -12,10 +12,9 @@ import models
 from models.analysis import compare
 from models.capture import softmax as fallback_masks
 from views import shared
-from viz import masks as vm
 from viz.text import text_width
 from .common import (
-    KINDS, MAX_TOKENS, PRESETS, attention_figure, bind, chart, head_name, token_labels, layer_head, mask_figure, mask_title, native_run, pick_map, mask_run, text_model_ok, t,
+    KINDS, MAX_TOKENS, PRESETS, attention_figure, bind, chart, drift_figure, head_name, kl_figure, token_labels, layer_head, mask_figure, mask_title, native_run, pick_map, mask_run, text_model_ok, t,
 )
 
 
@@ -150,7 +149,7 @@ def section_compare(sel: shared.Selection) -> None:
     e1, e2 = st.columns(2) if show_kl else (None, st.container())
     if show_kl:
         with e1:
-            chart(vm.kl_figure(labels, {nm: r.kl for nm, r in zip(names, runs)}, title=t("masks_kl_title"),
+            chart(kl_figure(labels, {nm: r.kl for nm, r in zip(names, runs)}, title=t("masks_kl_title"),
                                 yaxis_title=t("masks_kl_axis"), unit=t("masks_nats"), lang=shared.lang()),
                    key="masks_kl", columns=2)
             st.caption(t("masks_kl_explain"))
@@ -160,7 +159,7 @@ def section_compare(sel: shared.Selection) -> None:
             r.analysis.next_token.tokens[-1][0] if r.analysis.next_token is not None else "" for r in runs
         ]
     with e2:
-        chart(vm.drift_figure({nm: r.layer_drift for nm, r in zip(names, runs)}, title=t("masks_drift_title"),
+        chart(drift_figure({nm: r.layer_drift for nm, r in zip(names, runs)}, title=t("masks_drift_title"),
                                xaxis_title=t("masks_layer_axis"), lang=shared.lang()), key="masks_drift", columns=2 if show_kl else 1)
         st.caption(t("masks_drift_explain"))
     summary[t("masks_summary_last_drift")] = [round(float(r.layer_drift[-1]), 4) for r in runs]

@@ -1,6 +1,6 @@
 """What every page shares (a package beside the pages, one module per concern): UI strings in both languages
 and escaping (:mod:`.strings`), figures, tables and errors on a page (:mod:`.output`), the cached models and
-analyses (:mod:`.cache`), the page's state in the link (:mod:`.urlstate`), the layer and head picker
+analyses (:mod:`.cache`) and the figures built once for every session (:mod:`.figures`), the page's state in the link (:mod:`.urlstate`), the layer and head picker
 (:mod:`.pickers`), the text field that keeps a classroom's limit (:mod:`.fields`), a model page's top
 (:mod:`.page`), the sidebar (:mod:`.sidebar`), the text size of projector mode (:mod:`.scale`).
 Pages use them as ``shared.t``, ``shared.get_analysis``, ....
@@ -15,6 +15,7 @@ from .cache import (  # noqa: F401
     reads_text, run_and_keep, truncation_text,
 )
 from .fields import text_field  # noqa: F401
+from .figures import shared_figure  # noqa: F401
 from .output import (  # noqa: F401
     PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,
 )

@@ -57,7 +57,8 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
         # anchors a title of several lines about a line higher than one line, however many: the pad moves its first
         # line down into the figure (one line's worth, measured in Chromium for 2 to 5 lines at 13 and 19.5 px)
         pad = (fig.layout.title.pad.t or 8) + (round(line) if added else 0)
-        fig.update_layout(title=dict(yref="container", y=1, yanchor="top", pad=dict(t=pad)))
+        fig.layout.title.update(yref="container", y=1, yanchor="top", pad=dict(t=pad))  # the title alone: a
+        # figure-wide update_layout walks every layout property (23 ms on the flow's route figure)
     if lang() == "tr":  # plotly's own words (the mode bar's buttons, "double-click to zoom back out") in Turkish
         kwargs["config"] = {"locale": "tr", "locales": {"tr": {"dictionary": _plotly_tr()}}, **(kwargs.get("config") or {})}
     return (container or st).plotly_chart(fig, **kwargs)

@@ -1,0 +1,75 @@
+"""Figures built once for every session (views/shared/figures.py, issue 27): a second call with the same arguments
+builds nothing and sends the browser exactly what the builder made; a caller's changes stay its own."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from views.shared import figures
+from viz import heatmap as vh, model_view as vmv
+
+LABELS = ["kedi", "fareyi", "kovaladı"]
+
+
+def _sent(fig) -> dict:
+    """What the browser gets: the figure's JSON, parsed (key order aside)."""
+    return json.loads(pio.to_json(fig, validate=False))
+
+
+def _counted(build):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return build(*args, **kwargs)
+
+    counted.__qualname__ = f"counted_{build.__qualname__}_{id(calls)}"  # a cache entry of its own per test
+    return figures.shared_figure(counted), calls
+
+
+def test_a_figure_is_built_once_and_is_the_builders_own():
+    w = np.array([[1.0, 0, 0], [0.3, 0.7, 0], [0.2, 0.5, 0.3]])
+    cached, calls = _counted(vh.head_heatmap)
+    first = cached(w, LABELS, LABELS, title="katman 0", lang="tr")
+    second = cached(w.copy(), list(LABELS), LABELS, title="katman 0", lang="tr")
+    assert len(calls) == 1
+    direct = vh.head_heatmap(w, LABELS, LABELS, title="katman 0", lang="tr")
+    assert _sent(second) == _sent(direct)
+    assert isinstance(second.data[0].z, np.ndarray) and np.array_equal(second.data[0].z, direct.data[0].z)
+    first.update_layout(title_text="changed")  # one session's styling reaches no other session's figure
+    first.data[0].z[0, 0] = 9.0
+    third = cached(w, LABELS, LABELS, title="katman 0", lang="tr")
+    assert third.layout.title.text == direct.layout.title.text and third.data[0].z[0, 0] == direct.data[0].z[0, 0]
+    cached(w, LABELS, LABELS, title="katman 0", lang="en")  # another language, another figure
+    w2 = w.copy()
+    w2[2] = [0.1, 0.1, 0.8]
+    cached(w2, LABELS, LABELS, title="katman 0", lang="tr")  # other weights, another figure
+    assert len(calls) == 3
+
+
+def test_a_figure_with_an_argument_that_has_no_key_is_built_each_time():
+    def bars(values, colour_of=None):
+        return go.Figure(go.Bar(y=values, marker_color=colour_of(values) if colour_of else None))
+
+    cached, calls = _counted(bars)
+    cached([1, 2], colour_of=lambda v: "#d62728")  # a function is no value the cache can key: built, not kept
+    cached([1, 2], colour_of=lambda v: "#d62728")
+    assert len(calls) == 2
+    cached(np.array([1, 2]))
+    cached(np.array([1, 2]))
+    assert len(calls) == 3
+
+
+def test_the_model_view_keeps_what_it_drew():
+    w = np.random.default_rng(0).random((2, 3, 4, 4)).astype(np.float32)
+    cached, calls = _counted(vmv.model_view)
+    fig, info = cached(w, selected=(1, 2))
+    again, info_again = cached(w, selected=(1, 2))
+    assert len(calls) == 1 and info == info_again == vmv.model_view(w, selected=(1, 2))[1]
+    assert _sent(again) == _sent(vmv.model_view(w, selected=(1, 2))[0])
+    cached(w, selected=(0, 0))
+    assert len(calls) == 2

@@ -1,0 +1,83 @@
+"""Figures built once for every session (issue 27: "do the work once per (model, text, heads, mask) for every
+session").
+
+Building a plotly figure is most of a page's script run once its analysis is cached: plotly validates and copies
+every property as it is set (the Masks page on smollm2-135m: 0.14 s a run, two thirds of it in plotly's
+``update_layout`` and validators; one 10-token attention heatmap 14 ms). When a class of 30 does the same click,
+each session ran its script on the same 2 cores and the last waited for the other 29. :func:`shared_figure` keeps a
+builder's figure, as a plain dict, in the shared :data:`views.shared.cache.CACHE` keyed by the builder and its
+arguments (arrays by their bytes); every later call, from any session, gets a fresh figure made from a copy of that
+dict without validating it again (0.6 ms: it was validated when first built), so what the page does to it after
+(its number style, text size, title wrapping) touches no other session's figure.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import numbers
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .cache import CACHE
+
+_UNKEYED = object()
+
+
+def _key(value, depth: int = 0):
+    """A hashable stand-in for a builder's argument: arrays by shape, dtype and a digest of their bytes, containers
+    item by item; :data:`_UNKEYED` for anything else (a figure of it is built, not kept)."""
+    if value is None or isinstance(value, (str, bool, numbers.Number, bytes)):
+        return value
+    if isinstance(value, np.generic):  # numpy's scalars (np.bool_ is no numbers.Number)
+        return ("scalar", value.dtype.str, value.item())
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return ("ndarray", data.shape, data.dtype.str, hashlib.blake2b(data.view(np.uint8), digest_size=16).digest())
+    if depth > 4:
+        return _UNKEYED
+    if isinstance(value, (list, tuple)):
+        items = tuple(_key(v, depth + 1) for v in value)
+        return _UNKEYED if any(i is _UNKEYED for i in items) else (type(value).__name__, items)
+    if isinstance(value, dict):
+        items = tuple((_key(k, depth + 1), _key(v, depth + 1)) for k, v in value.items())
+        return _UNKEYED if any(_UNKEYED in pair for pair in items) else ("dict", items)
+    return _UNKEYED
+
+
+def _figure_dict(fig: go.Figure) -> dict:
+    """``fig`` as ``{"data": [...], "layout": {...}}`` with its arrays as numpy arrays (``fig.to_dict()`` writes them
+    as base64 typed-array dicts, which code that reads ``fig.data[0].z`` back cannot use)."""
+    return {"data": [trace.to_plotly_json() for trace in fig.data], "layout": fig.layout.to_plotly_json()}
+
+
+def _as_kept(built):
+    """A builder's result as kept: a figure as its dict; a tuple ``(figure, ...)`` with its figure as a dict (the
+    model view also returns what it drew)."""
+    if isinstance(built, tuple) and built and isinstance(built[0], go.Figure):
+        return (_figure_dict(built[0]),) + built[1:]
+    return _figure_dict(built)
+
+
+def shared_figure(build):
+    """Decorator: ``build(*args, **kwargs) -> go.Figure`` (or a tuple that starts with one; a pure function of its
+    arguments, the tuple's other items read-only) built once per distinct
+    arguments for every session, kept in :data:`CACHE` as a dict (:func:`_figure_dict`) (its bytes counted against the cache's
+    budget). Each call returns a new ``go.Figure`` made from a deep copy of the kept dict without validation, so the
+    caller may change it. Arguments that cannot be keyed (an object, a callable) build the figure every time."""
+    name = (build.__module__, build.__qualname__)
+
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        key = _key((args, kwargs))
+        if key is _UNKEYED:
+            return build(*args, **kwargs)
+        kept = CACHE.get_or_create(("figure", name, key), lambda: _as_kept(build(*args, **kwargs)))
+        if isinstance(kept, tuple):  # (figure, what else the builder returned)
+            return (go.Figure(copy.deepcopy(kept[0]), _validate=False),) + kept[1:]
+        return go.Figure(copy.deepcopy(kept), _validate=False)
+
+    wrapper.uncached = build
+    return wrapper
