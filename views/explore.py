@@ -21,7 +21,6 @@ from viz.export import attentions_npz, matrix_csv
 from viz.head_view import head_view_html, head_view_layout, head_view_svg, html_height
 from viz import heatmap as vh, model_view as vmv
 from viz.heatmap import MAX_TICKS, PLOT_PX, image_config
-from viz.model_view import point_to_cell
 from viz.morphemes import heatmap_hover, prepare_units
 from viz.prepare import Prepared, prepare as prepare_view
 from viz.summary import head_summary_table
@@ -36,8 +35,7 @@ HEAD_VIEW_ZOOM = 1.4
 # a ZOOM x ZOOM window at full resolution; words are merged up to WORDS_MAX_LONG tokens; the token list
 # shows the first TOKENS_LISTED tokens.
 HEATMAP_MAX = 256
-# figures built once for every session that shows the same thing (views/shared/figures.py)
-head_heatmap, model_view = shared.shared_figure(vh.head_heatmap), shared.shared_figure(vmv.model_view)
+head_heatmap, model_view = shared.shared_figure(vh.head_heatmap), shared.shared_figure(vmv.model_view)  # built once
 ZOOM = 96
 WORDS_MAX_LONG = 2048
 TOKENS_LISTED = 600
@@ -64,7 +62,7 @@ def _on_model_click(heads: int) -> None:
     points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else \
         getattr(getattr(event, "selection", None), "points", []) or []
     for point in points:
-        cell = point_to_cell(dict(point), heads)
+        cell = vmv.point_to_cell(dict(point), heads)
         if cell is not None:
             st.session_state["layer"] = cell[0]
             if heads > 1:

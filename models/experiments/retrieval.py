@@ -126,7 +126,9 @@ def needle_passes(loaded: LoadedModel, lengths=LENGTHS, depths=DEPTHS, fractions
                   draws: int = DRAWS) -> list[tuple[float, int]]:
     """The forward passes :func:`retrieval_heads` makes, as ``(passes, tokens)``: per needle, the all-full run and
     the window everywhere, and per k the top-k and ``draws`` random draws. A needle pass runs fused except the answer
-    rows' weights (about 1.3 plain passes, measured on smollm2-135m)."""
+    rows' weights and logits (about 0.55 of a plain pass, which :func:`models.experiments.forward_seconds` times with
+    every row's logits: on smollm2-135m at 1,024 tokens 1.90 s against 3.59 s; with 1.3 the page said 201 s for an
+    85 s run)."""
     needles = len(depths)
     per = 2 + len(fractions) * (1 + draws)
-    return [(1.3 * needles * per, min(int(n), int(loaded.max_positions or n))) for n in lengths]
+    return [(0.55 * needles * per, min(int(n), int(loaded.max_positions or n))) for n in lengths]

@@ -59,7 +59,7 @@ def test_a_run_on_a_tiny_llama_scores_every_head_and_measures_each_configuration
 
 def test_the_estimate_counts_the_needle_passes(llama):
     passes = retrieval.needle_passes(llama)
-    assert passes == [(1.3 * 3 * (2 + 2 * 3), 256)]
+    assert passes == [(0.55 * 3 * (2 + 2 * 3), 256)]
     seconds = E.estimate_seconds("retrieval_heads", llama)
     assert seconds == pytest.approx(passes[0][0] * E.forward_seconds(llama, 256))
 
