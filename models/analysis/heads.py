@@ -8,7 +8,7 @@ from typing import Iterable
 import torch
 
 from .. import checks
-from ..anatomy.site import GATE_NONE
+from ..sites.site import GATE_NONE
 from ..errors import InvalidHeadError, UnsupportedOperationError
 from ..loading.model import LoadedModel
 

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import UnsupportedOperationError
 from ..loading.model import LoadedModel
-from ..anatomy.inputs import accepts as _accepts
+from ..sites.inputs import accepts as _accepts
 
 from .result import Analysis, TopK  # noqa: F401  (models.analysis.outputs.TopK as before)
 

@@ -47,7 +47,7 @@ class Analysis:
             with an attention sink (``sinks``), whose rows sum to ``1 - sink_share``.
         missing_stacks: ``stack -> why it is not in attentions``: a stack of the model that is not shown
             (:attr:`models.LoadedModel.missing_stacks`; Pegasus-X's local/global encoder).
-        sinks: ``stack -> [layers with a learned attention sink]`` (:attr:`models.anatomy.site.Site.sink`;
+        sinks: ``stack -> [layers with a learned attention sink]`` (:attr:`models.sites.site.Site.sink`;
             GPT-OSS); empty for models without one. See :meth:`sink_share`.
         statistics: ``stack -> name -> float32 (layers, heads)``: the per-head statistics of the raw
             weights (:class:`models.analysis.statistics.HeadStatistics`; names as ``viz.transforms.STATISTICS``).

@@ -12,8 +12,8 @@ from .. import capture, checks
 from ..capture import softmax as fallback_masks
 from ..errors import EmptyTextError, InvalidArgumentError, ModelOutOfMemoryError, UnsupportedOperationError
 from ..loading.model import LoadedModel
-from ..anatomy.inputs import accepts as _accepts
-from ..anatomy.site import Site
+from ..sites.inputs import accepts as _accepts
+from ..sites.site import Site
 from .heads import heads_to_gates, validate_heads
 from .mask_plan import resolve_masks
 from .outputs import collect_hidden, fill_outputs, generate_target, lm_blocks
@@ -317,7 +317,7 @@ def _keep_all(model: LoadedModel, result: Analysis, keep, eager_stacks: set) -> 
 
 def _forward(model: LoadedModel, call: dict, gates: dict, masks: dict, softmax_masks: dict, collector: Collector,
              keep_all: bool, head_blocks: bool, n: int) -> tuple:
-    """Step 6: the one forward pass, in a :func:`models.capture.capture` context (weights to the collector when
+    """Step 6: the one forward pass, in a :func:`models.capture.rerun` context (weights to the collector when
     every weight is held; the fused kernel for layers nobody reads otherwise). Returns ``(outputs, capture state,
     final hidden states or None)``; the final hidden states are kept when the head runs on blocks of positions.
 
@@ -325,31 +325,25 @@ def _forward(model: LoadedModel, call: dict, gates: dict, masks: dict, softmax_m
         ModelOutOfMemoryError: the pass ran out of memory."""
     fallback = model.capture_path == "fallback"
     last_hidden: list[torch.Tensor] = []
-    hook = None
-    try:
-        with torch.no_grad(), capture.capture(
-            model.site_index, gates=gates, masks=masks, record=False,
-            sink=collector.sink if (keep_all and not fallback) else None,
-            mask_sink=None if fallback else collector.mask_sink, chunk_bytes=capture.state.CHUNK_BYTES,
-            fused=not keep_all and model.sdpa_ok,
-        ) as state:
-            if head_blocks:
-                # the model is shared between threads: keep only this call's final hidden states
-                def grab(_module, _args, out, state=state):
-                    if capture.current() is state:
-                        last_hidden.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
 
-                hook = model.model.base_model.register_forward_hook(grab)
-            with fallback_masks.applying(softmax_masks):
-                outputs = model.model(**call)
-    except torch.OutOfMemoryError as exc:
+    def grab(_module, _args, out):  # own: the model is shared between threads, keep only this call's hidden states
+        last_hidden.append(out[0] if isinstance(out, tuple) else out.last_hidden_state)
+
+    def oom(exc):
         raise ModelOutOfMemoryError(
             f"Out of memory running '{model.name}' on {n} tokens ({model.device}); try a shorter text.",
             code="oom_tokens", model=model.name, tokens=n, device=str(model.device)
         ) from exc
-    finally:
-        if hook is not None:
-            hook.remove()
+
+    hooks = [capture.Hook(model.model.base_model, grab, own=True)] if head_blocks else []
+    with capture.rerun(
+        model, gates=gates, masks=masks, hooks=hooks, oom=oom,
+        sink=collector.sink if (keep_all and not fallback) else None,
+        mask_sink=None if fallback else collector.mask_sink, chunk_bytes=capture.state.CHUNK_BYTES,
+        fused=not keep_all and model.sdpa_ok,
+    ) as state:
+        with fallback_masks.applying(softmax_masks):
+            outputs = model.model(**call)
     return outputs, state, last_hidden[0] if last_hidden else None
 
 

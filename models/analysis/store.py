@@ -14,7 +14,7 @@ pass when first read). Either way
   :class:`~models.errors.AttentionTooLargeError`, which says to index a layer.
 
 Weights that were not kept are recomputed by :class:`Replay`: the same forward pass (same inputs, heads
-switched off, masks) runs again under :func:`models.capture.capture`, sends only the wanted layer's
+switched off, masks) runs again under :func:`models.capture.rerun`, sends only the wanted layer's
 weights (block by block, only the wanted heads and rows) to a buffer, and stops right after that layer.
 The same eager functions run on the same inputs in the same blocks, so the recomputed weights are
 bit-identical to the ones the analysis saw (and equal the family's eager weights, as the capture path
@@ -153,20 +153,20 @@ class Replay:
         def sink(site, q0, k0, w, q_len, k_len):
             visit(site.stack, site.layer, q0, k0, w[0])
 
-        loaded = self.loaded
-        call = {k: v.to(loaded.device) if isinstance(v, torch.Tensor) else v for k, v in self.call.items()}
-        try:
-            with torch.no_grad(), capture.capture(loaded.site_index, record=False, gates=self.gates,
-                                                  masks=self.masks, sink=sink, want=want, stop_after=self.stop_early,
-                                                  chunk_bytes=self.chunk_bytes):
-                loaded.model(**call)
-        except capture.StopForward:
-            pass
-        except torch.OutOfMemoryError as exc:
+        def oom(exc):
             raise ModelOutOfMemoryError(
                 f"Out of memory computing the attention weights again on {loaded.device}; free memory or use a "
                 "shorter text.",
                 code="oom_recompute", device=str(loaded.device)) from exc
+
+        loaded = self.loaded
+        call = {k: v.to(loaded.device) if isinstance(v, torch.Tensor) else v for k, v in self.call.items()}
+        try:
+            with capture.rerun(loaded, gates=self.gates, masks=self.masks, oom=oom, sink=sink, want=want,
+                               stop_after=self.stop_early, chunk_bytes=self.chunk_bytes):
+                loaded.model(**call)
+        except capture.StopForward:
+            pass
 
 
 def _is_int(key) -> bool:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import NoAttentionWeightsError
-from .inputs import accepts, probe_inputs
+from ..sites.inputs import accepts, probe_inputs
 
 if TYPE_CHECKING:
     from ..loading.model import LoadedModel

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import checks
-from ..capture import hooks, state as capture_state
+from ..capture import hooks
+from ..capture.context import Hook, rerun
 from .projections import interface_projection
-from .site import GATE_MIXED, GATE_PROJ, Site
+from ..sites.site import GATE_MIXED, GATE_PROJ, Site
 from .tensors import has_weight_matrix, linear_width, tolerance
 
 if TYPE_CHECKING:
@@ -99,15 +100,12 @@ def _gated_probe(loaded: LoadedModel, inputs: dict, undecided: dict[int, Site], 
                 gated.setdefault(name, args[0].detach())
         return hook
 
-    handles = [modules[name].register_forward_pre_hook(keep(name)) for name in wanted]
+    keeping = [Hook(modules[name], keep(name), pre=True) for name in wanted]
     try:
-        with torch.no_grad(), checks.index_guard(), capture_state.capture(loaded.site_index, record=False, gates=gates):
+        with checks.index_guard(), rerun(loaded, gates=gates, hooks=keeping):
             model(**inputs)  # index-guarded: a failing probe fails alike on a GPU (models.checks.index_guard)
     except Exception:  # noqa: BLE001 - a probe that does not run changes nothing
         return {}
-    finally:
-        for handle in handles:
-            handle.remove()
     out = {}
     for mid, site in undecided.items():
         proj = None

@@ -3,7 +3,7 @@
 One probe forward pass finds every attention module (:func:`discover_sites`): on the interface path the
 modules that call transformers' ``AttentionInterface`` (Dikkat's function records their weights), with each
 layer's output projection and gate (:mod:`models.anatomy.gates`); on the fallback path the model's own eager
-``output_attentions``, checked to be token-by-token probability maps (:mod:`models.anatomy.maps`), with each
+``output_attentions``, checked to be token-by-token probability maps (:mod:`models.sites.maps`), with each
 layer's output projection proven (:mod:`models.anatomy.projections`) or the layer's softmax found
 (:mod:`models.capture.softmax`).
 """
@@ -19,10 +19,10 @@ from ..capture.hooks import counting_every_module, install_call_counters, instal
 from ..capture.state import probing
 from ..errors import NoAttentionWeightsError
 from .gates import place_gates
-from .inputs import probe_inputs
-from .maps import attention_tuples, check_maps, rows_sum_to_one
+from ..sites.inputs import probe_inputs
+from ..sites.maps import attention_tuples, check_maps, rows_sum_to_one
 from .projections import Recorder, find_out_projs, layer_linears
-from .site import GATE_NONE, GATE_PROJ, GATE_SOFTMAX, Site, layer_of, stack_of
+from ..sites.site import GATE_NONE, GATE_PROJ, GATE_SOFTMAX, Site, layer_of, stack_of
 from .tensors import has_weight_matrix
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def discover_sites(loaded: LoadedModel):
     """Probe the model once and fill ``loaded.sites`` / ``site_index`` / ``capture_path``: every attention
-    layer, its output projection and where its heads are gated (:class:`~models.anatomy.site.Site`).
+    layer, its output projection and where its heads are gated (:class:`~models.sites.site.Site`).
 
     Interface path: one pass lists every call of :func:`~models.capture.interface.dikkat_attention` (with each
     module's forward calls counted, so a module called at several depths is told from two attention calls in
@@ -49,7 +49,7 @@ def discover_sites(loaded: LoadedModel):
         NoAttentionWeightsError: no attention module routes through the interface and the model
             returns no attention weights with ``output_attentions=True`` either; or what it has is not a
             token-by-token map (self-attention with extra keys, layers of a stack with different head
-            counts, fallback tensors that are not probability maps: :func:`~models.anatomy.maps.check_maps`).
+            counts, fallback tensors that are not probability maps: :func:`~models.sites.maps.check_maps`).
     """
     inputs = probe_inputs(loaded)
     if getattr(loaded.model.config, "_attn_implementation", None) != "eager":  # loaded eager: nothing routes
@@ -177,7 +177,7 @@ def _scores_to_weights(loaded: LoadedModel, stacks: dict[str, tuple], inputs: di
 def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[Site]:
     """An encoder-decoder whose decoder routes through the interface but whose encoder does not (LongT5,
     BigBird-Pegasus, Pegasus-X): the encoder's sites when its eager ``output_attentions`` are token-by-token
-    maps (:func:`~models.anatomy.maps.check_maps`), read in the same forward pass (``fallback_stacks``); else none, with the
+    maps (:func:`~models.sites.maps.check_maps`), read in the same forward pass (``fallback_stacks``); else none, with the
     reason in ``missing_stacks``."""
     with torch.no_grad(), Recorder(layer_linears(loaded.model)) as seen:
         outputs = loaded.model(**inputs, output_attentions=True)

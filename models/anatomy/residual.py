@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..capture import state as capture_state
+from ..capture.context import Hook, rerun
 from ..errors import UnsupportedOperationError
-from .inputs import probe_inputs
+from ..sites.inputs import probe_inputs
 from .norms import freeze
-from .site import layer_block
+from ..sites.site import layer_block
 from .tensors import close as _close, first_tensor, input_tensor, tolerance
 
 if TYPE_CHECKING:
@@ -138,22 +138,18 @@ def _probe(loaded: LoadedModel) -> FlowLayout:
     modules = dict(model.named_modules())
     seen: dict[str, tuple] = {}
     tol = tolerance(loaded.dtype)
-    state = None
 
     def keep(name):
-        def hook(_module, args, kwargs, out):  # this probe's own call only: the model is shared between sessions
-            if capture_state.current() is state and state is not None and name not in seen:
+        def hook(_module, args, kwargs, out):
+            if name not in seen:
                 seen[name] = (input_tensor(args, kwargs), first_tensor(out))
         return hook
 
-    hooks = [m.register_forward_hook(keep(n), with_kwargs=True) for n, m in modules.items() if n]
-    try:
-        with torch.no_grad(), capture_state.capture(loaded.site_index, record=False) as state:
-            state.outputs = {}
-            outputs = model(**probe_inputs(loaded), **loaded.call_kwargs)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    # own: this probe's own call only, the model is shared between sessions
+    hooks = [Hook(m, keep(n), with_kwargs=True, own=True) for n, m in modules.items() if n]
+    with rerun(loaded, hooks=hooks) as state:
+        state.outputs = {}
+        outputs = model(**probe_inputs(loaded), **loaded.call_kwargs)
     labels = loaded.layer_labels()
     for stack in {s.stack for s in sites}:
         why = None

@@ -9,12 +9,17 @@
 * :mod:`.softmax`: the fallback path's hooks at a layer's softmax (replaced masks, heads switched off there,
   weights read there).
 * :mod:`.blocks`: masks as additive tensors and the blocks of query rows a long input is computed in.
+* :mod:`.rerun`: :func:`rerun`, the one context in which the engine runs a loaded model again under chosen gates,
+  masks and hooks (hooks always removed; out of memory raised as :class:`~models.errors.ModelOutOfMemoryError`).
+  Nothing else opens :func:`capture` (``tests/engine/test_rerun.py``).
 
 Where each layer's attention sits and how its heads are gated is found once at load time by
-:mod:`models.anatomy`, which this package reads (:class:`~models.anatomy.site.Site`).
+:mod:`models.anatomy` and written in the vocabulary of :mod:`models.sites` (:class:`~models.sites.site.Site`), the
+floor this package reads; this package imports nothing from :mod:`models.anatomy`, whose probe runs on it.
 """
 
-from ..anatomy.site import LAYER_INDEX, Site, layer_of, stack_of
+from ..sites.site import LAYER_INDEX, Site, layer_of, stack_of
+from .context import Hook, rerun
 from .blocks import allowed_keys, allowed_of, apply_mask, block_of, is_causal, plan_blocks
 from .hooks import counting_every_module, install_call_counters, install_projection_gates
 from .interface import ATTN_IMPLEMENTATION, dikkat_attention, register
@@ -22,8 +27,8 @@ from .state import CHUNK_BYTES, CaptureState, StopForward, capture, current, per
 from . import softmax  # noqa: F401  (registers its clean-up with state.ON_EXIT)
 
 __all__ = [
-    "ATTN_IMPLEMENTATION", "CHUNK_BYTES", "CaptureState", "LAYER_INDEX", "Site", "StopForward", "allowed_keys",
+    "ATTN_IMPLEMENTATION", "CHUNK_BYTES", "CaptureState", "Hook", "LAYER_INDEX", "Site", "StopForward", "allowed_keys",
     "allowed_of", "apply_mask", "block_of", "capture", "counting_every_module", "current", "dikkat_attention",
     "install_call_counters", "install_projection_gates", "is_causal", "layer_of", "per_head", "plan_blocks",
-    "probing", "register", "stack_of",
+    "probing", "register", "rerun", "stack_of",
 ]

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from torch import nn
 
-from ..anatomy.site import GATE_PROJ, Site
+from ..sites.site import GATE_PROJ, Site
 from .state import _STATE, per_head
 
 

@@ -22,7 +22,7 @@ import sys
 import torch
 from torch import nn
 
-from ..anatomy.site import GATE_PROJ, Site
+from ..sites.site import GATE_PROJ, Site
 from .blocks import apply_mask, block_of, is_causal, plan_blocks
 from .head_rules import fused_per_head, per_head_mask, rows_mask, rows_weights
 from .state import _STATE, CaptureState, StopForward, per_head

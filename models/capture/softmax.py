@@ -39,10 +39,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import checks
-from ..anatomy.inputs import probe_inputs
-from ..anatomy.maps import attention_tuples
-from ..anatomy.site import GATE_SOFTMAX
-from .state import ON_EXIT, capture, current
+from ..sites.inputs import probe_inputs
+from ..sites.maps import attention_tuples
+from ..sites.site import GATE_SOFTMAX
+from .context import rerun
+from .state import ON_EXIT, current
 from .state import per_head as _per_head
 
 FORMS = ("3d", "4d_additive", "4d_binary")
@@ -381,8 +382,7 @@ def _probe_run(loaded, inputs: dict, masks: dict | None = None, **extra) -> dict
     keys up to 511 of 12). The probe catches the failure and tries the next form; on the CPU torch raises an
     IndexError, but a GPU kernel asserts on the device, after which no CUDA call of the process works. The guard
     raises the IndexError before the kernel runs, on every device."""
-    with torch.no_grad(), checks.index_guard(), capture(loaded.site_index, record=False) as state, \
-            applying(masks or {}):
+    with checks.index_guard(), rerun(loaded) as state, applying(masks or {}):
         out = loaded.model(**inputs, **extra, output_attentions=True, return_dict=True)
     return eager_maps(loaded, out, state)
 

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..anatomy.site import Site
+from ..sites.site import Site
 
 # Largest block of attention weights one eager call computes, in bytes (float32 count x 4); above it the
 # queries are split into blocks of rows. Sized to stay in the processor's cache between the eager
@@ -138,7 +138,8 @@ def capture(
     rows: tuple[int, int] | None = None,
 ) -> Iterator[CaptureState]:
     """Context in which forward passes of a model loaded with ``"dikkat"`` record weights, apply
-    head gates and replace masks. State is per context (thread / asyncio task), never global.
+    head gates and replace masks. State is per context (thread / asyncio task), never global. The engine opens it
+    only through :func:`models.capture.rerun` (no gradients, hooks removed, out of memory as the coded error).
 
     Args:
         sites: ``id(module) -> Site`` (``LoadedModel.site_index``).

@@ -257,12 +257,13 @@ class FlowRecorder:
         self.modules = dict(loaded.model.named_modules())
         self.mine = {k[1]: v for k, v in layout.layers.items() if k[0] == stack}
 
-    def hooks(self) -> list:
+    def hooks(self) -> list[capture.Hook]:
+        """The pass's forward hooks (installed and removed by :func:`models.capture.rerun`)."""
         out = []
         for layer, lay in self.mine.items():
             for name in [lay.o_proj] + [n for n in (lay.post, lay.after) if n]:
-                out.append(self.modules[name].register_forward_hook(self._keep(name), with_kwargs=True))
-            out.append(self.modules[lay.block].register_forward_hook(self._layer(layer, lay), with_kwargs=True))
+                out.append(capture.Hook(self.modules[name], self._keep(name), with_kwargs=True))
+            out.append(capture.Hook(self.modules[lay.block], self._layer(layer, lay), with_kwargs=True))
         return out
 
     def _keep(self, name):
@@ -366,18 +367,14 @@ def run_flow(loaded, layout: FlowLayout, stack: str, replay) -> FlowRecorder:
     rec = FlowRecorder(loaded, layout, stack, replay.gates)
     call = {k: v.to(loaded.device) if isinstance(v, torch.Tensor) else v for k, v in replay.call.items()}
     want = {(stack, layer) for layer in rec.mine}
-    hooks = rec.hooks()
-    try:
-        with torch.no_grad(), capture.capture(loaded.site_index, record=False, gates=replay.gates, masks=replay.masks,
-                                              want=want, chunk_bytes=replay.chunk_bytes,
-                                              fused=loaded.sdpa_ok) as state:
-            state.calls = {}
-            rec.state = state
-            rec.outputs = loaded.model(**call)
-    except torch.OutOfMemoryError as exc:
+
+    def oom(exc):
         raise ModelOutOfMemoryError(f"Out of memory measuring the information flow on {loaded.device}; use a "
                                     "shorter text.", code="oom_recompute", device=str(loaded.device)) from exc
-    finally:
-        for hook in hooks:
-            hook.remove()
+
+    with capture.rerun(loaded, gates=replay.gates, masks=replay.masks, hooks=rec.hooks(), oom=oom, want=want,
+                       chunk_bytes=replay.chunk_bytes, fused=loaded.sdpa_ok) as state:
+        state.calls = {}
+        rec.state = state
+        rec.outputs = loaded.model(**call)
     return rec

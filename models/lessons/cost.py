@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NoReturn, Sequence
 
 import numpy as np
 import torch
@@ -195,8 +195,17 @@ def _body(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "base_model", None) or model
 
 
-def _one_pass(loaded: LoadedModel, implementation: str, inputs: dict) -> int:
-    """One forward pass of the transformer body; returns the bytes of attention weights kept."""
+def _timing_oom(loaded: LoadedModel, n: int) -> Callable[[torch.OutOfMemoryError], NoReturn]:
+    """What running out of memory at length ``n`` raises (:func:`measure_cost`, also through :func:`_one_pass`)."""
+    def oom(exc: torch.OutOfMemoryError) -> NoReturn:
+        raise ModelOutOfMemoryError(f"Out of memory timing '{loaded.name}' at {n} tokens: {exc}",
+                                    code="oom_timing", model=loaded.name, tokens=n) from exc
+    return oom
+
+
+def _one_pass(loaded: LoadedModel, implementation: str, inputs: dict, oom: Callable | None = None) -> int:
+    """One forward pass of the transformer body; returns the bytes of attention weights kept. ``oom``: what running
+    out of memory raises on the captured path (:func:`models.capture.rerun`)."""
     if implementation == "sdpa":
         _body(default_twin(loaded))(**inputs)
         return 0
@@ -204,7 +213,7 @@ def _one_pass(loaded: LoadedModel, implementation: str, inputs: dict) -> int:
         out = _body(loaded.model)(**inputs, output_attentions=True)
         weights = [w for w in (getattr(out, "attentions", None) or ()) if w is not None]
         return sum(w.numel() * w.element_size() for w in weights)
-    with capture.capture(loaded.site_index, record=True) as state:
+    with capture.rerun(loaded, record=True, oom=oom) as state:
         _body(loaded.model)(**inputs)
         return sum(w.numel() * w.element_size() for w in state.weights.values())
 
@@ -232,7 +241,7 @@ def measure_cost(
     Args:
         lengths: token counts (default :func:`default_lengths`).
         implementations: any of ``sdpa`` (:func:`default_twin`) and ``captured`` (the loaded model in a
-            :func:`models.capture.capture` context that records every layer's weights).
+            :func:`models.capture.rerun` context that records every layer's weights).
         repeats: timed passes per point; the fastest is kept (least disturbed by other work).
         measure_memory: one more pass per point to measure peak memory (see :class:`CostPoint`).
         on_point: called as ``on_point(point, done, total)`` after each point.
@@ -264,16 +273,17 @@ def measure_cost(
         if should_stop is not None and should_stop():
             break
         inputs = _cost_inputs(loaded, n)
+        oom = _timing_oom(loaded, n)
         try:
             with torch.no_grad():
                 if impl not in warmed:
-                    _one_pass(loaded, impl, _cost_inputs(loaded, min(n, 16)))
+                    _one_pass(loaded, impl, _cost_inputs(loaded, min(n, 16)), oom)
                     warmed.add(impl)
                 times = []
                 for _ in range(max(1, repeats)):
                     sync_device(loaded.device)
                     start = time.perf_counter()
-                    recorded = _one_pass(loaded, impl, inputs)
+                    recorded = _one_pass(loaded, impl, inputs, oom)
                     sync_device(loaded.device)
                     times.append(time.perf_counter() - start)
                 peak, method = 0, "none"
@@ -282,16 +292,15 @@ def measure_cost(
                         torch.cuda.synchronize(loaded.device)
                         base = torch.cuda.memory_allocated(loaded.device)
                         torch.cuda.reset_peak_memory_stats(loaded.device)
-                        _one_pass(loaded, impl, inputs)
+                        _one_pass(loaded, impl, inputs, oom)
                         peak, method = torch.cuda.max_memory_allocated(loaded.device) - base, "cuda-allocator"
                     else:
                         tracker = _PeakTensorMemory()
                         with tracker:
-                            _one_pass(loaded, impl, inputs)
+                            _one_pass(loaded, impl, inputs, oom)
                         peak, method = tracker.peak, "tensor-tracking"
-        except torch.OutOfMemoryError as exc:
-            raise ModelOutOfMemoryError(f"Out of memory timing '{loaded.name}' at {n} tokens: {exc}",
-                                        code="oom_timing", model=loaded.name, tokens=n) from exc
+        except torch.OutOfMemoryError as exc:  # the sdpa twin's and the fallback path's passes
+            oom(exc)
         point = CostPoint(n=n, implementation=impl, seconds=float(min(times)), peak_bytes=int(peak),
                           memory_method=method, recorded_bytes=int(recorded),
                           threads=torch.get_num_threads())

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..anatomy.site import Site
+from ..sites.site import Site
 from .catalog import ModelSpec
 
 
@@ -105,7 +105,7 @@ class LoadedModel:
 
     def layer_labels(self) -> dict[str, list[int]]:
         """``stack -> [block number of each attention layer]`` for stacks whose attention layers are not
-        blocks ``0 .. n - 1`` (hybrid models, see :attr:`models.anatomy.site.Site.index`); other stacks are left
+        blocks ``0 .. n - 1`` (hybrid models, see :attr:`models.sites.site.Site.index`); other stacks are left
         out."""
         out: dict[str, list[int]] = {}
         for stack in self.stacks:

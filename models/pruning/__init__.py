@@ -32,7 +32,7 @@ Which heads to switch off (the Head pruning page's presets) and the ``off=`` tex
 
 Heads are named by ``(stack, layer, head)`` triples, as in ``models.analyze(heads_off=...)``; arrays of
 scores are ``stack -> float64 (layers, heads)``. Nothing here touches the shared model's state: gates
-travel in the :func:`models.capture.capture` context of each call.
+travel in the :func:`models.capture.rerun` context of each call.
 """
 
 from .core import (

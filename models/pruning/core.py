@@ -304,16 +304,18 @@ def _forward(loaded: LoadedModel, prep: Prepared, batch: int, gates: dict, *, re
     rows = 1 if expand is not None else batch
     inputs = {k: v.expand(rows, -1).contiguous() for k, v in prep.inputs.items()}
     extra = {"use_cache": False} if loaded.family == "decoder" else dict(loaded.call_kwargs)
-    token = _EXPAND.set((id(expand), batch) if expand is not None else None)
-    try:
-        with capture.capture(loaded.site_index, gates=gates, record=False):
-            outputs = loaded.model(**inputs, return_dict=True, **extra)
-    except torch.OutOfMemoryError as exc:
+
+    def oom(exc):
         raise ModelOutOfMemoryError(
             f"Out of memory running '{loaded.name}' on a batch of {batch} x {prep.n_tokens} tokens; "
             "lower batch_size.",
             code="oom_batch", model=loaded.name, batch=batch, tokens=prep.n_tokens
         ) from exc
+
+    token = _EXPAND.set((id(expand), batch) if expand is not None else None)
+    try:  # in the caller's gradient mode: inference_mode, or enable_grad for the gates' gradient (importance)
+        with capture.rerun(loaded, gates=gates, no_grad=False, oom=oom):
+            outputs = loaded.model(**inputs, return_dict=True, **extra)
     finally:
         _EXPAND.reset(token)
     return outputs

@@ -62,6 +62,7 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
         UnsupportedOperationError: not a decoder with an LM head, or heads that cannot be switched off
             on the fallback path. InvalidHeadError, EmptyTextError.
         InvalidArgumentError: ``max_new_tokens`` not in ``[1, max_positions - 1]``, a bad ``max_tokens``.
+        ModelOutOfMemoryError: the generation ran out of memory (:func:`models.capture.rerun`).
     """
     if loaded.head != "lm":
         raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot continue text.",
@@ -74,7 +75,7 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
     ids = torch.tensor([tok(text, truncation=True, max_length=max(1, limit - max_new_tokens))["input_ids"]],
                        device=loaded.device)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=False):
+    with capture.rerun(loaded, gates=gates):
         out = loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                     do_sample=False, num_beams=1, pad_token_id=pad)
     new = out[0, ids.shape[1]:].cpu()
@@ -109,13 +110,14 @@ def embed(loaded: LoadedModel, texts: str | Sequence[str], heads_off: Iterable =
         UnsupportedOperationError: an encoder-decoder (this includes the Whisper speech model), or heads
             that cannot be switched off on the fallback path.
         EmptyTextError: no texts, or an empty one. InvalidHeadError: bad ``heads_off``.
+        ModelOutOfMemoryError: a pass ran out of memory (:func:`models.capture.rerun`).
     """
     texts = _texts(texts)
     gates = _gates_for(loaded, heads_off)
     rows = []
     for text in texts:
         inputs = _plain_inputs(loaded, text, max_tokens)
-        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=False):
+        with capture.rerun(loaded, gates=gates):
             # Models with a head return logits: ask for the hidden states to pool the last one.
             outputs = loaded.model(**inputs, output_hidden_states=loaded.head != "none", return_dict=True)
         rows.append(_last_hidden(outputs)[0].float().mean(dim=0).cpu().numpy())

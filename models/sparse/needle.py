@@ -177,14 +177,13 @@ def run_needle(loaded: LoadedModel, needle: Needle, mask=None) -> NeedleRun:
     def sink(site, q0, k0, w, q_len, k_len):
         argmax[site.layer] = (w[0].float().argmax(dim=-1) + k0).cpu().numpy()
 
-    ids = torch.tensor([needle.ids], device=loaded.device)
-    try:
-        with torch.no_grad(), capture.capture(loaded.site_index, record=False, masks=masks, sink=sink,
-                                              fused=loaded.sdpa_ok, rows=(r0, r1)):
-            logits = loaded.model(input_ids=ids, logits_to_keep=n - r0, use_cache=False).logits[0]
-    except torch.OutOfMemoryError as exc:
+    def oom(exc):
         raise ModelOutOfMemoryError(f"Out of memory on {loaded.device} running a {n}-token needle.",
                                     code="oom_needle", device=str(loaded.device), n=n) from exc
+
+    ids = torch.tensor([needle.ids], device=loaded.device)
+    with capture.rerun(loaded, masks=masks, oom=oom, sink=sink, fused=loaded.sdpa_ok, rows=(r0, r1)):
+        logits = loaded.model(input_ids=ids, logits_to_keep=n - r0, use_cache=False).logits[0]
     logits = logits[[r - r0 for r in rows]].float()
     target = torch.tensor([needle.ids[p] for p in needle.answer], device=logits.device)
     correct = (logits.argmax(dim=-1) == target).cpu().numpy()

@@ -171,7 +171,7 @@ def analyze_audio(
     Steps: resample to 16 kHz; log-mel features padded to 30 s (``WhisperFeatureExtractor``); unless
     ``target`` is given, a greedy transcript (``num_beams=1``, Whisper's suppressed tokens) with the
     language and the ``transcribe`` task forced in the prompt; then one forward pass of prompt +
-    transcript under :func:`models.capture.capture` (heads in ``heads_off`` switched off, as in
+    transcript under :func:`models.capture.rerun` (heads in ``heads_off`` switched off, as in
     :func:`models.analysis.analyze`: the transcript itself comes from the intact model); finally every
     array is cropped from 1500 encoder frames to ``ceil(duration / 0.02)``.
 
@@ -254,9 +254,14 @@ def analyze_audio(
     keep_all = fallback or (enc_layers * enc_heads * n_enc * n_enc * 4 <= KEEP_BYTES if keep is None else bool(keep))
     record, fused = keep_all and not fallback, not keep_all and loaded.sdpa_ok
     attentions: dict = {}
+
+    def oom(exc):
+        raise ModelOutOfMemoryError(f"Out of memory running '{loaded.name}' on {duration:.1f} s of audio.",
+                                    code="oom_audio", model=loaded.name, seconds=round(duration, 1)) from exc
+
     try:
         # The encoder runs once (30 s, 1500 frames); its output feeds generation and the decoder pass.
-        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=record, fused=fused) as state:
+        with capture.rerun(loaded, gates=gates, record=record, oom=oom, fused=fused) as state:
             encoded = model.get_encoder()(features, output_attentions=fallback, return_dict=True)
         if keep_all:
             layers = _layer_weights(loaded, state, encoded, ("encoder",))
@@ -278,14 +283,13 @@ def analyze_audio(
 
         dec_ids = prompt + text_ids
         labels = prompt[1:] + text_ids + [eot]
-        with torch.no_grad(), capture.capture(loaded.site_index, gates=gates, record=record, fused=fused) as state:
+        with capture.rerun(loaded, gates=gates, record=record, oom=oom, fused=fused) as state:
             outputs = model(
                 encoder_outputs=encoded, decoder_input_ids=torch.tensor([dec_ids], device=loaded.device),
                 output_attentions=fallback, return_dict=True,
             )
-    except torch.OutOfMemoryError as exc:
-        raise ModelOutOfMemoryError(f"Out of memory running '{loaded.name}' on {duration:.1f} s of audio.",
-                                    code="oom_audio", model=loaded.name, seconds=round(duration, 1)) from exc
+    except torch.OutOfMemoryError as exc:  # outside the re-runs: the intact encoder, the transcript's generation
+        oom(exc)
 
     if keep_all:
         layers = _layer_weights(loaded, state, outputs, ("decoder", "cross"))
@@ -320,6 +324,16 @@ def analyze_audio(
     )
     attach_stacks(analysis, attentions)  # held (cropped) weights, statistics and overview when read
     spectrogram = np.ascontiguousarray(np.asarray(feats, dtype=np.float32)[0, :, : 2 * n])
+    return AudioAnalysis(
+        analysis=analysis, spectrogram=spectrogram, frame_seconds=FRAME_SECONDS, transcript=transcript,
+        duration_seconds=duration, frames=n, padding_frames=total - n, language=language,
+        note=_window_note(n, total, keep_pad, cut_samples),
+    )
+
+
+def _window_note(n: int, total: int, keep_pad: bool, cut_samples: int) -> str:
+    """What :func:`analyze_audio` shows of Whisper's 30 s window: ``n`` of ``total`` encoder frames kept, the padding
+    frames summed in one column (``keep_pad``) or left out, and ``cut_samples`` samples cut at the end."""
     pad = total - n
     if pad == 0:
         note = f"The clip fills Whisper's whole 30 s window: all {total} encoder frames are shown."
@@ -331,12 +345,9 @@ def analyze_audio(
         note = (f"Whisper always encodes 30 s; the encoder is cropped to the first {n} of {total} frames "
                 f"({n * FRAME_SECONDS:.2f} s). Attention to the {pad} padding frames is left out and each "
                 "row renormalised.")
-    if truncated:
+    if cut_samples:
         note += f" The audio was longer than 30 s: {cut_samples / SAMPLE_RATE:.2f} s at the end were cut."
-    return AudioAnalysis(
-        analysis=analysis, spectrogram=spectrogram, frame_seconds=FRAME_SECONDS, transcript=transcript,
-        duration_seconds=duration, frames=n, padding_frames=pad, language=language, note=note,
-    )
+    return note
 
 
 def _greedy_text(loaded: LoadedModel, encoded, language: str, max_new_tokens: int) -> list[int]:

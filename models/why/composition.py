@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .. import checks
-from ..anatomy.inputs import probe_inputs
+from ..sites.inputs import probe_inputs
 from ..anatomy.residual import flow_layout
 from ..anatomy.rotary import find_rotary
 from ..anatomy.tensors import tolerance

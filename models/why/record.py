@@ -86,11 +86,7 @@ def run_pass(loaded, run, layout, stack: str, targets: set[int], upto: int) -> P
     mine = {k[1]: v for k, v in layout.layers.items() if k[0] == stack}
     blocks = {v.block for v in layout.layers.values()}
     rec = Pass()
-    state = None
     order = [0]
-
-    def here() -> bool:
-        return capture.current() is state and state is not None
 
     def tick() -> int:
         order[0] += 1
@@ -98,76 +94,73 @@ def run_pass(loaded, run, layout, stack: str, targets: set[int], upto: int) -> P
 
     def keep(name):
         def hook(_m, args, kwargs, out):
-            if here() and name not in rec.seen:
+            if name not in rec.seen:
                 rec.seen[name] = (_cpu(input_tensor(args, kwargs)), _cpu(first_tensor(out)))
         return hook
 
     def enter(name, layer):
         def hook(_m, args, kwargs):
-            if here():
-                rec.firsts.setdefault(name, tick())
-                if layer is not None and layer not in rec.streams:
-                    rec.streams[layer] = _cpu(input_tensor(args, kwargs))
+            rec.firsts.setdefault(name, tick())
+            if layer is not None and layer not in rec.streams:
+                rec.streams[layer] = _cpu(input_tensor(args, kwargs))
         return hook
 
     def leave(layer):
         def hook(_m, args, kwargs, out):
-            if here() and layer not in rec.outs:
+            if layer not in rec.outs:
                 rec.outs[layer] = _cpu(first_tensor(out))
         return hook
 
     def embed(name):
         def hook(_m, args, kwargs, out):
             t = first_tensor(out)
-            if here() and t is not None and t.dim() == 3 and t.shape[0] == 1:
+            if t is not None and t.dim() == 3 and t.shape[0] == 1:
                 rec.embeds.append((tick(), name, _cpu(t)))
         return hook
 
     def outside(name):
         def hook(_m, args, kwargs, out):
-            if here():
-                rec.outside.append((tick(), name, _cpu(input_tensor(args, kwargs)), _cpu(first_tensor(out))))
+            rec.outside.append((tick(), name, _cpu(input_tensor(args, kwargs)), _cpu(first_tensor(out))))
         return hook
+
+    def oom(exc):
+        raise ModelOutOfMemoryError(f"Out of memory explaining an attention score on {loaded.device}; use a "
+                                    "shorter text.", code="oom_recompute", device=str(loaded.device)) from exc
+
+    def ours(module, fn, pre: bool = False) -> capture.Hook:  # this pass's calls only: the model is shared
+        return capture.Hook(module, fn, pre=pre, with_kwargs=True, own=True)
 
     hooks = []
     for name in blocks:
         layer = next((lay for lay, v in mine.items() if v.block == name), None)
-        hooks.append(modules[name].register_forward_pre_hook(enter(name, layer), with_kwargs=True))
+        hooks.append(ours(modules[name], enter(name, layer), pre=True))
         if layer is not None and layer < upto:
-            hooks.append(modules[name].register_forward_hook(leave(layer), with_kwargs=True))
+            hooks.append(ours(modules[name], leave(layer)))
     for layer, lay in mine.items():
         if layer < upto:
             for name in [lay.o_proj] + [m for m in (lay.post, lay.after) if m]:
-                hooks.append(modules[name].register_forward_hook(keep(name), with_kwargs=True))
+                hooks.append(ours(modules[name], keep(name)))
         if layer in targets:
             for name, module in modules.items():
                 if name.startswith(lay.block + "."):
-                    hooks.append(module.register_forward_hook(keep(name), with_kwargs=True))
+                    hooks.append(ours(module, keep(name)))
     inner = tuple(b + "." for b in blocks)
     for name, module in modules.items():
         if isinstance(module, torch.nn.Embedding):
-            hooks.append(module.register_forward_hook(embed(name), with_kwargs=True))
+            hooks.append(ours(module, embed(name)))
         elif name and is_norm(module) and not name.startswith(inner):
-            hooks.append(module.register_forward_hook(outside(name), with_kwargs=True))
+            hooks.append(ours(module, outside(name)))
     call = {k: v.to(loaded.device) if isinstance(v, torch.Tensor) else v for k, v in run.call.items()}
     stop = not getattr(model, "hf_device_map", None)
     want = {(stack, layer) for layer in targets}
-    try:
-        with torch.no_grad(), capture.capture(loaded.site_index, record=False, gates=run.gates, masks=run.masks,
-                                              want=want, stop_after=stop and upto in targets,
-                                              chunk_bytes=run.chunk_bytes, fused=loaded.sdpa_ok) as state:
-            state.calls = {}
-            try:
-                model(**call)
-            except capture.StopForward:
-                pass
-            rec.calls = dict(state.calls)
-    except torch.OutOfMemoryError as exc:
-        raise ModelOutOfMemoryError(f"Out of memory explaining an attention score on {loaded.device}; use a "
-                                    "shorter text.", code="oom_recompute", device=str(loaded.device)) from exc
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with capture.rerun(loaded, gates=run.gates, masks=run.masks, hooks=hooks, oom=oom, want=want,
+                       stop_after=stop and upto in targets, chunk_bytes=run.chunk_bytes, fused=loaded.sdpa_ok) as state:
+        state.calls = {}
+        try:
+            model(**call)
+        except capture.StopForward:
+            pass
+        rec.calls = dict(state.calls)
     return rec
 
 
