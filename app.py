@@ -12,30 +12,19 @@ import streamlit as st
 st.set_page_config(page_title="Dikkat", page_icon=str(Path(__file__).resolve().parent / "assets" / "icon.png"),
                    layout="wide")
 
-from views import hosting, shared  # noqa: E402  (after set_page_config)
+import pagestate  # noqa: E402  (after set_page_config; every page and its link's parameters, declared once)
+from views import hosting, shared  # noqa: E402
 from views.live_sections import room as live_room  # noqa: E402
+from views.live_sections.panel import live_panel  # noqa: E402
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")
 
 st.html(f"<style>{(shared.ASSETS / 'css' / 'app.css').read_text(encoding='utf-8')}</style>")  # shipped, no CDN
-st.session_state["_selection"] = shared.sidebar()
+st.session_state["_selection"] = shared.sidebar(live_panel)  # the sidebar, with the live class's panel in it
 st.html(shared.scale_style())  # the sidebar's text size (projector mode) for app.css: --dk-scale
 
-PAGES = [
-    st.Page("views/explore.py", title=shared.t("page_explore"), icon=":material/visibility:", default=True),
-    st.Page("views/pruning.py", title=shared.t("page_pruning"), icon=":material/content_cut:"),
-    st.Page("views/masks.py", title=shared.t("page_masks"), icon=":material/grid_on:"),
-    st.Page("views/flow.py", title=shared.t("page_flow"), icon=":material/route:"),
-    st.Page("views/why.py", title=shared.t("page_why"), icon=":material/psychology_alt:"),
-    st.Page("views/experiments.py", title=shared.t("page_experiments"), icon=":material/science:"),
-    st.Page("views/atlas.py", title=shared.t("page_atlas"), icon=":material/travel_explore:"),
-    st.Page("views/qkv.py", title=shared.t("page_qkv"), icon=":material/calculate:"),
-    st.Page("views/positions.py", title=shared.t("page_positions"), icon=":material/place:"),
-    st.Page("views/cost.py", title=shared.t("page_cost"), icon=":material/speed:"),
-    st.Page("views/kvcache.py", title=shared.t("page_kvcache"), icon=":material/storage:"),
-    st.Page("views/live.py", title=shared.t("page_live"), icon=":material/groups:"),
-]
+PAGES = [st.Page(p.file, title=shared.t(p.title), icon=p.icon, default=p.default) for p in pagestate.PAGES]
 
 page = st.navigation(PAGES)
 live_room.follow(page)  # a student following a live class (issue 29): the teacher's page, as it is now

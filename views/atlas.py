@@ -32,8 +32,8 @@ RANKED, FOUND = 12, 20
 
 def _metric_picker() -> tuple[str, bool]:
     """The metric (translated name, one-line definition under it) and whether the lowest come first."""
-    URL.bind("atlas_metric", "previous", options=list(A.RANKABLE))
-    URL.bind("atlas_lowest", False, kind=bool)
+    URL.bind("atlas_metric", options=A.RANKABLE)
+    URL.bind("atlas_lowest")
     c1, c2, _ = st.columns([3, 2, 2], vertical_alignment="bottom")
     names = {m: tp(f"atlas_m_{m}") for m in A.RANKABLE}  # bound now, not at format time
     c1.selectbox(t("atlas_metric"), list(A.RANKABLE), key="atlas_metric", format_func=names.get)
@@ -176,7 +176,7 @@ def _page() -> None:
         _show(sel.model, atlas, metric, lowest)
     else:  # no atlas to show yet (an upload to come, a build's first part): a link's head waits for it
         for key in ("atlas_layer", "atlas_head"):
-            URL.bind(key, kind=int)
+            URL.bind(key)
         URL.bind("atlas_stack")
         if running:
             st.info(t("atlas_waiting_part", n=PART_TEXTS))

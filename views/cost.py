@@ -39,11 +39,11 @@ options = cost.default_lengths(loaded, top=1024)
 cap_limit = models.analysis.weight_budget_tokens(loaded)
 c1, c2 = st.columns([3, 1])
 # the page's widgets live in the URL (issue 13)
-URL = shared.UrlState(("cost_lengths", "cost_repeats", "cost_log"))
-URL.bind("cost_lengths", [n for n in options if n <= 128], options=options, kind=list)
-URL.bind("cost_repeats", 3, kind=int, bounds=(1, 5))
+URL = shared.UrlState("cost")
+URL.bind("cost_lengths", [n for n in options if n <= 128], options=options)
+URL.bind("cost_repeats")
 lengths = c1.multiselect(t("cost_lengths"), options, key="cost_lengths")
-repeats = c2.number_input(t("cost_repeats"), 1, 5, key="cost_repeats")
+repeats = c2.number_input(t("cost_repeats"), *URL.bounds("cost_repeats"), key="cost_repeats")
 st.caption(t("cost_limits", limit=loaded.max_positions, cap=cap_limit))
 
 state_key = f"cost_points::{sel.model}"
@@ -83,7 +83,7 @@ if record and record["points"]:
     points: list[cost.CostPoint] = record["points"]
     if not record["done"]:
         st.warning(t("cost_stopped", done=len(points), total=record["planned"] or len(points)))
-    URL.bind("cost_log", True, kind=bool)
+    URL.bind("cost_log")
     log = st.toggle(t("cost_log"), key="cost_log")
     impls = [i for i in cost.IMPLEMENTATIONS if any(p.implementation == i for p in points)]
     series_t, series_m = {}, {}

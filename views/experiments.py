@@ -28,7 +28,7 @@ from viz import text as vtext
 t, tp = shared.t, shared.t_plain
 L = shared.lang()
 KEYS = list(E.EXPERIMENTS)
-URL = shared.UrlState(("exp_which",))
+URL = shared.UrlState("experiments")
 
 
 def _pct(value: float, decimals: int = 1) -> str:

@@ -28,10 +28,9 @@ head_heatmap, head_grid = shared.shared_figure(vh.head_heatmap), shared.shared_f
 share_figure, route_figure, lens_figure = (shared.shared_figure(f) for f in (vf.share_figure, vf.route_figure,
                                                                              vf.lens_figure))
 L = shared.lang()
-THRESHOLDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2)
 MAX_TOKENS = 256  # the page draws n-wide graphs and two n x n maps
-URL = shared.UrlState(("flow_mask", "flow_use_off", "flow_stack", "flow_position", "flow_layer", "flow_head",
-                       "flow_level", "flow_threshold", "flow_de_layer", "flow_de_head"))
+URL = shared.UrlState("flow")
+THRESHOLDS = URL.options("flow_threshold")
 
 
 def _flow(name: str, text: str, heads_off: frozenset, mask: str, stack: str) -> mflow.Flow:
@@ -89,7 +88,7 @@ labels = [tok.label for tok in tokens]
 n = len(tokens)
 masks_at = [i for i, tok in enumerate(tokens) if tok.id == getattr(loaded.tokenizer, "mask_token_id", None)]
 default_position = masks_at[0] if masks_at and stack == "encoder" else n - 1
-URL.bind("flow_position", default_position, kind=int, bounds=(0, n - 1))
+URL.bind("flow_position", default_position, bounds=(0, n - 1))
 shared.clamp("flow_position", n, default_position)
 position = st.selectbox(t("flow_position"), list(range(n)), key="flow_position",
                         format_func=lambda i: f"{i} · {labels[i]}", help=t("flow_position_help"))
@@ -101,7 +100,7 @@ n_layers, n_heads = loaded.stacks[stack]
 st.header(t("flow_s1"))
 st.markdown(t("flow_s1_text"))
 layer, head = shared.layer_head("flow_layer", "flow_head", n_layers, n_heads, url=URL, slider=True)
-URL.bind("flow_level", "tokens", options=lv.LEVELS)
+URL.bind("flow_level")
 level, q_axis, k_axis = lv.page_axes(analysis, stack, lv.control("flow_level", t("flow_level_help")))
 weights = _or_stop(flow.weights, layer)[head]  # from the flow's kept query and key: no forward pass
 weighted = flow.value_weighted(weights, layer, head)
@@ -134,7 +133,7 @@ if any(tok.special for tok in tokens):
 # ---- 2. routes --------------------------------------------------------------------------------------------------
 st.header(t("flow_s2"))
 st.markdown(t("flow_s2_text"))
-URL.bind("flow_threshold", 0.04, options=list(THRESHOLDS))
+URL.bind("flow_threshold")
 threshold = st.select_slider(t("flow_threshold"), THRESHOLDS, key="flow_threshold",
                              format_func=lambda v: nb.num(v, 2, L))
 route = _or_stop(flow.route, int(position), threshold)

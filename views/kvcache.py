@@ -16,11 +16,8 @@ t = shared.t
 L = shared.lang()
 GENERATION_MODEL = "smollm2-135m"
 FIELDS = ("kv_layers", "kv_heads_q", "kv_heads_kv", "kv_head_dim", "kv_bytes", "kv_window", "kv_window_layers")
-# each field's number input range (kv_bytes: its options)
-BOUNDS = {"kv_layers": (1, 1000), "kv_heads_q": (1, 1024), "kv_heads_kv": (1, 1024), "kv_head_dim": (1, 4096),
-          "kv_window": (0, 10_000_000), "kv_window_layers": (0, 1000)}
 # the page's widgets live in the URL (issue 13): a link reopens the same calculator and prompt
-URL = shared.UrlState(("kv_preset",) + FIELDS + ("kv_tokens", "kv_prompt", "kv_new_tokens"))
+URL = shared.UrlState("kvcache")
 
 
 def _fill(cfg: kv_layout.KVLayout) -> None:
@@ -55,31 +52,31 @@ if first:
 URL.bind("kv_preset", names[0], options=names)
 URL.bound["kv_preset"] = None  # always in the link: its values below belong to this preset (and model)
 # a link's values apply to the preset it names; after a model switch the old model's values are not taken
-from_link = first and st.query_params.get("kv_preset") == st.session_state["kv_preset"]
+from_link = first and URL.linked("kv_preset") == st.session_state["kv_preset"]
 if first:  # the preset's values, then the link's own values over them
     _fill(presets[st.session_state["kv_preset"]])
 for field in FIELDS:
     filled = st.session_state.pop(field) if from_link else None
-    URL.bind(field, filled, kind=int, bounds=BOUNDS.get(field, (1, 4)))
-    if field == "kv_bytes" and st.session_state.get(field) not in (1, 2, 4):
+    URL.bind(field, filled)  # (kv_bytes: one of its declared options)
+    if field == "kv_bytes" and st.session_state.get(field) not in URL.options("kv_bytes"):
         st.session_state[field] = filled or 2
-URL.bind("kv_tokens", 131_072, kind=int, bounds=(1, 10_000_000))
+URL.bind("kv_tokens")
 own_label = shared.t_plain("kv_loaded", model=sel.model)  # an option's label is plain text; bound now
 st.selectbox(t("kv_preset"), names, key="kv_preset", on_change=_on_preset,
              format_func=lambda k: own_label if k == own_key else k)
 if loaded.family != "decoder" and st.session_state["kv_preset"] == names[0]:
     st.caption(t("kv_encoder_note", model=sel.model, family=t(f"teach_family_{loaded.family}")))
 c = st.columns([1, 1, 1, 1, 1.1, 1.6])  # the context box holds up to 8 digits (10,000,000)
-layers = c[0].number_input(t("kv_layers"), 1, 1000, key="kv_layers")
-heads = c[1].number_input(t("kv_heads_q"), 1, 1024, key="kv_heads_q")
-kv_heads = c[2].number_input(t("kv_heads_kv"), 1, 1024, key="kv_heads_kv")
-head_dim = c[3].number_input(t("kv_head_dim"), 1, 4096, key="kv_head_dim")
-bytes_per = c[4].selectbox(t("kv_bytes"), [1, 2, 4], key="kv_bytes",
+layers = c[0].number_input(t("kv_layers"), *URL.bounds("kv_layers"), key="kv_layers")
+heads = c[1].number_input(t("kv_heads_q"), *URL.bounds("kv_heads_q"), key="kv_heads_q")
+kv_heads = c[2].number_input(t("kv_heads_kv"), *URL.bounds("kv_heads_kv"), key="kv_heads_kv")
+head_dim = c[3].number_input(t("kv_head_dim"), *URL.bounds("kv_head_dim"), key="kv_head_dim")
+bytes_per = c[4].selectbox(t("kv_bytes"), URL.options("kv_bytes"), key="kv_bytes",
                            format_func=lambda b: {1: "1 (int8/fp8)", 2: "2 (bf16/fp16)", 4: "4 (fp32)"}[b])
-tokens = c[5].number_input(t("kv_tokens"), 1, 10_000_000, step=1024, key="kv_tokens")
+tokens = c[5].number_input(t("kv_tokens"), *URL.bounds("kv_tokens"), step=1024, key="kv_tokens")
 w = st.columns([1.6, 1, 1, 1, 1.1, 1])  # the window box holds up to 8 digits
-window = w[0].number_input(t("kv_window"), 0, 10_000_000, step=512, key="kv_window", help=t("kv_window_help"))
-window_layers = w[1].number_input(t("kv_window_layers"), 0, 1000, key="kv_window_layers")
+window = w[0].number_input(t("kv_window"), *URL.bounds("kv_window"), step=512, key="kv_window", help=t("kv_window_help"))
+window_layers = w[1].number_input(t("kv_window_layers"), *URL.bounds("kv_window_layers"), key="kv_window_layers")
 if kv_heads > heads or heads % kv_heads:
     st.error(t("kv_bad_heads", heads=heads, kv=kv_heads))
 else:
@@ -120,7 +117,7 @@ if gen_name != sel.model:
     st.caption(t("kv_uses_other", model=gen_name))
 p1, p2 = st.columns([3, 1])
 URL.bind("kv_prompt", sel.text if sel.text.strip() else shared.DEFAULT_TEXT)
-URL.bind("kv_new_tokens", 16, kind=int, bounds=(4, 64))
+URL.bind("kv_new_tokens")
 prompt = shared.text_field(t("kv_prompt"), key="kv_prompt", container=p1)
 new_tokens = p2.slider(t("kv_new_tokens"), 4, 64, key="kv_new_tokens")
 gen_key = "kv_generation"

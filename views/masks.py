@@ -25,7 +25,7 @@ st.title(t("masks_title"))
 st.markdown(t("masks_intro"))
 SECTIONS = {"compare": section_compare, "bert_gpt": section_bert_gpt, "encdec": section_encdec, "gqa": section_gqa,
             "per_head": section_per_head}
-bind("masks_section", "compare", options=list(SECTIONS))
+bind("masks_section")
 section = st.radio(t("masks_section"), list(SECTIONS), key="masks_section", horizontal=True,
                    format_func=lambda s: t(f"masks_sec_{s}"))
 try:

@@ -23,8 +23,7 @@ def _word_order(name: str, text_a: str, text_b: str) -> positions.WordOrder:
 
 
 # the page's widgets live in the URL (issue 13): a link reopens the same positions, heads and sentences
-URL = shared.UrlState(("pos_m", "pos_n", "pos_t", "pos_alibi_head", "pos_text_a", "pos_text_b", "pos_wo_layer",
-                       "pos_wo_head"))
+URL = shared.UrlState("positions")
 sel, loaded = shared.page_start("pos_title", "pos_intro")
 kind = positions.position_kind(loaded)
 st.info(t(f"pos_kind_{kind}", model=sel.model))
@@ -85,12 +84,12 @@ shared.plotly_chart(vp.distance_grid(grid, title=t("pos_grid_fig", n=grid_n), qu
                                  key_title=t("pos_key_pos"), lang=L), key="pos_grid")
 st.markdown(t("pos_grid_text"))
 g1, g2, g3 = st.columns(3)
-URL.bind("pos_m", 2, kind=int, bounds=(0, 100_000))
-URL.bind("pos_n", 5, kind=int, bounds=(0, 100_000))
-URL.bind("pos_t", 7, kind=int, bounds=(0, 100_000))
-m_pos = g1.number_input("m", 0, 100_000, key="pos_m")
-n_pos = g2.number_input("n", 0, 100_000, key="pos_n")
-shift = g3.number_input(t("pos_shift"), 0, 100_000, key="pos_t")
+URL.bind("pos_m")
+URL.bind("pos_n")
+URL.bind("pos_t")
+m_pos = g1.number_input("m", *URL.bounds("pos_m"), key="pos_m")
+n_pos = g2.number_input("n", *URL.bounds("pos_n"), key="pos_n")
+shift = g3.number_input(t("pos_shift"), *URL.bounds("pos_t"), key="pos_t")
 check = positions.rope_shift_check(source, int(m_pos), int(n_pos), int(shift), head_dim=head_dim, theta=theta)
 k1, k2, k3 = st.columns(3)
 k1.metric(t("pos_dot_at", m=check.m, n=check.n), nb.num(check.dot, 5, L))
@@ -104,7 +103,7 @@ heads = loaded.stacks[stack][1]
 st.markdown(t("pos_s3_text", heads=heads))
 st.latex(r"\mathrm{softmax}\big(q_i K^\top + m \cdot [-(i-1), \dots, -2, -1, 0]\big),\qquad m_h = 2^{-8h/H}")
 if heads > 1:
-    URL.bind("pos_alibi_head", 0, kind=int, bounds=(0, heads - 1))
+    URL.bind("pos_alibi_head", bounds=(0, heads - 1))
 shared.clamp("pos_alibi_head", heads)
 alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), key="pos_alibi_head") if heads > 1 else 0
 slopes = positions.alibi_slopes(heads)
@@ -124,8 +123,8 @@ if not shared.reads_text(loaded):
     URL.finish()
     st.stop()
 w1, w2 = st.columns(2)
-URL.bind("pos_text_a", "Kedi fareyi kovaladı")
-URL.bind("pos_text_b", "Fareyi kedi kovaladı")
+URL.bind("pos_text_a")
+URL.bind("pos_text_b")
 text_a = shared.text_field(t("pos_sentence_a"), key="pos_text_a", container=w1)
 text_b = shared.text_field(t("pos_sentence_b"), key="pos_text_b", container=w2)
 try:

@@ -28,7 +28,7 @@ attention_before_after, head_grid, pruning_curve = (shared.shared_figure(f) for 
     vp.attention_before_after, vp.head_grid, vp.pruning_curve))
 
 t = shared.t
-OFF_KEY = shared.HEADS_OFF_KEY  # model name -> sorted list of [stack, layer, head] switched off
+URL = shared.UrlState("pruning")
 VERSION_KEY = "prune_click_version"  # bumps after a click on a grid so the chart's selection resets
 CURVE_KEY = "prune_curve"  # shared.CACHE[(CURVE_KEY, model, texts)] -> PruningCurve
 RANDOM_ORDERS = ahead.RANDOM_ORDERS  # the curve's random orders, as `make ahead` computes it
@@ -46,21 +46,15 @@ def _pill_key(name: str, stack: str, layer: int) -> str:
 
 
 def _set_off(name: str, stacks: dict, heads) -> None:
-    """Store the heads switched off and bring every grid row (pills) in line. Called from callbacks."""
-    heads = frozenset(tuple(h) for h in heads)
-    st.session_state.setdefault(OFF_KEY, {})[name] = sorted([list(h) for h in heads])
-    for stack, (layers, n_heads) in stacks.items():
-        for layer in range(layers):
-            st.session_state[_pill_key(name, stack, layer)] = [
-                h for h in range(n_heads) if (stack, layer, h) not in heads
-            ]
+    """Store the heads switched off (the grid's rows follow them when drawn). Called from callbacks."""
+    shared.set_heads_off(name, heads)
 
 
 def _on_pills(name: str, stack: str, layer: int, n_heads: int) -> None:
     on = set(st.session_state.get(_pill_key(name, stack, layer)) or [])
     off = {h for h in _get_off(name) if h[:2] != (stack, layer)}
     off |= {(stack, layer, h) for h in range(n_heads) if h not in on}
-    st.session_state.setdefault(OFF_KEY, {})[name] = sorted([list(h) for h in off])
+    shared.set_heads_off(name, off)
 
 
 def _toggle(name: str, stacks: dict, head: tuple) -> None:
@@ -183,10 +177,7 @@ if not loaded.reads_text:
     st.stop()
 stacks = loaded.stacks
 # the heads switched off live in the URL too (?off=decoder.3.1,...), so a link or a reload reopens them
-# read once per session (a link or a reload), not after a model switch: the URL's heads were another model's
-if not st.session_state.get("_prune_off_read") and st.query_params.get("off"):
-    _set_off(name, stacks, pruning.heads_from_text(st.query_params["off"], stacks))
-st.session_state["_prune_off_read"] = True
+shared.heads.heads_from_link(name, stacks)
 kind = pruning.metric_kind(loaded)
 metric_label = t(f"prune_metric_{kind}")
 total = sum(layers * heads for layers, heads in stacks.values())
@@ -207,19 +198,15 @@ with left:
     st.subheader(t("prune_heads"))
     st.caption(t("prune_heads_help"))
     off = _get_off(name)
-    if off:
-        st.query_params["off"] = pruning.heads_to_text(off)
-    elif "off" in st.query_params:
-        del st.query_params["off"]
+    shared.heads.heads_to_link(name)
     st.markdown(t("prune_count", off=len(off), total=total, share=len(off) / max(total, 1)))
     st.html(f"<style>{(shared.ASSETS / 'css' / 'pruning.css').read_text(encoding='utf-8')}</style>")
     # the grid first (issue 33: in the first screen at 1280 x 720), the presets below it
     # rows 33.5 px apart (Streamlit 1.67) and the border's padding: every layer shown when it fits in 560 px
     with st.container(height=min(560, 30 + 34 * n_layers), border=True, key="prune_grid"):
         for layer in range(n_layers):
-            key = _pill_key(name, grid_stack, layer)
-            if key not in st.session_state:
-                st.session_state[key] = [h for h in range(n_heads) if (grid_stack, layer, h) not in off]
+            key = _pill_key(name, grid_stack, layer)  # each row drawn from the heads switched off (one writer)
+            st.session_state[key] = [h for h in range(n_heads) if (grid_stack, layer, h) not in off]
             # a narrow label column: 12 heads' pills fit one row of the half page at 1280 px (their numbers larger in
             # projector mode, the pills not)
             label_col, pills_col = st.columns([1.2, 10.8], vertical_alignment="center", gap="xsmall")
@@ -337,8 +324,9 @@ if before is not None and after is not None:
     st.caption(t("prune_downstream_help"))
     att_stack = grid_stack if grid_stack in before.attentions else next(iter(before.attentions))
     a_layers, a_heads = before.attentions[att_stack].shape[:2]
-    layer_sel, head_sel = shared.layer_head("prune_show_layer", "prune_show_head", a_layers, a_heads,
+    layer_sel, head_sel = shared.layer_head("prune_show_layer", "prune_show_head", a_layers, a_heads, url=URL,
                                             labels=("prune_show_layer", "prune_show_head"), layer_default=a_layers - 1)
+    URL.sync_bound()  # the heads switched off have their own writer (shared.heads)
     q_tokens, k_tokens = before.axis_tokens(att_stack)
     # words / morphemes: rows the mean of a unit's query pieces, columns the sum of its key pieces (as Explore)
     level, q_axis, k_axis = lv.page_axes(before, att_stack, lv.control("prune_level", t("prune_level_help")))

@@ -25,7 +25,7 @@ def _layer(name: str, text: str, stack: str, layer: int) -> layer_input.LayerCap
 
 
 # the page's widgets live in the URL (issue 13): a link reopens the same layer, head, query and knobs
-URL = shared.UrlState(("qkv_stack", "qkv_layer", "qkv_head", "qkv_query", "qkv_noscale", "qkv_temperature"))
+URL = shared.UrlState("qkv")
 sel, loaded = shared.page_start("qkv_title", "qkv_intro", text=True)
 if not sel.text.strip():
     st.info(t("teach_need_text"))
@@ -56,7 +56,7 @@ q_labels = [tok.label for tok in q_tokens]
 k_labels = [tok.label for tok in k_tokens]
 n_q = len(q_labels)
 default_query = max([i for i, tok in enumerate(q_tokens) if not tok.special] or [n_q - 1])
-URL.bind("qkv_query", default_query, kind=int, bounds=(0, n_q - 1))
+URL.bind("qkv_query", default_query, bounds=(0, n_q - 1))
 shared.clamp("qkv_query", n_q, default_query)
 qi = c3.selectbox(t("qkv_query_token"), list(range(n_q)), key="qkv_query", format_func=lambda i: f"{i} · {q_labels[i]}")
 
@@ -127,11 +127,11 @@ else:
 st.header(t("qkv_s3"))
 st.markdown(t("qkv_s3_text"))
 s1, s2 = st.columns(2)
-URL.bind("qkv_noscale", False, kind=bool)
+URL.bind("qkv_noscale")
 no_scale = s1.toggle(t("qkv_noscale"), key="qkv_noscale")
 # a select slider, not st.slider: its labels can use the interface language's decimal mark (Turkish 1,5)
-temperatures = [round(0.1 * i, 1) for i in range(1, 51)]
-URL.bind("qkv_temperature", 1.0, options=temperatures)
+temperatures = list(URL.options("qkv_temperature"))
+URL.bind("qkv_temperature")
 temperature = s2.select_slider(t("qkv_temperature"), temperatures, key="qkv_temperature", format_func=lambda v: nb.num(v, 1, L))
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
 adjusted = qkv.softmax_row(row, allowed, temperature=temperature)

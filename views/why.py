@@ -23,11 +23,10 @@ from viz import why as vw
 t = shared.t
 tp = shared.t_plain
 L = shared.lang()
-PARTS = (4, 6, 8, 10, 12)  # parts per side drawn in the term matrix
-BY = ("weighted", "at_j")
 MAX_TOKENS = 256  # as the Information flow page: the two pages share one analysis of a text
-URL = shared.UrlState(("why_mask", "why_use_off", "why_stack", "why_layer", "why_head", "why_i", "why_j", "why_parts",
-                       "why_by", "why_comp"))
+URL = shared.UrlState("why")
+PARTS = URL.options("why_parts")  # parts per side drawn in the term matrix
+BY = URL.options("why_by")
 # the embedding parts models.why names, and their strings
 EMBEDDINGS = {"token embedding": "why_part_token", "position embedding": "why_part_position",
               "token type embedding": "why_part_type", "other input terms": "why_part_other_input",
@@ -152,7 +151,7 @@ p1, p2, p3, p4 = st.columns(4)
 layer, head = shared.layer_head("why_layer", "why_head", n_layers, n_heads, url=URL, columns=(p1, p2),
                                 layer_default=n_layers // 2)
 default_i = max((k for k, tok in enumerate(tokens) if not tok.special), default=n - 1)
-URL.bind("why_i", default_i, kind=int, bounds=(0, n - 1))
+URL.bind("why_i", default_i, bounds=(0, n - 1))
 shared.clamp("why_i", n, default_i)
 i = int(p3.selectbox(t("why_i"), list(range(n)), key="why_i", format_func=lambda k: f"{k} · {labels[k]}",
                      help=t("why_i_help")))
@@ -163,7 +162,7 @@ where = [layer, head, i]
 if st.session_state.get("_why_row") not in (None, where):
     st.session_state["why_j"] = default_j
 st.session_state["_why_row"] = where
-URL.bind("why_j", default_j, kind=int, bounds=(0, n - 1))
+URL.bind("why_j", default_j, bounds=(0, n - 1))
 shared.clamp("why_j", n, default_j)
 j = int(p4.selectbox(t("why_j"), list(range(n)), key="why_j", help=t("why_j_help"),
                      format_func=lambda k: f"{k} · {labels[k]} · {nb.percent(weights_row[k], 0, L)}"))
@@ -204,7 +203,7 @@ lines = [t("why_term_line", value=_signed(term.value), kside=_at(term.key, j), q
          for term in terms.top]
 st.markdown(t("why_top_terms", score=_signed(terms.raw)) + "\n\n"
             + "\n".join(f"{rank}. {line}" for rank, line in enumerate(lines, start=1)))
-URL.bind("why_parts", vw.TOP, options=list(PARTS))
+URL.bind("why_parts")
 parts = st.select_slider(t("why_parts"), PARTS, key="why_parts")
 shared.plotly_chart(vw.terms_figure(
     terms.matrix, qnames, knames, top=parts, rest_name=tp("why_rest"), sum_name=tp("why_sum"),
@@ -223,7 +222,7 @@ if layer == 0:
     st.caption(t("why_no_earlier"))
 else:
     st.markdown(t("why_s3_text"))
-    URL.bind("why_by", "weighted", options=list(BY))
+    URL.bind("why_by")
     by = st.radio(t("why_by"), BY, key="why_by", horizontal=True, format_func=lambda b: t(f"why_by_{b}", j=j))
     at_j = j if by == "at_j" else None
     off_grid = np.zeros((layer, n_heads), dtype=bool)
@@ -277,7 +276,7 @@ else:
     st.caption(t("why_rope_note"))
 
 # ---- 5. composition with the earlier heads ----------------------------------------------------------------------------
-URL.bind("why_comp", False, kind=bool)
+URL.bind("why_comp")
 with st.expander(t("why_s5"), expanded=bool(st.session_state.get("why_comp"))):
     st.markdown(t("why_s5_text"))
     if st.toggle(t("why_comp_go"), key="why_comp"):

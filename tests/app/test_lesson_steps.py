@@ -26,7 +26,7 @@ EXPECTED = {1: "2", 3: "2", 4: "3", 5: "falls", 7: "6", 8: "0", 10: "decoder.1.3
 
 
 def _shown(value) -> str:
-    """A Session State value as the link writes it (views/shared/urlstate.py: url_sync)."""
+    """A Session State value as the link writes it (views/shared/urlstate.py: UrlState.sync)."""
     return L.link_text(value)
 
 

@@ -1,6 +1,6 @@
 """Lessons as files (live/lessons.py, issue 29): the shipped lesson reads and fits the app, a lesson survives a save
 and a load, every mistake is refused with its own code and a Turkish text, and the table of what each page reads
-from a link is the pages' own (views/). No model is loaded."""
+from a link is declared in pagestate/ (tests/engine/test_pagestate.py). No model is loaded."""
 
 from __future__ import annotations
 
@@ -293,8 +293,8 @@ def _turkish(exc: L.LessonError) -> str:
 
 
 def _raises():
-    """(where, code, keyword names) of every ``LessonError(...)`` in live/lessons.py and live/questions.py."""
-    for name in ("lessons.py", "questions.py"):
+    """(where, code, keyword names) of every ``LessonError(...)`` in live/ (lessons, their checks, TOML, questions)."""
+    for name in sorted(p.name for p in (ROOT / "live").glob("*.py")):
         for node in ast.walk(ast.parse((ROOT / "live" / name).read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LessonError":
                 kw = {k.arg: k.value for k in node.keywords}
@@ -315,80 +315,3 @@ def test_every_code_has_a_turkish_text_with_the_params_its_raises_pass_and_is_te
     assert strings["err_LessonError"]["tr"] and not strings["err_LessonError"]["en"]
     tested = {c for c, _, _ in MISTAKES} | {"lesson_unreadable", "lesson_duplicate_id"} | set(ANSWER_CODES)
     assert tested == raised, (raised - tested, tested - raised)
-
-
-# ------------------------------------------------------------------------ the table is the pages' own
-
-
-def _literal_keys(paths: list[Path]) -> set[str]:
-    """The link parameters a page's files name: ``UrlState((...))``, ``url_init`` / ``url_sync`` / ``url_drop`` /
-    ``bind``'s key, ``layer_head``'s two keys, ``st.query_params[...]`` / ``.get(...)``, and the loop over Explore's
-    ``OPTIONS``."""
-    keys: set[str] = set()
-    for path in paths:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        named = {node.targets[0].id: node.value for node in tree.body
-                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
-
-        def tuple_of(node) -> tuple:  # a tuple literal, a module constant, or their sum (kvcache's URL)
-            if isinstance(node, ast.BinOp):
-                return tuple_of(node.left) + tuple_of(node.right)
-            return ast.literal_eval(named[node.id] if isinstance(node, ast.Name) else node)
-
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-                args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                if name == "UrlState" and node.args:
-                    keys |= set(tuple_of(node.args[0]))
-                elif name in ("url_init", "url_sync", "url_drop", "bind") and args and node.args[0].__class__ is ast.Constant:
-                    keys.add(args[0])
-                elif name == "layer_head" and len(args) >= 2 and all(isinstance(a, ast.Constant) for a in node.args[:2]):
-                    keys |= set(args[:2])
-                elif name == "get" and "query_params" in ast.unparse(node.func) and args:
-                    keys.add(args[0])
-            elif isinstance(node, ast.Subscript) and "query_params" in ast.unparse(node.value):
-                if isinstance(node.slice, ast.Constant):
-                    keys.add(node.slice.value)
-            elif isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "OPTIONS":
-                keys |= set(ast.literal_eval(node.value))
-    return keys
-
-
-def _files(page: str) -> list[Path]:
-    folder = {"masks": "mask_sections", "atlas": "atlas_sections"}.get(page)
-    return [ROOT / "views" / f"{page}.py"] + (sorted((ROOT / "views" / folder).glob("*.py")) if folder else [])
-
-
-def _constant(path: str, name: str):
-    for node in ast.parse((ROOT / path).read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
-            return node.value
-    raise AssertionError(f"{path} has no {name}")
-
-
-def test_the_pages_are_the_apps():
-    """Every page of app.py but the Class page (views/live.py: the teacher's desk of a live class, never a step)."""
-    shown = re.findall(r'st\.Page\("views/(\w+)\.py"', (ROOT / "app.py").read_text(encoding="utf-8"))
-    assert tuple(p for p in shown if p != "live") == L.PAGES and "live" in shown
-
-
-@pytest.mark.parametrize("page", L.PAGES)
-def test_each_page_reads_the_parameters_the_table_says(page):
-    assert _literal_keys(_files(page)) == set(L.PARAMS[page]), page
-
-
-def test_the_sidebar_reads_model_key_and_text_and_the_options_are_the_pages():
-    assert set(L.SIDEBAR) | {"lang", "model_custom"} == _literal_keys([ROOT / "views" / "shared" / "sidebar.py"])
-    ev = ast.literal_eval
-    assert tuple(ev(_constant("views/explore.py", "VIEWS"))) == L.PARAMS["explore"]["view"].options
-    common = "views/mask_sections/common.py"
-    assert ev(_constant(common, "KINDS")) == L.MASK_KINDS and ev(_constant(common, "MAX_TOKENS")) == L.MASK_MAX
-    assert ev(_constant(common, "ENCDEC_PRESETS")) == L.ENCDEC_PRESETS
-    assert ev(_constant(common, "LANGUAGES")) == L.AUDIO_LANGUAGES
-    assert tuple(k.value for k in _constant(common, "CLIPS").keys) + ("record",) == L.CLIPS
-    assert tuple(k.value for k in _constant("views/masks.py", "SECTIONS").keys) == \
-        L.PARAMS["masks"]["masks_section"].options
-    assert ev(_constant("views/shared/pickers.py", "REPLACED_MASKS")) == L.PARAMS["flow"]["flow_mask"].options
-    assert ev(_constant("views/flow.py", "THRESHOLDS")) == L.PARAMS["flow"]["flow_threshold"].options
-    assert sorted(p.name for p in (ROOT / "assets" / "audio").glob("*.wav")) == sorted(L.CLIPS[:-1])

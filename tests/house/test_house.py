@@ -47,6 +47,10 @@ def test_the_three_layers_keep_to_themselves():
         assert not _imports(path) & {"torch", "streamlit", "models", "views", "transformers"}, path
     for path in (ROOT / "models").rglob("*.py"):
         assert not _imports(path) & {"streamlit", "views", "plotly", "viz"}, path
+    for path in (ROOT / "pagestate").rglob("*.py"):  # below views/ and live/: a lesson is checked without a browser
+        assert not _imports(path) & {"streamlit", "views", "live", "plotly", "viz"}, path
+    for path in (ROOT / "live").rglob("*.py"):  # the class's state and lessons: no page, no Streamlit
+        assert not _imports(path) & {"streamlit", "views"}, path
 
 
 def test_views_leave_torch_and_transformers_to_the_engine():
@@ -58,9 +62,12 @@ def test_views_leave_torch_and_transformers_to_the_engine():
 
 
 def test_no_module_is_over_500_lines():
-    """Issue 16: one topic per module in models/, viz/ and views/."""
-    long = {str(p.relative_to(ROOT)) for folder in ("models", "viz", "views") for p in (ROOT / folder).rglob("*.py")
-            if len(p.read_text(encoding="utf-8").splitlines()) > 500}
+    """Issues 16, 49: one topic per module in every product folder (the live class and the launcher too)."""
+    from test_imports import PRODUCT
+
+    paths = [p for folder in PRODUCT for p in (ROOT / folder).rglob("*.py")] + [ROOT / "app.py"]
+    assert len({p.parent.relative_to(ROOT).parts[0] for p in paths[:-1]}) == len(PRODUCT)
+    long = {str(p.relative_to(ROOT)) for p in paths if len(p.read_text(encoding="utf-8").splitlines()) > 500}
     assert not long, long
 
 
@@ -71,14 +78,14 @@ PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), 
                  "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",), "why": ("why_", "_why_"),
                  "experiments": ("exp_",), "atlas": ("atlas_",), "atlas_sections": ("atlas_",),
                  "live": ("live_", "_live_"), "live_sections": ("live_", "_live_")}
-SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live"}  # a page's parts, one module each, and their page
+SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live", "explore_parts": "explore"}  # a page's parts, one module each, and their page
 APP_KEYS = {"_device_slot", "_model_chosen_by_user", "_selection", "example", "lang", "model_custom", "model_key",
             "scale", "text"}
 
 
 def _session_keys(path: Path) -> set[str]:
     """The literal Session State keys a view file names: ``key=``, ``session_state[...]`` / ``.get`` /
-    ``.setdefault`` / ``.pop``, ``bind``, ``url_init``, ``clamp``, ``layer_head`` and ``UrlState`` (an f-string's
+    ``.setdefault`` / ``.pop``, a :class:`UrlState`'s ``bind`` / ``read`` / ``sync`` / ``drop``, ``clamp``, ``layer_head`` and ``UrlState`` (an f-string's
     literal start counts)."""
     import ast
     keys = set()
@@ -96,7 +103,7 @@ def _session_keys(path: Path) -> set[str]:
             args = list(node.args)
             if name in ("get", "setdefault", "pop") and "session_state" in ast.unparse(node.func):
                 args = args[:1]
-            elif name in ("bind", "url_init", "url_sync", "url_drop", "clamp"):
+            elif name in ("bind", "read", "sync", "drop", "url_drop", "clamp"):
                 args = args[:1]
             elif name == "layer_head":
                 args = args[:2]
@@ -117,7 +124,7 @@ def test_each_page_keeps_its_session_state_keys_under_its_own_prefix():
     views = ROOT / "views"
     seen: dict[str, str] = {}
     for path in sorted(views.rglob("*.py")):
-        page = path.parent.name if path.parent.name in PAGE_PREFIXES else path.stem
+        page = path.parent.name if path.parent.name in PAGE_PREFIXES or path.parent.name in SECTIONS else path.stem
         keys = _session_keys(path)
         if path.parent.name == "shared":
             assert keys <= APP_KEYS, (path.name, keys - APP_KEYS)

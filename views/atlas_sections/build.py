@@ -17,7 +17,7 @@ from views import shared
 
 from .common import URL, duration, corpus_name, parts, t, tp
 
-CORPORA = ["en", "tr", "upload"]
+CORPORA = list(URL.options("atlas_corpus"))
 PROGRESS_S = 1.0  # the progress bar's refresh
 REFRESH_S = 15.0  # while a build runs, the atlas shown is redrawn with the new parts at most this often
 
@@ -87,9 +87,9 @@ def _progress(folder: str, shown_parts: int) -> None:
 def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int]:
     """The build's settings in an expander: ``(max_tokens, limit (0: all), repeats)``."""
     limit = max(2, int(loaded.max_positions or MAX_TOKENS))
-    URL.bind("atlas_max_tokens", min(MAX_TOKENS, limit), kind=int, bounds=(2, limit))
-    URL.bind("atlas_limit", 0, kind=int, bounds=(0, atlas_corpus.MAX_TEXTS))
-    URL.bind("atlas_repeats", REPEATS, kind=int, bounds=(0, 1000))
+    URL.bind("atlas_max_tokens", min(MAX_TOKENS, limit), bounds=(2, limit))
+    URL.bind("atlas_limit", bounds=(0, atlas_corpus.MAX_TEXTS))
+    URL.bind("atlas_repeats", REPEATS)
     if not 2 <= int(st.session_state.get("atlas_max_tokens") or 0) <= limit:  # a link or a model with more positions
         st.session_state["atlas_max_tokens"] = min(MAX_TOKENS, limit)
     with column.expander(t("atlas_settings")):
@@ -97,7 +97,7 @@ def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int]:
                         help=t("atlas_max_tokens_help", limit=limit))
         st.number_input(t("atlas_limit"), min_value=0, max_value=atlas_corpus.MAX_TEXTS, step=16, key="atlas_limit",
                         help=t("atlas_limit_help"))
-        st.number_input(t("atlas_repeats"), min_value=0, max_value=1000, step=1, key="atlas_repeats",
+        st.number_input(t("atlas_repeats"), min_value=0, max_value=URL.bounds("atlas_repeats")[1], step=1, key="atlas_repeats",
                         help=t("atlas_repeats_help"), disabled=loaded.family != "decoder")
     return (int(st.session_state["atlas_max_tokens"]), int(st.session_state["atlas_limit"]),
             int(st.session_state["atlas_repeats"]))
@@ -133,7 +133,7 @@ def corpus_and_settings(loaded: models.LoadedModel, spec) -> tuple[A.Corpus | No
     choice = st.session_state.get("atlas_corpus") or default
     if choice != "upload":
         return _shipped(choice), settings, row
-    URL.bind("atlas_column", "")
+    URL.bind("atlas_column")
     up, col = st.columns([3, 1])
     up.file_uploader(t("atlas_upload"), type=["txt", "csv", "jsonl"], key="atlas_upload")
     col.text_input(t("atlas_column"), key="atlas_column", placeholder="text", help=t("atlas_column_help"))

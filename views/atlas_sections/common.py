@@ -15,8 +15,7 @@ from views import shared
 from viz import numbers as nb
 
 t, tp = shared.t, shared.t_plain
-URL = shared.UrlState(("atlas_corpus", "atlas_column", "atlas_max_tokens", "atlas_limit", "atlas_repeats",
-                       "atlas_metric", "atlas_lowest", "atlas_stack", "atlas_layer", "atlas_head"))
+URL = shared.UrlState("atlas")
 VERSION_KEY = "atlas_pick_version"  # bumps after a head is picked on the grid or a table, so their selection resets
 
 

@@ -16,7 +16,7 @@ What lives where:
 Following: :func:`poll` (the sidebar's fragment every second, and inline on every full run) reads the room's
 version; when it grew and the student follows, the new page and parameters become a pending move (``_live_goto``).
 ``app.py`` calls :func:`follow` after ``st.navigation``: it drops the page's widget values from Session State (and
-the link values :mod:`views.shared.urlstate` keeps for a page visited again), so the page's ``url_init`` reads the
+the link values :mod:`views.shared.urlstate` keeps for a page visited again), so the page's ``UrlState.read`` reads the
 teacher's, and opens the page with ``st.switch_page(..., query_params=...)``. Broadcasting: :func:`broadcasting`
 wraps the page's run in ``app.py``; when the page has run (or stopped), the teacher's page and link are pushed with
 ``set_state`` if they changed.
@@ -34,24 +34,21 @@ from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import live
 import models
+import pagestate
 from live import config as live_config
-from live import lessons as L
 from live import rules as live_rules
 from live.base import teacher_elsewhere
-from models import pruning
 from views import hosting, shared
 
 ROOM = "room"  # the query parameter of a student's link: the room code, nothing else of a class
 TEACH = "teach"  # the query parameter of the teacher's own page: the room code (a reload offers to lead it again)
 STEP = "lesson_step"  # a broadcast parameter only: "<lesson id>:<step index from 0>"
 SHOWN = "live_v"  # a student's link: the version of the room's state its last full run drew (mark_drawn)
-OWN = ("lang", ROOM, TEACH, SHOWN)  # each viewer's own: never broadcast, never taken from the teacher
+OWN = (*pagestate.OWN, ROOM, TEACH, SHOWN)  # each viewer's own: never broadcast, never taken from the teacher
 REDRAW_AFTER_S = 3.0  # a full run whose end the student's browser has not shown after this long is made again
 DEFAULT_PAGE = "explore"  # app.py's default page, whose url_path is ""
 DESK = "live"  # the Class page: the teacher's desk, not broadcast
-FOLLOWED = frozenset(L.PAGES)  # the pages a class follows (app.py: views/<page>.py)
-PILLS = "prune_pills|"  # views/pruning.py: the grid rows' widget keys start so
-PRUNE_READ = "_prune_off_read"  # views/pruning.py reads ?off= once per session unless this is gone
+FOLLOWED = frozenset(pagestate.FOLLOWED)  # the pages a class follows (app.py: views/<page>.py)
 
 
 def store() -> live.RoomStore:
@@ -206,12 +203,12 @@ def teacher_params() -> dict[str, str]:
     and sentence always (their defaults follow each viewer's language), the heads switched off on the Head
     pruning page for this model (``off``), and the lesson step being taught."""
     params = {k: v for k, v in st.query_params.to_dict().items() if k not in OWN}
-    for key in L.SIDEBAR:
+    for key in pagestate.SIDEBAR:
         if isinstance(st.session_state.get(key), str):
             params[key] = hosting.clip(st.session_state[key])
-    off = shared.heads_off(params.get("model_key", ""))
+    off = shared.heads.link_value(params.get("model_key", ""))
     if off:
-        params["off"] = pruning.heads_to_text(off)
+        params["off"] = off
     else:
         params.pop("off", None)
     step = st.session_state.get("_live_step")
@@ -371,30 +368,25 @@ def go(name: str, params: dict[str, str]) -> None:
     st.session_state["_live_goto"] = (name, dict(params))
 
 
-def _heads_off(name: str, model: str, params: dict[str, str]) -> None:
-    """The heads the teacher switched off (``off``), set as the Head pruning page keeps them for ``model``."""
-    for key in [k for k in st.session_state if str(k).startswith(PILLS)]:
-        del st.session_state[key]
-    st.session_state.pop(PRUNE_READ, None)
+def _heads_off(model: str, params: dict[str, str]) -> None:
+    """The heads the teacher switched off (``off``), set for ``model`` as a link opened now would."""
     spec = models.CATALOG.get(model)
-    if spec is None:
-        return
-    heads = pruning.heads_from_text(params.get("off", ""), L._stacks(spec))
-    st.session_state.setdefault(shared.HEADS_OFF_KEY, {})[model] = sorted([list(h) for h in heads])
+    if spec is not None:
+        shared.heads.heads_from_class(model, pagestate.model_stacks(spec), params.get("off", ""))
 
 
 def follow(page) -> None:
     """``app.py``, after ``st.navigation``: make a pending move (:func:`poll`, :func:`go`). The page's widget values
-    and the link values kept for it are dropped, so its ``url_init`` reads the new link; then the page opens with
+    and the link values kept for it are dropped, so its ``UrlState.read`` reads the new link; then the page opens with
     it (the viewer's language and, for a student, ``?room=`` kept; for the teacher, ``?teach=``)."""
     goto = st.session_state.pop("_live_goto", None)
     if not goto or goto[0] not in FOLLOWED:
         return
     name, params = goto
-    for key in {*L.SIDEBAR, *L.PARAMS.get(name, {}), *params} - set(OWN):
+    for key in {*pagestate.keys_of(name), *params} - set(OWN):
         st.session_state.pop(key, None)
         shared.url_drop(key)
-    _heads_off(name, params.get("model_key", ""), params)
+    _heads_off(params.get("model_key", ""), params)
     query = {k: v for k, v in params.items() if k != STEP and (k != "off" or name == "pruning")}
     if shared.lang() != "en":
         query["lang"] = shared.lang()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
+import pagestate
 from live import lessons as L
 from live import questions as Q
 from views import shared
@@ -137,29 +138,11 @@ def picker() -> None:
 
 
 def _typed(page: str, key: str, text: str):
-    """A link's text as the TOML value a lesson file holds for ``key`` on ``page`` (its :class:`live.lessons.Param`
-    kind), or None when it cannot be one."""
-    spec = {**L.SIDEBAR, **L.PARAMS.get(page, {})}.get(key)
-    if spec is None:
-        return None
-    if spec.kind == "flag":
-        return text == "1"
-    if spec.kind == "heads":
-        return [h for h in text.split(",") if h]
-    if spec.kind == "several":
-        return [_number(p) for p in text.split(",") if p]
-    if spec.kind in ("whole", "layer") or (spec.kind == "head" and text != "mean"):
-        return int(text) if text.lstrip("-").isdigit() else None
-    return _number(text) if spec.kind == "choice" else text
-
-
-def _number(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    """A link's text as the TOML value a lesson file holds for ``key`` on ``page`` (:func:`pagestate.typed`), or None
+    when it cannot be one (the page does not declare it, or the text is not of its kind)."""
+    own = pagestate.page(page).by_key if page in pagestate.FOLLOWED else {}
+    spec = {**pagestate.SIDEBAR, **own}.get(key)
+    return None if spec is None else pagestate.typed(spec, text)
 
 
 def _step(entry: dict, number: int) -> L.Step | None:

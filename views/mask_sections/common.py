@@ -8,6 +8,7 @@ import numpy as np
 import streamlit as st
 
 import models
+import pagestate
 from models.analysis import compare
 from views import shared
 from viz import masks as vm
@@ -15,14 +16,14 @@ from viz import masks as vm
 
 t = shared.t
 # The mask page draws n x n grids (and an n x n checkbox editor): keep texts short.
-MAX_TOKENS = 24
-KINDS = ("bidirectional", "causal", "sliding_window", "strided", "sink_window", "custom")
+MAX_TOKENS = pagestate.declared.MASK_MAX
+KINDS = pagestate.declared.MASK_KINDS
 PRESETS = models.masks.STARTS
 BERT_MODEL, GPT_MODEL, GQA_MODEL = "minilm-l6", "smollm2-135m", "smollm2-135m"
-ENCDEC_PRESETS = ("Helsinki-NLP/opus-mt-tr-en", "whisper-base", "google-t5/t5-small", "facebook/bart-base")
+ENCDEC_PRESETS = pagestate.declared.ENCDEC_PRESETS
 AUDIO_DIR = shared.ASSETS / "audio"
 CLIPS = {"the_cat_chased_the_mouse_en.wav": "en", "kedi_fareyi_kovaladi_tr.wav": "tr"}
-LANGUAGES = ("en", "tr", "de", "fr", "es")
+LANGUAGES = pagestate.declared.AUDIO_LANGUAGES
 
 
 # ----------------------------------------------------------------------------------------- cached runs
@@ -47,14 +48,7 @@ def mask_run(name: str, text: str, mask_key, max_tokens: int) -> compare.MaskRun
 # ----------------------------------------------------------------------------------------------- helpers
 
 # The page's state lives in the URL (issue 13: a link reopens the same section, masks, layer and head).
-URL = shared.UrlState(("masks_section", "masks_kinds", "masks_window", "masks_stride", "masks_sink_window",
-                       "masks_sinks", "masks_custom_start",
-                       "masks_cmp_layer", "masks_cmp_head", "masks_bg_enc_layer", "masks_bg_enc_head",
-                       "masks_bg_dec_layer", "masks_bg_dec_head", "masks_encdec_choice", "masks_src", "masks_tgt",
-                       "masks_encdec_hide", "masks_ed_layer", "masks_ed_head", "masks_align_threshold", "masks_clip",
-                       "masks_audio_lang", "masks_audio_tgt", "masks_audio_heads", "masks_gqa_layer",
-                       "masks_ph_text", "masks_ph_preset", "masks_ph_window", "masks_ph_sinks", "masks_ph_k",
-                       "masks_ph_score", "masks_ph_default", "masks_ph_budget"))
+URL = shared.UrlState("masks")
 bind = URL.bind
 
 

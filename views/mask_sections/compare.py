@@ -24,7 +24,7 @@ from .common import (
 def _custom_editor(labels: list[str], name: str, text: str) -> np.ndarray:
     """Checkbox grid (rows: queries, columns: keys). Returns the bool (n, n) mask."""
     n = len(labels)
-    bind("masks_custom_start", PRESETS[0], options=PRESETS)
+    bind("masks_custom_start")
     start = st.selectbox(t("masks_custom_start"), PRESETS, key="masks_custom_start",
                          format_func=lambda p: t(f"masks_preset_{p}"))
     names = [f"{i} {lab}" for i, lab in enumerate(labels)]
@@ -67,7 +67,7 @@ def section_compare(sel: shared.Selection) -> None:
     labels = token_labels(q_tokens)
     layers, heads = loaded.stacks[stack]
 
-    bind("masks_kinds", ["bidirectional", "causal"], options=KINDS, kind=list)
+    bind("masks_kinds")
     if len(st.session_state["masks_kinds"]) > 4:  # a link may name all six; the widget takes four
         st.session_state["masks_kinds"] = st.session_state["masks_kinds"][:4]
     kinds = st.multiselect(t("masks_choose_masks"), KINDS, key="masks_kinds",
@@ -80,16 +80,16 @@ def section_compare(sel: shared.Selection) -> None:
     c1, c2 = st.columns(2)
     with c1:
         if "sliding_window" in kinds:
-            bind("masks_window", 3, kind=int, bounds=(1, MAX_TOKENS))
+            bind("masks_window")
             st.number_input(t("masks_window_w"), min_value=1, max_value=MAX_TOKENS, step=1, key="masks_window")
     with c2:
         if "strided" in kinds:
-            bind("masks_stride", 3, kind=int, bounds=(1, MAX_TOKENS))
+            bind("masks_stride")
             st.number_input(t("masks_stride_s"), min_value=1, max_value=MAX_TOKENS, step=1, key="masks_stride")
     if "sink_window" in kinds:  # StreamingLLM: a window plus the first k tokens (Xiao et al. 2023)
         s1, s2 = st.columns(2)
-        bind("masks_sink_window", 3, kind=int, bounds=(1, MAX_TOKENS))
-        bind("masks_sinks", 1, kind=int, bounds=(0, MAX_TOKENS))
+        bind("masks_sink_window")
+        bind("masks_sinks")
         s1.number_input(t("masks_window_w"), min_value=1, max_value=MAX_TOKENS, step=1, key="masks_sink_window")
         s2.number_input(t("masks_sinks_k"), min_value=0, max_value=MAX_TOKENS, step=1, key="masks_sinks")
     custom = None

@@ -16,7 +16,7 @@ from viz import alignment as va
 from viz import audio_alignment as vaa
 from viz import numbers as nb
 from .common import (
-    AUDIO_DIR, CLIPS, ENCDEC_PRESETS, LANGUAGES, MAX_TOKENS, attention_figure, bind, chart, head_name, token_labels, layer_head, mask_figure, pick_map, t,
+    URL, AUDIO_DIR, CLIPS, ENCDEC_PRESETS, LANGUAGES, MAX_TOKENS, attention_figure, bind, chart, head_name, token_labels, layer_head, mask_figure, pick_map, t,
 )
 
 
@@ -25,7 +25,7 @@ from .common import (
 
 def _cross_controls(loaded) -> tuple[bool, int, int | None]:
     """The cross-attention sections' toggle (hide special tokens) and layer/head pickers, in the link."""
-    bind("masks_encdec_hide", True, kind=bool)
+    bind("masks_encdec_hide")
     hide = st.toggle(t("masks_hide_special"), key="masks_encdec_hide")
     layers, heads = loaded.stacks["cross"]
     layer, head = layer_head("masks_ed", layers, heads, allow_mean=True)
@@ -145,8 +145,8 @@ def section_encdec(sel: shared.Selection) -> None:
     words = va.word_attention(cross, [r for _, r in rows], [w.tokens for w in a.words])
     t_labels, s_labels = [w for w, _ in rows], [w.text for w in a.words]
     lang = shared.lang()  # a select slider: its labels use the interface language's decimal mark (0,10)
-    steps = [round(0.05 * i, 2) for i in range(21)]
-    bind("masks_align_threshold", 0.1, options=steps)
+    steps = list(URL.options("masks_align_threshold"))
+    bind("masks_align_threshold")
     threshold = st.select_slider(t("masks_alignment_threshold"), steps, key="masks_align_threshold", format_func=lambda v: nb.num(v, 2, lang))
     c1, c2 = st.columns([3, 2])
     with c1:
@@ -218,7 +218,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
         bind("masks_audio_lang", CLIPS.get(clip, "en"), options=LANGUAGES)
         language = st.selectbox(t("masks_audio_language"), LANGUAGES, key="masks_audio_lang")
     with c3:
-        bind("masks_audio_tgt", "")
+        bind("masks_audio_tgt")
         target = shared.text_field(t("masks_audio_target"), key="masks_audio_tgt").strip() or None
         if clip.endswith("_tr.wav"):
             st.caption(t("masks_audio_tr_hint"))
@@ -260,7 +260,7 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     st.caption(t("masks_rows_are_inputs"))
 
     st.subheader(t("masks_audio_alignment_title"))
-    bind("masks_audio_heads", "alignment", options=("alignment", "selected"))
+    bind("masks_audio_heads")
     source = st.radio(t("masks_audio_heads"), ["alignment", "selected"], key="masks_audio_heads", horizontal=True,
                       format_func=lambda s: t("masks_audio_heads_" + s))
     cross = a.attentions["cross"]

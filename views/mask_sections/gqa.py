@@ -71,7 +71,7 @@ def section_gqa(sel: shared.Selection) -> None:
     if a is None:
         return
     att = a.attentions["decoder"]
-    bind("masks_gqa_layer", 0, kind=int, bounds=(0, att.shape[0] - 1))
+    bind("masks_gqa_layer", 0, bounds=(0, att.shape[0] - 1))
     shared.clamp("masks_gqa_layer", att.shape[0])
     layer = st.slider(t("masks_layer"), 0, att.shape[0] - 1, key="masks_gqa_layer")
     st.markdown(t("masks_gqa_maps", layer=layer))

@@ -21,14 +21,14 @@ from views import hosting, shared
 from viz import head_masks as vh
 from viz import numbers as nb
 from viz import text as vtext
-from .common import bind, chart, text_model_ok, t
+from .common import URL, bind, chart, text_model_ok, t
 from .per_head_custom import custom_spec
 from .sparse_keep import section_sparse_keep
 
 tp = shared.t_plain
 LONG_TOKENS = 512  # the long text (and the sidebar's) cut here: a window of 64 then leaves most of it out
-TEXTS = ("long", "sidebar")
-PRESETS = ("window", "duo", "custom")
+TEXTS = URL.options("masks_ph_text")
+PRESETS = URL.options("masks_ph_preset")
 SCORES = ("lost", "retrieval")
 KINDS = ("full", "causal", "bidirectional", "sliding_window", "sink_window", "strided", "vertical_slash",
          "block_sparse", "custom")
@@ -98,8 +98,8 @@ def run_retrieval(name: str, loaded: models.LoadedModel):
 
 def _window_sinks(limit: int) -> tuple[int, int]:
     c1, c2 = st.columns(2)
-    bind("masks_ph_window", 64, kind=int, bounds=(1, limit))
-    bind("masks_ph_sinks", 4, kind=int, bounds=(0, limit))
+    bind("masks_ph_window", bounds=(1, limit))
+    bind("masks_ph_sinks", bounds=(0, limit))
     window = c1.number_input(t("masks_ph_window"), min_value=1, max_value=limit, step=1, key="masks_ph_window")
     sinks = c2.number_input(t("masks_ph_sinks"), min_value=0, max_value=limit, step=1, key="masks_ph_sinks")
     return int(window), int(sinks)
@@ -133,7 +133,7 @@ def _duo_scores(name: str, loaded, text: str, budget: int) -> tuple[np.ndarray, 
 
 def _spec_key(name: str, loaded, text: str, layers: int, heads: int, n: int) -> tuple | None:
     """The chosen mask per head as a hashable key (:func:`spec_of`), or None (nothing to run yet)."""
-    bind("masks_ph_preset", "duo", options=PRESETS)
+    bind("masks_ph_preset")
     preset = st.radio(t("masks_ph_preset"), PRESETS, key="masks_ph_preset", horizontal=True,
                       format_func=lambda p: t(f"masks_ph_preset_{p}"))
     st.caption(t(f"masks_ph_preset_{preset}_explain"))
@@ -143,7 +143,7 @@ def _spec_key(name: str, loaded, text: str, layers: int, heads: int, n: int) -> 
     if preset == "window":
         return ("window", window, sinks)
     total = layers * heads
-    bind("masks_ph_k", max(1, round(0.1 * total)), kind=int, bounds=(0, total))
+    bind("masks_ph_k", max(1, round(0.1 * total)), bounds=(0, total))
     shared.clamp("masks_ph_k", total + 1)
     k = st.slider(t("masks_ph_k", total=total), 0, total, key="masks_ph_k")
     found = _duo_scores(name, loaded, text, window + sinks)
@@ -216,7 +216,7 @@ def section_per_head(sel: shared.Selection) -> None:
     loaded = shared.load_model_ui(sel.model)
     if loaded is None or not text_model_ok(loaded):
         return
-    bind("masks_ph_text", "long", options=TEXTS)
+    bind("masks_ph_text")
     source = st.radio(t("masks_ph_text"), TEXTS, key="masks_ph_text", horizontal=True,
                       format_func=lambda s: t(f"masks_ph_text_{s}", n=LONG_TOKENS))
     text = long_text() if source == "long" else sel.text

@@ -41,7 +41,7 @@ def custom_spec(layers: int, heads: int, n: int) -> tuple:
     st.caption(t("masks_ph_custom_help", n=n))
     if "masks_ph_default" not in st.session_state and saved.get("default"):
         st.session_state["masks_ph_default"] = saved["default"]
-    bind("masks_ph_default", "full")
+    bind("masks_ph_default")
     typed = st.text_input(t("masks_ph_default"), key="masks_ph_default")  # a pattern name, not a text
     saved["default"] = typed
     default = typed.strip() or "full"

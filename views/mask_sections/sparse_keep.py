@@ -30,7 +30,7 @@ def section_sparse_keep(name: str, text: str, max_tokens: int, native: models.An
     if n < 3:
         st.info(t("masks_ph_keep_short", n=n))
         return
-    bind("masks_ph_budget", min(64, max(2, n // 4)), kind=int, bounds=(2, n))
+    bind("masks_ph_budget", min(64, max(2, n // 4)), bounds=(2, n))
     value = st.session_state.get("masks_ph_budget")
     if not isinstance(value, int) or isinstance(value, bool) or not 2 <= value <= n:  # another text, a shorter one
         st.session_state["masks_ph_budget"] = min(64, max(2, n // 4))

@@ -11,10 +11,12 @@ views and other results of every page share one cache bounded by bytes (:data:`C
 ``DIKKAT_CACHE_GIB``, default 4 GiB), so an analysis is stored once for all pages.
 """
 from .cache import (  # noqa: F401
-    CACHE, HEADS_OFF_KEY, analysis_ui, cached, get_analysis, get_flow, get_model, heads_off, kept, kept_since, load_model_ui,
+    CACHE, analysis_ui, cached, get_analysis, get_flow, get_model, kept, kept_since, load_model_ui,
     reads_text, run_and_keep, truncation_text,
 )
 from .fields import text_field  # noqa: F401
+from .heads import HEADS_OFF_KEY, heads_off, set_heads_off  # noqa: F401
+from . import heads  # noqa: F401  (the heads switched off: shared.heads.heads_from_link, ...)
 from .figures import shared_figure  # noqa: F401
 from .output import (  # noqa: F401
     PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,
@@ -30,5 +32,5 @@ from .strings import (  # noqa: F401
     ASSETS, Md, _strings, lang, md, t, t_plain,
 )
 from .urlstate import (  # noqa: F401
-    clamp, open_with, UrlState, url_drop, url_init, url_sync,
+    clamp, open_with, UrlState, url_drop,
 )

@@ -163,15 +163,6 @@ def load_model_ui(name: str) -> models.LoadedModel | None:
     return loaded
 
 
-HEADS_OFF_KEY = "prune_off"  # model name -> sorted list of [stack, layer, head]: set on the Head pruning page
-
-
-def heads_off(name: str) -> frozenset:
-    """The heads switched off on the Head pruning page for model ``name`` (this session), as ``(stack, layer,
-    head)`` triples; other pages may analyse with them."""
-    return frozenset(tuple(h) for h in st.session_state.get(HEADS_OFF_KEY, {}).get(name, []))
-
-
 def reads_text(loaded: models.LoadedModel) -> bool:
     """True for a text model; for a speech model (input features, e.g. Whisper) show why a text page cannot use
     it and where its attention is shown instead, and return False."""

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import streamlit as st
 
+import pagestate
+
 
 from .strings import t
-from .urlstate import UrlState, clamp, url_init, url_sync
+from .urlstate import UrlState, clamp
 
-MEAN = "mean"
+MEAN = pagestate.MEAN
 """The head option that stands for the mean over heads (its value in the link: ``head=mean``)."""
 
 
-def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, url: UrlState | None = None,
+def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, url: UrlState,
                columns=None, labels: tuple[str, str] = ("teach_layer", "teach_head"), slider: bool = False,
                mean: str | None = None, layer_default: int = 0, head_default: int | str = 0,
                layer_label: str | None = None, disabled: tuple[bool, bool] = (False, False),
@@ -23,14 +25,13 @@ def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, ur
 
     Both values come from the link first (a shared URL reopens the same layer and head), are kept inside
     ``range(n_layers)`` / the head options when the model or the text changed (:func:`clamp`), and go back into
-    the link: through ``url`` (the page's :class:`UrlState`, written at the page's end) or, without one, at once
-    (:func:`url_sync`). A widget is always drawn when it has a choice to offer (a widget that is not drawn forgets
+    the link through ``url`` (the page's :class:`UrlState`, written at the page's end). A widget is always drawn when it has a choice to offer (a widget that is not drawn forgets
     its value); a model with one layer shows no layer slider.
 
     Args:
         layer_key, head_key: the widgets' Session State keys and query parameters.
         n_layers, n_heads: the stack's layers and (query) heads, ``>= 1``.
-        url: the page's link state; ``None`` writes the link directly.
+        url: the page's link state.
         columns: two containers to draw in (default: two new columns).
         labels: string keys of the two labels.
         slider: the layer as a slider (else a list).
@@ -46,14 +47,8 @@ def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, ur
     """
     heads: list = ([MEAN] if mean else []) + list(range(n_heads))
     layer_default = min(max(layer_default, 0), max(n_layers - 1, 0))
-    if url is not None:
-        url.bind(layer_key, layer_default, kind=int, bounds=(0, max(n_layers - 1, 0)))
-        url.bind(head_key, head_default, options=heads)
-    else:
-        url_init(layer_key, kind=int, bounds=(0, max(n_layers - 1, 0)))
-        url_init(head_key, heads)
-        st.session_state.setdefault(layer_key, layer_default)
-        st.session_state.setdefault(head_key, head_default)
+    url.bind(layer_key, layer_default, bounds=(0, max(n_layers - 1, 0)))
+    url.bind(head_key, head_default, options=heads)
     clamp(layer_key, n_layers, layer_default)
     if head_key in st.session_state and st.session_state[head_key] not in heads:
         value = st.session_state[head_key]
@@ -70,9 +65,6 @@ def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, ur
     with c2:
         st.selectbox(t(labels[1]), heads, key=head_key, disabled=disabled[1], help=head_help,
                      format_func=lambda h: t(mean) if h == MEAN else str(h))
-    if url is None:
-        url_sync(layer_key, layer_default)
-        url_sync(head_key, head_default)
     layer = int(st.session_state.get(layer_key) or 0) if n_layers > 1 else 0
     head = st.session_state.get(head_key, head_default)
     return min(layer, n_layers - 1), (None if head == MEAN else min(int(head), n_heads - 1))
@@ -92,7 +84,7 @@ def grid_cell(key: str, layers: int, heads: int) -> tuple[int, int] | None:
     return None
 
 
-REPLACED_MASKS = ("native", "bidirectional", "causal")
+REPLACED_MASKS = pagestate.declared.REPLACED_MASKS
 """The masks Information flow and Why a head attends offer (the same run of one text, shared by both pages)."""
 
 
@@ -101,9 +93,9 @@ def mask_and_heads_off(url: UrlState, prefix: str, heads_off: frozenset, columns
     (``<prefix>_mask``, ``<prefix>_use_off``, both kept in the link through ``url``), drawn in ``columns`` (two
     containers); returns ``(mask, the heads switched off when the toggle is on, else none)``."""
     c1, c2 = columns
-    url.bind(f"{prefix}_mask", "native", options=list(REPLACED_MASKS))
+    url.bind(f"{prefix}_mask")
     mask = c1.selectbox(t("flow_mask"), REPLACED_MASKS, key=f"{prefix}_mask", format_func=lambda m: t(f"flow_mask_{m}"))
-    url.bind(f"{prefix}_use_off", True, kind=bool)
+    url.bind(f"{prefix}_use_off")
     use_off = c2.toggle(t("flow_use_off", n=len(heads_off)), key=f"{prefix}_use_off", disabled=not heads_off)
     return mask, heads_off if use_off else frozenset()
 
@@ -112,5 +104,5 @@ def self_stack(url: UrlState, key: str, stacks: list[str]) -> str:
     """The self-attention stack to show: the only one, or a choice kept in the link (``key``, default decoder)."""
     if len(stacks) < 2:
         return stacks[0]
-    url.bind(key, "decoder", options=stacks)
+    url.bind(key, options=stacks)
     return st.radio(t("teach_stack"), stacks, key=key, horizontal=True, format_func=lambda s: t(f"stack_{s}"))

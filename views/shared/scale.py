@@ -16,11 +16,12 @@ import streamlit as st
 from viz.text import text_width
 
 from .strings import t
-from .urlstate import url_init, url_sync
+from .urlstate import UrlState
 
-# the switch's values (the link's ``scale=...``) and their factors
-SCALES = {"normal": 1.0, "large": 1.25, "projector": 1.5}
-DEFAULT = "normal"
+# the switch's values (the link's ``scale=...``, declared in pagestate) and their factors
+URL = UrlState("app")
+SCALES = dict(zip(URL.options("scale"), (1.0, 1.25, 1.5), strict=True))
+DEFAULT = URL.param("scale").default
 
 # plotly's sizes where a figure leaves them to the template: Streamlit's theme (1.67) draws a title at 16 px, axis
 # and colour-bar titles at 14 px and the rest (ticks, legend, hover, annotations, text in the plot) at 12 px
@@ -34,12 +35,12 @@ _TAG = re.compile(r"<[^>]+>")
 
 def scale_control() -> None:
     """The sidebar's "Text size" switch (Normal / Large / Projector), bound to the link's ``scale``."""
-    url_init("scale", list(SCALES))
+    URL.bind("scale")
     if st.session_state.get("scale") not in SCALES:  # not set, or a switch emptied by a test
         st.session_state["scale"] = DEFAULT
     st.segmented_control(t("text_size"), list(SCALES), key="scale", required=True,
                          format_func=lambda k: t(f"text_size_{k}"), help=t("text_size_help"))
-    url_sync("scale", DEFAULT)
+    URL.sync("scale")
 
 
 def factor() -> float:

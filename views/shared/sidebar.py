@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 import streamlit as st
 
@@ -14,7 +15,9 @@ from .. import hosting
 from .fields import text_field
 from .scale import scale_control
 from .strings import ASSETS, _strings, lang, md, t
-from .urlstate import url_drop, url_init, url_sync
+from .urlstate import UrlState
+
+URL = UrlState("app")  # the sidebar's parameters (pagestate.declared: SIDEBAR_PARAMS), written at once
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def _language_changed() -> None:
         value = st.session_state[key]
         if _settable(value):
             st.session_state[key] = value
-    if not st.session_state.get("_model_chosen_by_user") and not st.query_params.get("model_key"):
+    if not st.session_state.get("_model_chosen_by_user") and not URL.linked("model_key"):
         st.session_state["model_key"] = models.default_model_for_language(st.session_state.get("lang", "en"))
     if st.session_state.get("text") in DEFAULT_TEXTS.values():  # an untouched default follows the language
         st.session_state["text"] = default_text(st.session_state.get("lang", "en"))
@@ -112,30 +115,31 @@ def _use_example() -> None:
     st.session_state["example"] = None
 
 
-def sidebar() -> Selection:
-    """The shared sidebar: interface language, model picker, sentence, device. Returns the selection.
+def sidebar(live_panel: Callable[[], None] | None = None) -> Selection:
+    """The shared sidebar: interface language, the live class's panel (``live_panel``, drawn below the language),
+    model picker, sentence, device. Returns the selection.
 
-    Every widget's value is kept in the URL query string (:func:`url_init`, :func:`url_sync`), so a
+    Every widget's value is kept in the URL query string (:data:`URL`, declared in :mod:`pagestate`), so a
     shared link reopens the same model, sentence and language.
     """
     with st.sidebar:
-        url_init("lang", ["en", "tr"])
-        st.radio(t("language"), ["en", "tr"], key="lang", horizontal=True, on_change=_language_changed,
+        URL.bind("lang")
+        st.radio(t("language"), URL.options("lang"), key="lang", horizontal=True, on_change=_language_changed,
                  format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
-        url_sync("lang", "en")
-        from ..live_sections.panel import live_panel  # a live class (issue 29); imported here: it imports shared
-        live_panel()
+        URL.sync("lang")
+        if live_panel is not None:
+            live_panel()  # a live class (issue 29): app.py passes it (the live sections import this package)
         scale_control()  # text size: Normal / Large / Projector (issue 29)
         keys = hosting.offered()
-        url_init("model_key", keys)
+        URL.bind("model_key", options=keys)
         if "model_key" not in st.session_state:
             # Turkish interface -> multilingual-e5-small when installed (issue 7), else minilm-l6
             st.session_state["model_key"] = models.default_model_for_language(lang())
         st.selectbox(t("model"), keys, key="model_key", format_func=_model_label, on_change=_model_chosen)
-        url_sync("model_key", models.default_model_for_language(lang()))
+        URL.sync("model_key", models.default_model_for_language(lang()))
         classroom = hosting.current().classroom
         if not classroom:
-            url_init("model_custom")
+            URL.bind("model_custom")
         if not classroom and str(st.session_state.get("model_custom") or "").strip():
             # a folder or hub model replaces the list's: describing the list's model would mislead (issue 13)
             st.caption(t("catalog_not_in_use", model=st.session_state["model_key"]))
@@ -150,23 +154,23 @@ def sidebar() -> Selection:
         custom = ""
         if classroom:
             # no folder paths or hub ids from the browser or a link: the server's disk is not an oracle
-            url_drop("model_custom")
+            URL.drop("model_custom")
             st.session_state.pop("model_custom", None)
             st.caption(t("classroom_note"))
         else:
             custom = st.text_input(t("model_custom"), key="model_custom",
                                    placeholder="owner/name · /path/to/folder").strip()
-            url_sync("model_custom", "")
+            URL.sync("model_custom")
             if custom:
                 st.caption(t("custom_note", name=custom))
         st.selectbox(t("examples"), [e["text"] for e in examples()], index=None, key="example",
                      placeholder=t("examples_pick"), on_change=_use_example)
         # the default must stay the same on every run: a widget whose default changes is a new widget
-        url_init("text")
+        URL.bind("text")
         if "text" not in st.session_state:  # the language's own default sentence (set once, like the model)
             st.session_state["text"] = default_text()
         text_field(t("sentence"), key="text", area=True, help=t("sentence_help"))  # a link's text cut like a typed one
-        url_sync("text", default_text())
+        URL.sync("text", default_text())
         st.session_state["_device_slot"] = st.empty()
     return Selection(model=custom or st.session_state["model_key"], text=hosting.clip(st.session_state.get("text", "")),
                      lang=lang())

@@ -1,77 +1,23 @@
-"""Every page's state in the link: widgets bound to the URL query string (:class:`UrlState`), junk in a link
-falling back to defaults."""
+"""Every page's state in the link, one mechanism for all (issue 49): a page's :class:`UrlState` binds the widgets
+its declaration lists (:mod:`pagestate`), taking each one's kind, options, bounds and default from there; junk in a
+link falls back to defaults."""
 
 from __future__ import annotations
 
 
 import streamlit as st
 
+import pagestate
 
 from .. import hosting
-
-
-def url_init(key: str, options=None, kind: type = str, bounds: tuple[int, int] | None = None) -> None:
-    """Before the widget ``key`` is created: take its value from the URL query string, unless Session State
-    already has one.
-
-    The page state (model, sentence, view, layer, head, options) lives in the URL so that a shared link
-    opens the same view; :func:`url_sync` writes it back on every run. (Streamlit's own
-    ``bind="query-params"`` is not used: it writes the translated label of an option widget into the URL,
-    so a link would depend on the interface language.) Reading whenever Session State has no value (not
-    only on the first run) also restores a value lost when the first run is interrupted by a click.
-    An unknown value is ignored.
-
-    Args:
-        key: widget key and query parameter name.
-        options: the widget's options (the value must be one of them, compared as ``str``).
-        kind: ``bool`` (``1``/``true``), ``int`` or ``str`` when there are no options; ``list`` for a
-            multiselect: comma-separated options (unknown ones and repeats dropped).
-        bounds: ``int`` only: the value must lie in ``lo..hi`` (a number input refuses anything else).
-    """
-    raw = st.query_params.get(key)
-    if raw is None:  # not in the link: the value this session last showed (another page was opened meanwhile)
-        raw = _kept().get(key)
-    if raw is None or key in st.session_state:
-        return
-    if kind is list:
-        by_text = {str(option): option for option in (options or ())}
-        picked = [by_text[part] for part in dict.fromkeys(raw.split(",")) if part in by_text]
-        if picked or not raw:  # "" is an emptied choice (url_sync writes it so); junk alone is ignored
-            st.session_state[key] = picked
-        return
-    if options is not None:
-        for option in options:
-            if str(option) == raw:
-                st.session_state[key] = option
-                return
-        try:  # a number written another way ("5" for the option 5.0)
-            number = float(raw)
-        except ValueError:
-            return
-        for option in options:
-            if isinstance(option, (int, float)) and not isinstance(option, bool) and option == number:
-                st.session_state[key] = option
-                return
-    elif kind is bool:
-        st.session_state[key] = raw.lower() in ("1", "true", "yes", "on")
-    elif kind is int:
-        try:
-            value = int(raw)
-        except ValueError:
-            return
-        if bounds is None or bounds[0] <= value <= bounds[1]:
-            st.session_state[key] = value
-    else:
-        st.session_state[key] = raw
-
 
 _KEPT = "_url_kept"
 
 
 def _kept() -> dict[str, str]:
-    """The URL's widget values as :func:`url_sync` last wrote them, kept in Session State under a key no widget
+    """The URL's widget values as :meth:`UrlState.sync` last wrote them, kept in Session State under a key no widget
     has: Streamlit forgets a widget's value when a run does not draw it (another page was opened), and opening a
-    page from the menu starts with an empty query string. :func:`url_init` reads it after the URL, so an
+    page from the menu starts with an empty query string. :meth:`UrlState.bind` reads it after the URL, so an
     Explore → Head pruning → Explore demo comes back to the same layer, head and options (issue 33)."""
     return st.session_state.setdefault(_KEPT, {})
 
@@ -83,38 +29,27 @@ def url_drop(key: str) -> None:
         del st.query_params[key]
 
 
-def url_sync(key: str, default=None) -> None:
-    """Write the widget ``key``'s current value into the URL query string (removed when it is ``default``;
-    a list as comma-separated values)."""
-    value = st.session_state.get(key)
-    if value is None or value == default or (isinstance(value, str) and not value.strip() and not default):
-        url_drop(key)
-        return
-    if isinstance(value, (list, tuple)):
-        text = ",".join(map(str, value))
-    else:
-        text = ("1" if value else "0") if isinstance(value, bool) else str(value)
-    _kept()[key] = text
-    if st.query_params.get(key) != text:
-        st.query_params[key] = text
-
-
 class UrlState:
-    """A page's widgets kept in the URL (issue 13: a link reopens the page as it was shown).
+    """A page's widgets kept in the URL (issue 13: a link reopens the page as it was shown), as the page's
+    declaration says (:func:`pagestate.page`: each parameter's key, link name, kind, options, bounds, default).
 
-    Before each widget, :meth:`bind` takes its value from the URL (:func:`url_init`; a text is cut to the
-    classroom's limit) or else sets ``default``; the page's end calls :meth:`finish`, which writes every
-    widget bound in this run back to the URL (:func:`url_sync`) and drops the page's other keys (their widgets
-    are not on screen, so their values are gone). A widget bound here takes its default from Session State,
-    not from a ``value=`` argument (Streamlit warns when both set it).
+    Before each widget, :meth:`bind` takes its value from the URL (a value this session showed before when the link
+    has none; a text cut to the classroom's limit), else the default; :meth:`sync` writes one widget's value back at
+    once, :meth:`finish` (the page's end) every widget bound in this run, and drops the page's other parameters
+    (their widgets are not on screen, so their values are gone). Reading whenever Session State has no value (not
+    only on the first run) also restores a value lost when the first run is interrupted by a click. A widget bound
+    here takes its default from Session State, not from a ``value=`` argument (Streamlit warns when both set it).
+    Streamlit's own ``bind="query-params"`` is not used: it writes the translated label of an option widget into the
+    URL, so a link would depend on the interface language.
 
     Args:
-        keys: every widget key the page may bind (its query parameters).
+        page: the declared page (``"flow"``; ``"app"`` for the sidebar).
     """
 
-    def __init__(self, keys: tuple[str, ...]):
-        self.keys = tuple(keys)
-        self._slot = "_urlstate_" + ",".join(self.keys)
+    def __init__(self, page: str):
+        self.page = pagestate.page(page)
+        self.keys = self.page.keys
+        self._slot = "_urlstate_" + page
 
     @property
     def bound(self) -> dict:
@@ -122,24 +57,81 @@ class UrlState:
         module imported once, e.g. the Masks page's sections, serves every session and run)."""
         return st.session_state.setdefault(self._slot, {})
 
-    def bind(self, key: str, default=None, options=None, kind: type = str,
-             bounds: tuple[int, int] | None = None) -> None:
-        """Before the widget ``key``: its value from the URL, else ``default`` (arguments as :func:`url_init`)."""
-        url_init(key, options, kind, bounds=bounds)
-        if kind is str and options is None and isinstance(st.session_state.get(key), str):
-            st.session_state[key] = hosting.clip(st.session_state[key])
+    def param(self, key: str) -> pagestate.Param:
+        """The declaration of ``key``. Raises KeyError for a key the page does not declare."""
+        return self.page.by_key[key]
+
+    def options(self, key: str) -> tuple:
+        """The declared options of ``key`` (fixed ones only)."""
+        return self.param(key).static_options() or ()
+
+    def bounds(self, key: str) -> tuple[int, int]:
+        """The declared ``(lowest, highest)`` of a number ``key`` (fixed ones only): a number input's range."""
+        return self.param(key).static_bounds()
+
+    def bind(self, key: str, default=None, options=None, bounds: tuple[int, int] | None = None) -> None:
+        """Before the widget ``key``: its value from the URL, else ``default`` (the declared one unless given);
+        ``options`` and ``bounds`` are the page's where the declaration leaves them to it (a model's layers, a
+        text's length)."""
+        spec = self.param(key)
+        default = spec.default if default is None else default
+        self.read(key, options, bounds)
         if key not in st.session_state and default is not None:
             st.session_state[key] = default
         self.bound[key] = default
+
+    def read(self, key: str, options=None, bounds: tuple[int, int] | None = None) -> None:
+        """Before the widget ``key``: its value from the link (or the value this session showed last), unless
+        Session State has one; a text is cut to the classroom's limit. An unknown value is ignored."""
+        spec = self.param(key)
+        if key not in st.session_state:
+            raw = st.query_params.get(spec.name)
+            if raw is None:  # not in the link: the value this session last showed (another page was opened)
+                raw = _kept().get(spec.name)
+            value = None if raw is None else pagestate.from_link(spec, raw, options, bounds)
+            if value is not None:
+                st.session_state[key] = value
+        if spec.kind == "text" and isinstance(st.session_state.get(key), str):
+            st.session_state[key] = hosting.clip(st.session_state[key])
+
+    def sync(self, key: str, default=None) -> None:
+        """Write the widget ``key``'s current value into the URL now (removed when it is the default, the declared
+        one unless given; a list as comma-separated values)."""
+        spec = self.param(key)
+        default = spec.default if default is None else default
+        value = st.session_state.get(key)
+        if value is None or value == default or (isinstance(value, str) and not value.strip() and not default):
+            url_drop(spec.name)
+            return
+        text = pagestate.link_text(value)
+        _kept()[spec.name] = text
+        if st.query_params.get(spec.name) != text:
+            st.query_params[spec.name] = text
+
+    def linked(self, key: str) -> str | None:
+        """The text the link itself holds for ``key`` (not a value kept from an earlier visit), or None."""
+        return st.query_params.get(self.param(key).name)
+
+    def drop(self, key: str) -> None:
+        """The widget ``key`` is not shown in this run: its parameter leaves the link."""
+        url_drop(self.param(key).name)
+
+    def sync_bound(self) -> None:
+        """Write the values of the widgets bound so far in this run to the URL now (the page's other parameters are
+        left as they are: a page that stops early, or whose other parameters have their own writer)."""
+        bound = self.bound
+        for key, default in list(bound.items()):
+            self.sync(key, default)
+            del bound[key]
 
     def finish(self) -> None:
         """Write the bound widgets' values to the URL; drop the page's keys not bound in this run."""
         bound = self.bound
         for key in self.keys:
             if key in bound:
-                url_sync(key, bound[key])
+                self.sync(key, bound[key])
             else:
-                url_drop(key)
+                self.drop(key)
         del st.session_state[self._slot]  # the next run binds afresh
 
 
