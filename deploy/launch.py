@@ -23,24 +23,26 @@ Other programs import :func:`streamlit_command` (with ``deploy/`` on ``sys.path`
 
 runs the command (``make serve REPLICAS=N``: the replicas behind nginx) with ``DIKKAT_REDIS_URL`` set, so that
 every replica shares one live class (``live/``): unless it is set already, a private ``redis-server`` (Debian's
-``redis-server``; ``make redis``) is started first on a free port of 127.0.0.1, with a random password and
-nothing written to disk, and stopped when the command ends.
+``redis-server``; ``make redis``) is started first on 127.0.0.1 with a password, writing an append-only file in
+the class's data folder (``DIKKAT_CLASS_DATA``, default ``.data/class``), started again whenever it stops, and
+stopped when the command ends (``deploy/class_redis.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import secrets
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Mapping
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from class_redis import KeptRedis, data_dir, free_port, start_redis, stop_redis  # noqa: E402
+
+__all__ = ["KeptRedis", "free_port", "run_with_redis", "start_ahead", "start_redis", "stop_redis",
+           "streamlit_command", "streamlit_flags", "classroom_env"]
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "app.py"  # relative to ROOT: every command runs with ROOT as its working folder
@@ -75,76 +77,10 @@ def classroom_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def _redis_answers(port: int) -> bool:
-    """Whether a Redis on 127.0.0.1:``port`` answers a PING (``-NOAUTH`` counts: it is up, with a password)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
-    except OSError:
-        return False
-
-
-def start_redis(port: int | None = None, timeout: float = 15) -> tuple[subprocess.Popen, str]:
-    """Start a private ``redis-server`` on 127.0.0.1: a free port (or ``port``), a random password, no snapshot
-    and no append-only file, its configuration given on its standard input (the password is not on its command
-    line). It runs in a session of its own, so a Ctrl-C in the terminal leaves it to :func:`stop_redis`.
-
-    Returns:
-        ``(process, url)``, the url ``redis://:<password>@127.0.0.1:<port>/0`` (``DIKKAT_REDIS_URL``).
-
-    Raises:
-        SystemExit: ``redis-server`` is not installed, or does not answer within ``timeout`` seconds.
-    """
-    exe = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server")
-                                           else None)
-    if exe is None:
-        raise SystemExit("Dikkat: redis-server is not installed (make redis; Debian: sudo apt-get install "
-                         "redis-server), or set DIKKAT_REDIS_URL to a Redis the replicas share.")
-    port = port or free_port()
-    password = secrets.token_hex(24)
-    config = (f"port {port}\nbind 127.0.0.1\nprotected-mode yes\nsave \"\"\nappendonly no\nloglevel warning\n"
-              f"requirepass {password}\n")
-    log = tempfile.TemporaryFile()  # its start-up lines: shown only when it fails
-    proc = subprocess.Popen([exe, "-"], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    proc.log = log
-    proc.stdin.write(config.encode())
-    proc.stdin.close()
-    deadline = time.time() + timeout
-    while not _redis_answers(port):
-        if proc.poll() is not None or time.time() > deadline:
-            log.seek(0)
-            said = log.read().decode(errors="replace").strip().splitlines()[-5:]
-            stop_redis(proc)
-            raise SystemExit(f"Dikkat: redis-server did not start on port {port}:\n" + "\n".join(said))
-        time.sleep(0.05)
-    return proc, f"redis://:{password}@127.0.0.1:{port}/0"
-
-
-def stop_redis(proc: subprocess.Popen) -> None:
-    """Stop a Redis :func:`start_redis` started (killed if it has not exited within 10 s)."""
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    if getattr(proc, "log", None) is not None:
-        proc.log.close()
-
-
 def run_with_redis(command: list[str], environ: Mapping[str, str] | None = None) -> int:
-    """Run ``command`` from the repository root with ``DIKKAT_REDIS_URL`` set: as it is when set, else to a Redis
-    started for it (:func:`start_redis`) and stopped after it. SIGTERM is passed on to the command.
+    """Run ``command`` from the repository root with ``DIKKAT_REDIS_URL`` set: as it is when set, else to the
+    class's Redis (:class:`class_redis.KeptRedis`: an append-only file in :func:`class_redis.data_dir`, started again
+    whenever it stops), stopped after it. SIGTERM is passed on to the command.
 
     Returns:
         the command's exit status.
@@ -155,7 +91,8 @@ def run_with_redis(command: list[str], environ: Mapping[str, str] | None = None)
     env = dict(os.environ if environ is None else environ)
     redis = None
     if not env.get("DIKKAT_REDIS_URL"):
-        redis, env["DIKKAT_REDIS_URL"] = start_redis()
+        redis = KeptRedis(data_dir(env), say=lambda line: print(line, file=sys.stderr, flush=True))
+        env["DIKKAT_REDIS_URL"] = redis.start()
     try:
         child = subprocess.Popen(command, cwd=ROOT, env=env)
         previous = signal.signal(signal.SIGTERM, lambda *_: child.terminate())
@@ -172,7 +109,7 @@ def run_with_redis(command: list[str], environ: Mapping[str, str] | None = None)
             signal.signal(signal.SIGTERM, previous)
     finally:
         if redis is not None:
-            stop_redis(redis)
+            redis.stop()
 
 
 def start_ahead(environ: Mapping[str, str] | None = None, python: str = sys.executable) -> subprocess.Popen | None:

@@ -45,6 +45,7 @@ class RoomStore(Protocol):
     def results(self, code: str, question_id: int) -> dict: ...
     def close_room(self, code: str, secret: str) -> None: ...
     def allow(self, bucket: str, limit: int, per_s: float) -> bool: ...
+    def outage_s(self) -> float | None: ...
 
 
 class BaseStore:
@@ -68,6 +69,11 @@ class BaseStore:
         self._teacher_token = teacher_token
         self.ttl_s = ttl_s
         self.clock = clock
+
+    def outage_s(self) -> float | None:
+        """Seconds since the store stopped answering, None while it answers (a store in this process always
+        does)."""
+        return None
 
     # -- what a subclass provides -----------------------------------------------------------------------------
     def _create(self, code: str, secret_hash: str) -> bool:  # pragma: no cover - abstract

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from . import rules
 from .base import BaseStore, no_room, room_code
@@ -27,16 +30,33 @@ from .errors import (LiveUnavailable, NoSuchQuestion, NotJoined, NotTeacher, Que
 TOUCH_EVERY_S = 60.0  # a room's keys get their TTL back at most this often per process (writes set their own)
 
 
+DEADLINE_S = 1.0  # one Redis call's socket deadline (connect, read, write)
+RETRY_AFTER_S = 1.0  # after a failure, calls fail at once for this long (a page with 5 calls waits one deadline)
+
+
+def _unavailable(exc: Exception | None = None) -> LiveUnavailable:
+    what = type(exc).__name__ if exc is not None else "not answering"
+    return LiveUnavailable(f"The live class store (Redis) cannot be used: {what}.", code="live_unavailable")
+
+
 def _available(method):
-    """Turn a Redis failure (down, unreachable, timeout) into :class:`LiveUnavailable`."""
+    """Turn a Redis failure (down, unreachable, timeout, still loading its file) into :class:`LiveUnavailable`,
+    and note the outage (:meth:`RedisStore.outage_s`): for :data:`RETRY_AFTER_S` after a failure every call fails
+    at once, so a page waits at most about one :data:`DEADLINE_S` for a Redis that stopped answering."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
+        if self._down_since is not None and time.monotonic() - self._failed_at < RETRY_AFTER_S:
+            raise _unavailable()
         try:
-            return method(self, *args, **kwargs)
+            result = method(self, *args, **kwargs)
         except redis.RedisError as exc:
-            raise LiveUnavailable(f"The live class store (Redis) cannot be used: {type(exc).__name__}.",
-                                  code="live_unavailable") from exc
+            self._failed_at = time.monotonic()
+            if self._down_since is None:
+                self._down_since = self._failed_at
+            raise _unavailable(exc) from exc
+        self._down_since = None
+        return result
 
     return wrapper
 
@@ -57,11 +77,21 @@ class RedisStore(BaseStore):
         if client is None:
             if not url:
                 raise ValueError("RedisStore needs a url or a client")
-            client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5,
-                                          health_check_interval=30)
+            # a short deadline and no retry but one at once on a dropped connection (redis-py retries 3 times with
+            # backoff by default: 14.9 s for a Redis that stopped answering); a restarted Redis is reconnected to
+            retry = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+            client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=DEADLINE_S,
+                                          socket_connect_timeout=DEADLINE_S, retry=retry, health_check_interval=30)
         self.redis = client
+        self._down_since: float | None = None  # time.monotonic() of the first failure of the current outage
+        self._failed_at = 0.0
         self.prefix = prefix
         self._touched: dict[str, float] = {}
+
+    def outage_s(self) -> float | None:
+        """Seconds since this process's calls started failing (Redis down, frozen or still loading), None while
+        it answers: what the class's screens show as "paused, reconnecting"."""
+        return None if self._down_since is None else time.monotonic() - self._down_since
 
     # -- keys -------------------------------------------------------------------------------------------------
     def _key(self, code: str, part: str) -> str:

@@ -485,3 +485,46 @@ def test_a_run_the_browser_never_fully_got_is_drawn_again(monkeypatch):
     _run(student)
     assert student.query_params[room.SHOWN] == version and student.session_state["_live_drawn"][1] > drawn_at
     assert _title(student, "explore") and student.slider(key="layer").value == 4
+
+
+def test_an_outage_pauses_the_class_on_every_screen_and_loses_no_answer(monkeypatch):
+    """The class's store stops answering (Redis killed, frozen or reloading: tests/deploy/test_class_redis.py makes
+    the real ones): the teacher's and the student's panels say the class is paused, an answer sent meanwhile is
+    kept on the student's screen and reaches the store by itself once it answers again; then the notice goes."""
+    teacher, code = _teacher("en")
+    student = _app("tr", room=code)
+    store = _store()
+    qid = store.ask(code, teacher.session_state["_live_secret"], {"prompt": {"en": "Which?", "tr": "Hangisi?"},
+                                                                  "choices": ["a", "b"]})
+    _run(student)
+    paused = {lang: shared._strings()["live_paused"][lang] for lang in ("en", "tr")}
+
+    def down(*args, **kwargs):
+        raise live.LiveUnavailable("The live class store (Redis) cannot be used: TimeoutError.",
+                                   code="live_unavailable")
+
+    with monkeypatch.context() as outage:
+        for name in ("answer", "heartbeat", "version", "get_state", "present", "teaches", "results"):
+            outage.setattr(store, name, down)
+        outage.setattr(store, "outage_s", lambda: 4.0)
+        _answer(student, "b")
+        assert paused["tr"] in [w.value for w in student.sidebar.warning]
+        assert shared._strings()["live_pending"]["tr"].split("(")[0] in _said(student)
+        assert not student.sidebar.error  # no error: the answer is kept, not refused
+        assert student.session_state[room.PENDING] == {(code, qid): "b"}
+        _run(teacher)
+        assert paused["en"] in [w.value for w in teacher.sidebar.warning]
+        assert not _answered(code, qid)
+    _run(student)  # the store answers again: the kept answer is sent by the poll
+    assert _answered(code, qid) == {student.session_state["_live_student"]}
+    assert not student.session_state[room.PENDING]
+    assert paused["tr"] not in [w.value for w in student.sidebar.warning]
+    assert shared._strings()["live_sent"]["tr"].split("{")[0] in _said(student)
+    _run(teacher)
+    assert paused["en"] not in [w.value for w in teacher.sidebar.warning]
+
+
+def test_a_class_in_one_process_says_what_a_restart_loses(store_kind):
+    teacher, _ = _teacher("tr")
+    notice = shared._strings()["live_one_process"]["tr"].split(":")[0]
+    assert (notice in _said(teacher)) == (store_kind == "memory")

@@ -145,9 +145,13 @@ def _send(qid: int) -> None:
         return
     try:
         room.store().answer(room.code(), qid, st.session_state.get("_live_student"), value)
+    except live.LiveUnavailable:  # kept, and sent by the poll as soon as the store answers (never lost)
+        st.session_state.setdefault(room.PENDING, {})[(room.code(), qid)] = value
+        return
     except live.LiveError as exc:
         room.keep_error(exc)
         return
+    (st.session_state.get(room.PENDING) or {}).pop((room.code(), qid), None)
     st.session_state.setdefault("_live_answers", {})[(room.code(), qid)] = value
 
 
@@ -170,7 +174,10 @@ def student(state: dict) -> None:
              format_func=lambda v: md(label(question, v)))
     st.button(t("live_change") if sent is not None else t("live_send"), key="live_send", on_click=_send,
               args=(qid,), type="primary")
-    if sent is not None:
+    pending = (st.session_state.get(room.PENDING) or {}).get((room.code(), qid))
+    if pending is not None:
+        st.caption(t("live_pending", answer=label(question, pending)))
+    elif sent is not None:
         st.caption(t("live_sent", answer=label(question, sent)))
 
 

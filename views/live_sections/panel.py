@@ -108,6 +108,8 @@ def _student_poll() -> None:
     """Every second: heartbeat and the room's version; a change draws the app again (its page may move)."""
     if room.poll() and room.in_fragment_run():
         st.rerun()
+    if room.paused():  # drawn by the fragment each second: it goes by itself when the store answers again
+        st.warning(t("live_paused"), icon=":material/pause_circle:")
 
 
 def _student() -> None:
@@ -148,6 +150,7 @@ def _teacher_counts() -> None:
     except live.NoSuchRoom:
         leads = False
     except live.LiveError:
+        st.warning(t("live_paused"), icon=":material/pause_circle:")
         return
     if not leads:
         st.rerun()
@@ -155,6 +158,7 @@ def _teacher_counts() -> None:
         present = room.store().present(room.code())
         state = room.store().get_state(room.code()) or {}
     except live.LiveError:
+        st.warning(t("live_paused"), icon=":material/pause_circle:")
         return
     line = t("live_teacher_counts", code=room.code(), n=present)
     answered = asking.answered(state)
@@ -186,3 +190,5 @@ def _teacher() -> None:
         asking.teacher(state, where="side")
         if not state.get("question"):
             st.caption(t("live_teacher_hint"))
+        if room.one_process():
+            st.caption(t("live_one_process"))

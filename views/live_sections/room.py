@@ -296,6 +296,7 @@ def poll() -> bool:
     room, student = code(), st.session_state.get("_live_student")
     try:
         rooms = store()
+        send_pending(rooms)
         rooms.heartbeat(room, student)
         version = rooms.version(room)
         if version == st.session_state.get("_live_seen"):
@@ -305,6 +306,8 @@ def poll() -> bool:
         leave()
         keep_error(exc)
         return True
+    except live.LiveUnavailable:  # the panel says the class is paused (:func:`paused`) until it answers again
+        return False
     except live.LiveError as exc:
         keep_error(exc)
         return False
@@ -318,6 +321,44 @@ def poll() -> bool:
         st.session_state["_live_applied"] = target
         st.session_state["_live_goto"] = target
     return True
+
+
+def paused() -> bool:
+    """Whether the class's store has stopped answering (Redis down, frozen or reloading): the panel says "class
+    paused, reconnecting" and nothing is lost; it goes by itself when the store answers again."""
+    try:
+        return store().outage_s() is not None
+    except live.LiveError:
+        return True
+
+
+def one_process() -> bool:
+    """Whether this server keeps the class in its own memory (no Redis): a restart of the server ends it."""
+    try:
+        return isinstance(store(), live.MemoryStore)
+    except live.LiveError:
+        return False
+
+
+PENDING = "_live_pending"  # (room, question id) -> an answer the store could not take yet (it was down)
+
+
+def send_pending(rooms: live.RoomStore | None = None) -> None:
+    """Send the answers kept while the store was down (:func:`views.live_sections.asking` keeps them): each one
+    sent becomes the student's answer; one the room no longer takes (revealed meanwhile) is dropped with its
+    reason. Raises :class:`live.LiveUnavailable` while the store is still down (the answers stay kept)."""
+    pending = st.session_state.get(PENDING) or {}
+    rooms = rooms or store()
+    for (room, qid), value in list(pending.items()):
+        try:
+            rooms.answer(room, qid, st.session_state.get("_live_student"), value)
+        except live.LiveUnavailable:
+            raise
+        except live.LiveError as exc:
+            keep_error(exc)
+        else:
+            st.session_state.setdefault("_live_answers", {})[(room, qid)] = value
+        del pending[(room, qid)]
 
 
 def mark_drawn() -> None:
