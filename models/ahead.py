@@ -19,7 +19,9 @@ result is a tree of dataclasses of the ``models`` package (named in the JSON and
 built), lists, tuples, dicts, numbers, strings and arrays. A field that holds a live object (a model, an
 :class:`models.Analysis`, a tensor) is not kept and reads back as ``None`` (the pages do not use them; e.g.
 ``ClipAlignment.audio``). Each file is written to a temporary name and renamed, the ``.npz`` first, so a reader sees a
-complete result or none.
+complete result or none. The ``.json`` file also names its format and lists each array's dtype and shape: a file is
+read back only once its sizes, format, job, arrays and types are checked (:mod:`models.ahead_read`; a bad file is
+treated as missing, with a warning, never shown).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import dataclasses
 import fcntl
 import functools
 import hashlib
-import importlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -39,15 +41,17 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from . import checks
+from . import ahead_read, checks
 from .errors import DikkatError
 
-__all__ = ["Job", "compute", "compute_ahead", "default_jobs", "engine_digest", "load", "root", "save"]
+__all__ = ["Job", "compute", "compute_ahead", "default_jobs", "engine_digest", "ignored", "load", "root", "save"]
 
 ENGINE = Path(__file__).resolve().parent
 KINDS = ("experiment", "pruning_curve", "atlas")
 SENTENCES = ENGINE.parent / "assets" / "sentences.json"  # the Head pruning page's sentence set (its curve's texts)
 RANDOM_ORDERS = 3  # the Head pruning page's random orders for its curve (views/pruning.py reads it from here)
+_LOG = logging.getLogger(__name__)
+_IGNORED: dict[tuple, str] = {}  # (json path, mtime_ns, size) of a file load found bad -> why
 
 
 def root() -> Path:
@@ -204,7 +208,7 @@ class _Writer:
             return {"__array__": name}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             cls = type(value)
-            if not cls.__module__.startswith("models.") or isinstance(value, _live_types()):
+            if not cls.__module__.startswith("models.") or isinstance(value, ahead_read.live_types()):
                 return {"__dropped__": cls.__qualname__}
             return {"__dataclass__": f"{cls.__module__}:{cls.__qualname__}",
                     "fields": {f.name: self.encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
@@ -215,55 +219,6 @@ class _Writer:
         if isinstance(value, dict):
             return {"__dict__": [[self.encode(k), self.encode(v)] for k, v in value.items()]}
         return {"__dropped__": type(value).__qualname__}  # a live object: a model, an analysis, a tensor
-
-
-@functools.lru_cache(maxsize=1)
-def _live_types() -> tuple[type, ...]:
-    """The engine's dataclasses that hold a model or what it computed live (never kept on disk)."""
-    from . import Analysis, AudioAnalysis, Flow, LoadedModel
-
-    return (Analysis, AudioAnalysis, Flow, LoadedModel)
-
-
-def _decode(value: Any, arrays) -> Any:
-    if isinstance(value, list):
-        return [_decode(v, arrays) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "__array__" in value:
-        return arrays[value["__array__"]]
-    if "__float__" in value:
-        return float(value["__float__"])
-    if "__list__" in value:
-        return np.array(_decode(value["__list__"], arrays), dtype=object)
-    if "__tuple__" in value:
-        return tuple(_decode(v, arrays) for v in value["__tuple__"])
-    if "__dict__" in value:
-        return {_hashable(_decode(k, arrays)): _decode(v, arrays) for k, v in value["__dict__"]}
-    if "__dropped__" in value:
-        return None
-    if "__dataclass__" in value:
-        module, _, name = value["__dataclass__"].partition(":")
-        if not module.startswith("models."):
-            raise ValueError(f"not a class of the engine: {value['__dataclass__']}")
-        cls = importlib.import_module(module)
-        for part in name.split("."):
-            cls = getattr(cls, part)
-        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-            raise ValueError(f"not a dataclass of the engine: {value['__dataclass__']}")
-        obj = cls.__new__(cls)
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key, item in value["fields"].items():
-            if key in names:
-                object.__setattr__(obj, key, _decode(item, arrays))  # frozen dataclasses too; no __post_init__
-        for missing in names - set(value["fields"]):
-            object.__setattr__(obj, missing, None)
-        return obj
-    raise ValueError(f"unknown entry {sorted(value)[:3]}")
-
-
-def _hashable(key):
-    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
 
 
 def _replace(path: Path, write: Callable[[Path], None]) -> None:
@@ -287,8 +242,9 @@ def save(job: Job, loaded, result) -> Path:
     """
     where = _where(job, *_device_dtype(loaded))
     writer = _Writer()
-    data = {"job": {"kind": job.kind, "model": job.model, "params": job.params}, "saved": time.time(),
-            "result": writer.encode(result)}
+    encoded = writer.encode(result)
+    data = {"format": ahead_read.FORMAT, "job": {"kind": job.kind, "model": job.model, "params": job.params},
+            "saved": time.time(), "arrays": ahead_read.manifest(writer.arrays), "result": encoded}
 
     def write_npz(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
@@ -301,23 +257,48 @@ def save(job: Job, loaded, result) -> Path:
 
 def load(job: Job, loaded) -> Any | None:
     """The result of ``job`` kept on disk for ``loaded``'s device and dtype and this engine, or None when there is
-    none (or what is there cannot be read: it is then treated as missing and computed again).
+    none, or when what is there is not a result :func:`save` wrote for this job: every size is checked before
+    anything is read or inflated, then the format, the job, the arrays and the result's types
+    (:func:`models.ahead_read.read`). A bad file is then treated as missing (computed again, and replaced, when
+    asked), with a warning on the ``models.ahead`` logger and its reason kept for :func:`ignored`.
 
     Returns:
-        the result as :func:`compute` returned it, fields that held live objects set to None; it has a
-        ``computed_ahead`` attribute only through :func:`saved_at`.
+        the result as :func:`compute` returned it, fields that held live objects set to None.
 
     Raises:
         InvalidArgumentError: an unknown kind.
     """
     where = _where(job, *_device_dtype(loaded))
+    path = where.with_suffix(".json")
     try:
-        data = json.loads(where.with_suffix(".json").read_text(encoding="utf-8"))
-        with np.load(where.with_suffix(".npz"), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-        return _decode(data["result"], arrays)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError):
+        stat = path.stat()
+    except OSError:
+        return None  # not computed
+    stamp = (str(path), stat.st_mtime_ns, stat.st_size)
+    if stamp in _IGNORED:
+        return None  # found bad before: not read again until it changes
+    try:
+        return ahead_read.read(path, where.with_suffix(".npz"), job, loaded)
+    except FileNotFoundError:
+        return None  # removed meanwhile
+    except Exception as exc:  # noqa: BLE001 - a file on disk is input: whatever is wrong with it, it is no result
+        reason = str(exc) if isinstance(exc, ahead_read.BadResultFile) else f"{type(exc).__name__}: {exc}"
+        _IGNORED[stamp] = reason[:300]
+        while len(_IGNORED) > 256:
+            _IGNORED.pop(next(iter(_IGNORED)))
+        _LOG.warning("ignored the result computed ahead in %s: %s", path, reason[:300])
         return None
+
+
+def ignored(job: Job, loaded) -> str | None:
+    """Why the file kept for ``job`` on ``loaded`` was ignored by :func:`load` (in English, for a log), or None when
+    there is none or it was not found bad."""
+    path = _where(job, *_device_dtype(loaded)).with_suffix(".json")
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _IGNORED.get((str(path), stat.st_mtime_ns, stat.st_size))
 
 
 def saved_at(job: Job, loaded) -> float | None:

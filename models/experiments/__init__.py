@@ -31,6 +31,7 @@ one by key.
 from __future__ import annotations
 
 import importlib
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -85,11 +86,22 @@ class Experiment:
         mod = importlib.import_module(f"{__name__}.{self.module}")
         return tuple(getattr(mod, "SOURCES", None) or (mod.SOURCE,))
 
+    def result_type(self) -> type:
+        """The class :attr:`runner` returns: its function's return annotation (the function of a lazy runner is
+        imported), e.g. :class:`.induction.InductionResult`; what a result kept on disk must be
+        (:mod:`models.ahead_read`)."""
+        target = getattr(self.runner, "target", None)
+        fn = getattr(importlib.import_module(f"{__name__}.{target[0]}"), target[1]) if target else self.runner
+        fn = inspect.unwrap(fn)  # a checked function: its own annotations, its own module's names
+        hint = inspect.get_annotations(fn)["return"]
+        return eval(hint, vars(importlib.import_module(fn.__module__))) if isinstance(hint, str) else hint  # noqa: S307
+
 
 def _lazy(module: str, fn: str) -> Callable:
     """``models.experiments.<module>.<fn>``, imported when first called (the registry imports no experiment)."""
     def call(*args, **kwargs):
         return getattr(importlib.import_module(f"{__name__}.{module}"), fn)(*args, **kwargs)
+    call.target = (module, fn)
     return call
 
 

@@ -255,6 +255,32 @@ def test_the_curve_is_computed_once_for_every_session_and_kept_on_disk(tiny_fold
     assert [c.value for c in third.caption if "at 40 %" in c.value] == first
 
 
+@pytest.mark.parametrize("lang, note", [("en", "could not be read and is ignored"), ("tr", "okunamadı ve yok sayıldı")])
+def test_a_malformed_curve_on_disk_is_ignored_with_a_note(tiny_folder, monkeypatch, tmp_path, lang, note):
+    """Issue 44 point 6: a curve file computed ahead that holds another result (here induction scores under the
+    curve's name) crashed the page for every student (AttributeError on ``curve.shares``); now it is treated as not
+    computed: a note naming no file, the button to compute it, no error."""
+    from models import ahead
+    from models.experiments.induction import InductionResult
+    from views import shared
+
+    monkeypatch.setenv("DIKKAT_AHEAD_ROOT", str(tmp_path / "ahead"))
+    for key in [k for k in shared.CACHE.sizes() if isinstance(k, tuple) and k and k[0] == "prune_curve"]:
+        shared.CACHE.discard(key)
+    folder = str(tiny_folder("gpt2"))
+    loaded = models.load(folder)
+    other = InductionResult(scores=np.zeros((2, 4)), loss_first=1.0, loss_second=1.0, top=[], loss_second_off=1.0,
+                            loss_second_random=np.zeros(2), length=4, sequences=1, seconds=1.0)
+    path = ahead.save(ahead.curve_job(folder), loaded, other)
+    at = _page("minilm-l6", "kedi fareyi kovaladı", custom=folder, lang=lang)
+    assert [c.value for c in at.caption if note in c.value]
+    assert not any(path.stem in c.value or str(tmp_path) in c.value for c in at.caption)
+    assert at.button(key="prune_btn_curve")
+    at.button(key="prune_btn_curve").click().run()  # computed again: replaces the file
+    _ok(at)
+    assert isinstance(ahead.load(ahead.curve_job(folder), loaded), pruning.PruningCurve)
+
+
 def _before_after(at: AppTest) -> dict:
     """The before / after / difference figure of one head, as figure JSON."""
     figures = [json.loads(e.proto.spec) for e in at.main if type(e).__name__ == "UnknownElement"

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import TEST_DEVICE
 from models import ahead, pruning
+from models.experiments import SinksResult
 from models.experiments.induction import InductionResult
 from models.experiments.sinks import FirstTokenShare
 
@@ -53,17 +54,27 @@ def test_a_result_reads_back_equal(ahead_root, gpt2):
 def test_dicts_with_tuple_keys_frozen_dataclasses_and_live_fields(ahead_root, gpt2):
     share = FirstTokenShare(per_head=np.ones((2, 2)), per_layer=np.ones(2), tokens=7, first_token="<s>", loss=1.0,
                             seconds=0.5)
-    result = {("decoder", 1): share, "model": gpt2, "off": frozenset()}
+    kept = {("decoder", 1): share, "model": gpt2, "off": frozenset()}  # SinksResult.share is typed object
     job = ahead.experiment_job("sinks", "x")
-    ahead.save(job, gpt2, result)
-    back = ahead.load(job, gpt2)
+    ahead.save(job, gpt2, SinksResult(share=kept, streaming=None, seconds=1.5))
+    back = ahead.load(job, gpt2).share
     assert back[("decoder", 1)].first_token == "<s>" and back[("decoder", 1)].tokens == 7
     assert back["model"] is None and back["off"] is None  # live objects are not kept
 
 
+def curve(texts=("a b", "c d"), orders: int = 3) -> pruning.PruningCurve:
+    """A small pruning curve of ten steps, as the tiny gpt2 (8 heads) would give."""
+    rng = np.random.default_rng(1)
+    shares = np.round(np.arange(10) / 10, 1)
+    return pruning.PruningCurve(shares=shares, n_pruned=np.rint(shares * 8).astype(int), by_importance=rng.random(10),
+                                random=rng.random((orders, 10)), metric="loss",
+                                order=[("decoder", i // 4, i % 4) for i in range(8)], texts=list(texts), total_heads=8,
+                                seconds=2.5)
+
+
 def test_the_key_holds_the_parameters_the_device_and_the_engine(ahead_root, gpt2, monkeypatch):
     job = ahead.curve_job("smollm2-135m", ["a b", "c d"])
-    ahead.save(job, gpt2, _induction())
+    ahead.save(job, gpt2, curve())
     assert ahead.load(job, gpt2) is not None
     assert ahead.load(ahead.curve_job("smollm2-135m", ["a b"]), gpt2) is None  # other texts
     assert ahead.load(ahead.curve_job("minilm-l6", ["a b", "c d"]), gpt2) is None  # another model

@@ -61,10 +61,14 @@ def cached(fn):
 
 def kept(cache_key, job: ahead.Job, loaded: models.LoadedModel):
     """The result of ``job`` computed ahead (:mod:`models.ahead`: ``make ahead``, or a classroom server's first
-    start) for ``loaded``, put into :data:`CACHE` under ``cache_key`` for every session; None when none is kept."""
+    start) for ``loaded``, put into :data:`CACHE` under ``cache_key`` for every session; None when none is kept. A
+    kept file that is not a sound result is ignored (:func:`models.ahead.load` logs why) with a note on the page
+    that names no file."""
     value = ahead.load(job, loaded)
     if value is not None:
         CACHE.put(cache_key, value)
+    elif ahead.ignored(job, loaded) is not None:
+        st.caption(t("ahead_ignored"))
     return value
 
 
