@@ -7,7 +7,7 @@ every student's browser:
   hub id is taken from the browser or the URL (the free model fields are not shown, ``?model_custom=`` is
   ignored), so the server's disk is not an oracle and nothing is downloaded on a student's request;
 - typed texts are cut at ``max_chars`` characters;
-- messages never name a server path (:func:`scrub`).
+- messages never name a server path or a file of the teacher's folders (:func:`scrub`).
 
 The config file is TOML, ``classroom.toml`` in the repository root or the file ``DIKKAT_CLASSROOM_CONFIG``
 names (see ``classroom.example.toml``)::
@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -124,20 +125,63 @@ def clip(text: str) -> str:
 _PATH = re.compile(r"(?<![\w.~-])(?:~[\w.-]*|\.{1,2})?/(?:[^\s'\"`,;:)]+)")
 # a quoted path may hold spaces: the whole quoted string goes
 _QUOTED_PATH = re.compile(r"""(['"`])(?:~[^'"`/]*|\.{1,2})?/[^'"`]*\1""")
+# a file of weights, pickles, arrays or archives named without its folder: never the student's business
+_DATA_FILE = re.compile(r"(?<![\w.-])[\w.-]+\.(?:pt|pth|bin|ckpt|pkl|pickle|joblib|safetensors|gguf|onnx|h5|msgpack|npz|"
+                        r"npy|parquet|arrow|zip|tar|gz|bz2|xz|7z)(?![\w.-])", re.IGNORECASE)
+# the files every model folder has: naming them tells a class nothing about the teacher's disk
+STANDARD_FILES = frozenset({"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                            "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
+                            "tokenizer.model", "sentencepiece.bpe.model", "spiece.model", "preprocessor_config.json"})
+LISTED_MOST = 2000  # entries of a teacher's folder looked at (the folder and its subfolders), for :func:`scrub`
+
+
+@lru_cache(maxsize=8)
+def _private_names(folders: tuple[str, ...], tick: int) -> re.Pattern | None:
+    """A pattern of the names (with a dot: ``private_backup.pt``, ``notes.txt``) of the files and folders in the
+    teacher's folders and one level below, standard model files left out; read again every 30 s (``tick``)."""
+    names: set[str] = set()
+    for where in folders:
+        root = Path(where).expanduser()
+        try:
+            if not root.is_dir():
+                continue
+            for child in root.iterdir():
+                names.add(child.name)
+                if child.is_dir() and len(names) < LISTED_MOST:
+                    names.update(c.name for _, c in zip(range(LISTED_MOST), child.iterdir()))
+                if len(names) >= LISTED_MOST:
+                    break
+        except OSError:
+            continue
+    names = {n for n in names if "." in n.strip(".") and len(n) >= 3} - STANDARD_FILES
+    if not names:
+        return None
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w.-])")
 
 
 def scrub(message: str) -> str:
-    """In classroom mode, ``message`` with every server path replaced by ``…`` and each teacher's folder by
-    its name (engine messages name the folder they read); unchanged in personal mode. A hub id
-    (``owner/name``, no leading slash) is kept."""
+    """In classroom mode, ``message`` with every server path and every file name replaced by ``…`` and each
+    teacher's folder by its name (engine messages name the folder they read, and may list its files); unchanged in
+    personal mode. A file name goes when it is one of the teacher's folders (:func:`_private_names`) or the name of a
+    weights, pickle, array or archive file anywhere. A hub id (``owner/name``, no leading slash) is kept."""
     hosting = current()
     if not hosting.classroom:
         return message
-    # longest first: a teacher's folder that is a prefix of another must not cut the other's name
-    for name, where in sorted(hosting.extra.items(), key=lambda kv: -len(kv[1])):
-        message = message.replace(where, name)
+    # longest first: a teacher's folder that is a prefix of another must not cut the other's name; each is held as
+    # a placeholder until the file names are gone, so that a teacher's name that looks like a file name stays
+    teacher = sorted(hosting.extra.items(), key=lambda kv: -len(kv[1]))
+    for i, (_, where) in enumerate(teacher):
+        message = message.replace(where, f"\x00{i}\x00")
+    private = _private_names(tuple(where for _, where in teacher), int(time.monotonic() // 30))
+    if private is not None:
+        message = private.sub("…", message)
+    message = _DATA_FILE.sub("…", message)
     message = _QUOTED_PATH.sub(lambda m: m.group(1) + "…" + m.group(1), message)
-    return _PATH.sub("…", message)
+    message = _PATH.sub("…", message)
+    for i, (name, _) in enumerate(teacher):
+        message = message.replace(f"\x00{i}\x00", name)
+    return message
 
 
 def _quoted(name: str, limit: int = 60) -> str:

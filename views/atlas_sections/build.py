@@ -105,7 +105,7 @@ def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int]:
 
 def status(loaded, corpus: A.Corpus, atlas: A.Atlas | None, job, running: bool) -> None:
     """One line on what is on disk; the progress while a build runs; the error that ended the last one."""
-    name = corpus_name(corpus.name)
+    name = corpus_name(corpus.name, own=True)  # the shipped corpus or this session's own upload
     if atlas is not None:
         done, total = atlas.done()
         key = "atlas_status_complete" if atlas.complete else "atlas_status_partial"

@@ -4,6 +4,7 @@ table."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from models import atlas as A
-from views import shared
+from views import hosting, shared
 from viz import numbers as nb
 
 t, tp = shared.t, shared.t_plain
@@ -38,9 +39,15 @@ def parts(folder: Path) -> int:
     return len(A.store.complete_parts(folder))
 
 
-def corpus_name(name: str) -> str:
-    """A corpus as the page names it: the shipped ones by their language, a file by its name."""
-    return tp(f"atlas_corpus_{name}") if name in ("en", "tr") else name
+def corpus_name(name: str, own: bool = False) -> str:
+    """A corpus as the page names it: the shipped ones by their language, a file by its name; in classroom mode a
+    file that is not this session's own upload (``own``) by a short code of its name (the teacher's atlases are
+    built from files of the teacher's folders: their names are not shown to a class)."""
+    if name in ("en", "tr"):
+        return tp(f"atlas_corpus_{name}")
+    if own or not hosting.current().classroom:
+        return name
+    return tp("atlas_corpus_coded", code=hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:6])
 
 
 def value(x: float) -> str:
