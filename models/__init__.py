@@ -33,6 +33,7 @@ from .analysis.result import TopK
 from .analysis.tokens import Token, Word
 from .loading.catalog import CATALOG, DEFAULT_MODEL, ModelSpec, default_model_for_language, get_spec, list_models
 from .errors import (
+    AtlasFilesGoneError,
     AttentionTooLargeError,
     BatchNotSupportedError,
     DikkatError,
@@ -84,7 +85,7 @@ __all__ = [
     "AudioAnalysis", "analyze_audio",
     "Analysis", "TopK", "Token", "Word", "analyze", "default_max_tokens",
     "CATALOG", "DEFAULT_MODEL", "ModelSpec", "default_model_for_language", "get_spec", "list_models",
-    "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubDownloadTooLargeError", "HubUnreachableError", "InvalidArgumentError",
+    "AtlasFilesGoneError", "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubDownloadTooLargeError", "HubUnreachableError", "InvalidArgumentError",
     "IndexOutOfRangeError", "InvalidAudioError", "InvalidCorpusError", "InvalidHeadError", "InvalidMaskError", "ModelNotAllowedError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
     "NoUsableModelError", "UnknownLanguageError", "UnknownModelError", "UnsupportedOperationError",
     "WordMismatchError",

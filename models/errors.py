@@ -117,3 +117,9 @@ class WordMismatchError(DikkatError, ValueError):
 class InvalidCorpusError(DikkatError, ValueError):
     """A corpus that cannot be read for a head atlas: empty, too large, not text, a missing column, or in a
     language the model's tokenizer cannot represent (:mod:`models.atlas.corpus`)."""
+
+
+class AtlasFilesGoneError(DikkatError, FileNotFoundError):
+    """A file of a head atlas on disk (its manifest, a part, its labels) went, or was cut short, while the atlas was
+    read: a cleaned cache, an upload's atlas removed, a part deleted by hand (:func:`models.atlas.store.reading`).
+    What is still on disk stays; the next build reads the missing texts again."""

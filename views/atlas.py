@@ -21,8 +21,8 @@ from models.atlas import jobs
 from models.atlas.build import PART_TEXTS, REPEATS, check_settings
 from views import hosting, shared
 from views.atlas_sections.build import corpus_and_settings, status
-from views.atlas_sections.common import (URL, VERSION_KEY, atlas_at, corpus_name, heads_frame, interval, on_grid,
-                                         on_row, stack_name, t, tp)
+from views.atlas_sections.common import (URL, VERSION_KEY, atlas_at, atlas_object_clear, corpus_name, files_gone,
+                                         heads_frame, interval, on_grid, on_row, stack_name, t, tp)
 from views.atlas_sections.head import head_section
 from viz import atlas as va
 
@@ -109,6 +109,9 @@ def _find(metric: str, lowest: bool) -> None:
     st.caption(t("atlas_find_help", metric=tp(f"atlas_m_{metric}")))
     try:
         found = A.find_heads(metric, top=FOUND, ascending=lowest)
+    except models.AtlasFilesGoneError:
+        files_gone()
+        return
     except models.DikkatError as exc:
         shared.show_error(exc)
         return
@@ -124,6 +127,28 @@ def _find(metric: str, lowest: bool) -> None:
         tp("atlas_col_value"): found["value"].to_numpy(dtype=float),
         tp("atlas_col_texts"): found["texts"].to_numpy(dtype=int),
     }), decimals={tp("atlas_col_value"): 3}, hide_index=True)
+
+
+def _opened(folder) -> tuple[A.Atlas | None, bool]:
+    """The atlas in ``folder`` (None before its manifest) with its table read, and whether it is complete. A part
+    that went since its build finished is left out, and said (the Resume button reads its texts again); when files
+    went while they were read, they are read again once from a fresh object, else said and the atlas treated as not
+    built (:func:`files_gone`)."""
+    for _ in range(2):
+        try:
+            atlas = atlas_at(folder)
+            if atlas is None:
+                return None, False
+            atlas.table()
+            complete = atlas.complete
+            if not complete and atlas.finished:
+                st.warning(t("atlas_files_gone"))
+            return atlas, complete
+        except models.AtlasFilesGoneError:
+            A.forget_open()
+            atlas_object_clear()
+    files_gone()
+    return None, False
 
 
 def _page() -> None:
@@ -153,14 +178,14 @@ def _page() -> None:
     if corpus is not None:
         job = jobs.running(folder)
         running = job is not None and not job.finished
-        atlas = atlas_at(folder)
+        atlas, complete = _opened(folder)
         # a class shares one machine: students build only the shipped corpora with the default settings (the
         # teacher's `make atlases` has them ready); another corpus or setting is for a personal copy
         allowed = not hosting.current().classroom or (
             corpus.source == "shipped" and settings == check_settings(loaded, None, None, REPEATS, None))
-        if not running and not (atlas is not None and atlas.complete) and not allowed:
+        if not running and not complete and not allowed:
             st.info(t("atlas_classroom_builds"))
-        elif not running and not (atlas is not None and atlas.complete) and row[2].button(
+        elif not running and not complete and row[2].button(
                 t("atlas_resume" if atlas is not None else "atlas_build"), key="atlas_build", type="primary",
                 help=t("atlas_build_help"), width="stretch"):
             try:
@@ -169,12 +194,21 @@ def _page() -> None:
                 running = True
             except models.DikkatError as exc:
                 shared.show_error(exc)
-        status(loaded, corpus, atlas, job, running)
+        try:
+            status(loaded, corpus, atlas, job, running)
+        except models.AtlasFilesGoneError:
+            files_gone()
+            atlas = None
     metric, lowest = _metric_picker()
-    if atlas is not None and not atlas.table().empty:
+    shown = False
+    if atlas is not None and not atlas.table().empty:  # read by _opened: no file is opened again here
         st.session_state["atlas_shown_at"] = time.monotonic()
-        _show(sel.model, atlas, metric, lowest)
-    else:  # no atlas to show yet (an upload to come, a build's first part): a link's head waits for it
+        try:
+            _show(sel.model, atlas, metric, lowest)
+            shown = True
+        except models.AtlasFilesGoneError:
+            files_gone()
+    if not shown:  # no atlas to show yet (an upload to come, a build's first part): a link's head waits for it
         for key in ("atlas_layer", "atlas_head"):
             URL.bind(key)
         URL.bind("atlas_stack")

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import checks
-from ..errors import InvalidArgumentError, InvalidHeadError
+from ..errors import AtlasFilesGoneError, InvalidArgumentError, InvalidHeadError
 from . import store
 from .metrics import METRICS, SUMS, bootstrap, pooled
 
@@ -36,7 +36,8 @@ class Atlas:
         if not (self.folder / "manifest.json").is_file():
             raise InvalidArgumentError(f"No atlas in '{self.folder}'.", code="atlas_missing",
                                        path=str(self.folder)[-120:])
-        self.manifest = store.read_manifest(self.folder)
+        with store.reading(self.folder):
+            self.manifest = store.read_manifest(self.folder)
         self._lock = threading.Lock()
         self._cache: dict = {}
 
@@ -53,13 +54,38 @@ class Atlas:
         return {s: tuple(v) for s, v in self.manifest["stacks"].items()}
 
     @property
+    def finished(self) -> bool:
+        """Whether its build wrote its last part (the manifest says so), whatever has gone since (:attr:`complete`
+        is False when a part went).
+
+        Raises:
+            AtlasFilesGoneError: the manifest went meanwhile.
+        """
+        with store.reading(self.folder):
+            return bool(store.read_manifest(self.folder).get("complete"))
+
+    @property
     def complete(self) -> bool:
-        return bool(store.read_manifest(self.folder).get("complete"))
+        """Whether the build finished and every text is still in a complete part (a part whose files have gone
+        since makes the atlas incomplete again: the next build reads those texts again).
+
+        Raises:
+            AtlasFilesGoneError: the manifest went meanwhile.
+        """
+        if not self.finished:
+            return False
+        done, total = self.done()
+        return done >= total
 
     def done(self) -> tuple[int, int]:
-        """``(texts read, texts in all)`` (corpus texts and repeated sequences)."""
+        """``(texts read, texts in all)`` (corpus texts and repeated sequences).
+
+        Raises:
+            AtlasFilesGoneError: a part went while it was read.
+        """
         total = sum(self.manifest["items"].values())
-        return len(store.done_texts(self.folder)), total
+        with store.reading(self.folder):
+            return len(store.done_texts(self.folder)), total
 
     def _parts(self) -> int:
         return len(store.complete_parts(self.folder))
@@ -80,8 +106,9 @@ class Atlas:
             if key in self._cache:
                 return self._cache[key]
         frames = []
-        corpus = store.per_text_sums(self.folder, "corpus", self.stacks) if key[1] else {}
-        repeat = store.per_text_sums(self.folder, "repeat", self.stacks) if key[1] else {}
+        with store.reading(self.folder):
+            corpus = store.per_text_sums(self.folder, "corpus", self.stacks) if key[1] else {}
+            repeat = store.per_text_sums(self.folder, "repeat", self.stacks) if key[1] else {}
         for stack, (layers, heads) in self.stacks.items():
             per = corpus.get(stack)
             if per is None or not len(per):
@@ -158,11 +185,12 @@ class Atlas:
         if not self._parts():
             return pd.DataFrame(columns=["text", "content", "query", "strength", "keys", "weights"])
         sql = (f"SELECT e.text, t.content, e.query, e.strength, e.keys, e.weights, t.starts, t.ends, t.special "
-               f"FROM read_parquet('{store.glob(self.folder, 'examples')}') e "
-               f"JOIN read_parquet('{store.glob(self.folder, 'texts')}') t ON e.grp = t.grp AND e.text = t.text "
+               f"FROM read_parquet({store.part_files(self.folder, 'examples')}) e "
+               f"JOIN read_parquet({store.part_files(self.folder, 'texts')}) t ON e.grp = t.grp AND e.text = t.text "
                "WHERE e.grp = 'corpus' AND e.stack = ? AND e.layer = ? AND e.head = ? "
                "ORDER BY e.strength DESC, e.text LIMIT ?")
-        return store.duck().execute(sql, [stack, int(layer), int(head), int(k)]).fetchdf()
+        with store.reading(self.folder):
+            return store.duck().execute(sql, [stack, int(layer), int(head), int(k)]).fetchdf()
 
     def profiles(self) -> tuple[pd.DataFrame, np.ndarray]:
         """The table and each head's profile: float64 ``(heads, len(PROFILE))``, every metric standardised over
@@ -189,8 +217,8 @@ class Atlas:
             return df.head(0)
         v = z[me[0]]
         frames = []
-        others = [open_atlas(f) for f in store.atlas_folders(root) if f != self.folder] if across else []
-        for atlas, (table, prof) in [(self, (df, z))] + [(a, a.profiles()) for a in others]:
+        others = [(f, open_atlas) for f in store.atlas_folders(root) if f != self.folder] if across else []
+        for atlas, (table, prof) in [(self, (df, z))] + [(a, a.profiles()) for a in _still_there(others)]:
             if not len(table):
                 continue
             norms = np.linalg.norm(prof, axis=1) * max(np.linalg.norm(v), 1e-12)
@@ -206,14 +234,31 @@ class Atlas:
         limit = checks.whole("limit", limit, 1, none=True)
         if not self._parts():
             return []
-        sql = (f"SELECT text, content FROM read_parquet('{store.glob(self.folder, 'texts')}') "
+        sql = (f"SELECT text, content FROM read_parquet({store.part_files(self.folder, 'texts')}) "
                f"WHERE grp = 'corpus' ORDER BY text" + (f" LIMIT {int(limit)}" if limit else ""))
-        return [(int(i), c) for i, c in store.duck().execute(sql).fetchall()]
+        with store.reading(self.folder):
+            return [(int(i), c) for i, c in store.duck().execute(sql).fetchall()]
 
     def labels(self) -> pd.DataFrame | None:
         """The causal tests (:func:`models.atlas.causal_labels`) stored with this atlas, or None."""
         path = self.folder / "labels.parquet"
-        return pd.read_parquet(path) if path.is_file() else None
+        with store.reading(self.folder):
+            return pd.read_parquet(path) if path.is_file() else None
+
+
+def _still_there(folders) -> list[Atlas]:
+    """The atlases of ``(folder, opener)`` pairs whose files are still there (another atlas removed while this one
+    was read is left out, not an error), each with its table read once."""
+    found = []
+    for folder, opener in folders:
+        try:
+            atlas = opener(folder)
+            atlas.table()
+        except (AtlasFilesGoneError, InvalidArgumentError):
+            forget_open()
+            continue
+        found.append(atlas)
+    return found
 
 
 @functools.lru_cache(maxsize=64)
@@ -225,6 +270,11 @@ def open_atlas(folder: str | Path) -> Atlas:
     """One :class:`Atlas` object per folder in this process (its table is computed again only when new parts are
     written), for callers that read many atlases again and again (:meth:`Atlas.related` with ``across``)."""
     return _open(str(Path(folder)))
+
+
+def forget_open() -> None:
+    """Forget the atlases :func:`open_atlas` keeps (after files of one went: the next call reads the disk)."""
+    _open.cache_clear()
 
 
 def _check_metric(name: str) -> None:
@@ -243,7 +293,8 @@ def find_heads(metric: str, *, model: str | None = None, corpus: str | None = No
         name: the same model and corpus under other settings is another atlas); ``top`` rows.
 
     Raises:
-        InvalidArgumentError: an unknown metric (code ``atlas_metric``) or ``top`` < 1.
+        InvalidArgumentError: an unknown metric (code ``atlas_metric``) or ``top`` < 1. AtlasFilesGoneError: an
+        atlas's files went while they were read, twice.
     """
     from .. import checks
 
@@ -256,8 +307,20 @@ def find_heads(metric: str, *, model: str | None = None, corpus: str | None = No
                                        code="arg_text", name=name, value=type(value).__name__)
     grp = "repeat" if metric == "induction_repeat" else "corpus"
     name = "induction" if metric == "induction_repeat" else metric
+    for attempt in (1, 2):  # an atlas removed between listing its parts and reading them: listed again, once
+        try:
+            return _find(folders, name, grp, model, corpus, top, ascending)
+        except AtlasFilesGoneError:
+            if attempt == 2:
+                raise
+            folders = store.atlas_folders(root)
+
+
+def _find(folders: list[Path], name: str, grp: str, model, corpus, top: int, ascending: bool) -> pd.DataFrame:
+    """:func:`find_heads`'s query over the complete parts of ``folders``."""
     num, den = _ratio_columns(name)
-    folders = [f for f in folders if any((f / "parts").glob("sums-*.parquet"))]
+    parts = {f: store.part_files(f, "sums") for f in folders}
+    folders = [f for f in folders if parts[f] != "[]"]
     if not folders:
         return pd.DataFrame(columns=["model", "corpus", "stack", "layer", "head", "value", "texts", "atlas"])
     value = (f'sum("{num}") / nullif(sum("{den}"), 0)' if name != "distance_var" else
@@ -274,13 +337,14 @@ def find_heads(metric: str, *, model: str | None = None, corpus: str | None = No
         params.append(corpus)
     # one atlas per folder: the same model and corpus under other settings is another atlas, never pooled
     union = " UNION ALL ".join(
-        f"SELECT *, '{str(f.name).replace(chr(39), chr(39) * 2)}' AS atlas FROM read_parquet('{store.glob(f, 'sums')}')"
+        f"SELECT *, '{str(f.name).replace(chr(39), chr(39) * 2)}' AS atlas FROM read_parquet({parts[f]})"
         for f in folders)
     sql = (f"SELECT model, corpus, stack, layer, head, {value} AS value, count(DISTINCT text) AS texts, atlas "
            f"FROM ({union}) WHERE {' AND '.join(where)} "
            f"GROUP BY model, corpus, atlas, stack, layer, head HAVING value IS NOT NULL "
            f"ORDER BY value {'ASC' if ascending else 'DESC'}, model, atlas, stack, layer, head LIMIT {top}")
-    return store.duck().execute(sql, params).fetchdf()
+    with store.reading(Path("."), "atlases"):
+        return store.duck().execute(sql, params).fetchdf()
 
 
 def _ratio_columns(name: str) -> tuple[str, str]:

@@ -25,10 +25,12 @@ import json
 import os
 import re
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import AtlasFilesGoneError, DikkatError
 from ..loading.cache import cache_root
 from .metrics import SUMS
 
@@ -90,10 +92,33 @@ class PartWriter:
 
 
 def complete_parts(folder: Path) -> list[str]:
-    """The numbers (``"00003"``) of the parts whose three tables are all written (the ``texts`` table is written
-    last), in order."""
-    return sorted(m.group(1) for p in (folder / "parts").glob("texts-*.parquet")
-                  if (m := re.match(r"texts-(\d+)\.parquet$", p.name)))
+    """The numbers (``"00003"``) of the parts whose three tables are all on disk (the ``texts`` table is written
+    last; a part one of whose files has gone since is not complete: its texts are read again by the next build),
+    in order."""
+    names = {p.name for p in (folder / "parts").glob("*.parquet")} if (folder / "parts").is_dir() else set()
+    return sorted(m.group(1) for name in names if (m := re.match(r"texts-(\d+)\.parquet$", name))
+                  and f"sums-{m.group(1)}.parquet" in names and f"examples-{m.group(1)}.parquet" in names)
+
+
+@contextmanager
+def reading(folder: Path, what: str = "atlas"):
+    """Read the atlas in ``folder`` inside this block: a file of it that is gone or cut short meanwhile (a cleaned
+    cache, an upload's atlas removed, a part deleted by hand) raises :class:`AtlasFilesGoneError` (code
+    ``atlas_files_gone``, naming no path: a class sees the message) instead of DuckDB's, Arrow's or the operating
+    system's error. ``what`` names the atlas in the English message (``atlas``, ``atlases``)."""
+    import duckdb
+    import pyarrow
+
+    try:
+        yield
+    except DikkatError:
+        raise
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, duckdb.IOException, duckdb.InvalidInputException,
+            pyarrow.ArrowException) as exc:
+        raise AtlasFilesGoneError(
+            f"Files of the {what} on this server are gone or cannot be read any more ({type(exc).__name__}); "
+            "open the page again, and build the atlas again to read the texts they held.",
+            code="atlas_files_gone") from exc
 
 
 def part_files(folder: Path, table: str) -> str:
@@ -103,10 +128,10 @@ def part_files(folder: Path, table: str) -> str:
 
 
 def done_texts(folder: Path) -> set[tuple[str, int]]:
-    """The ``(grp, text)`` pairs already written."""
-    if not any((folder / "parts").glob("texts-*.parquet")):
+    """The ``(grp, text)`` pairs already written, in the complete parts (:func:`complete_parts`)."""
+    if not complete_parts(folder):
         return set()
-    rows = duck().execute(f"SELECT grp, text FROM read_parquet('{glob(folder, 'texts')}')").fetchall()
+    rows = duck().execute(f"SELECT grp, text FROM read_parquet({part_files(folder, 'texts')})").fetchall()
     return {(g, int(t)) for g, t in rows}
 
 

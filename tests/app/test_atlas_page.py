@@ -255,3 +255,47 @@ def test_in_a_class_only_the_shipped_corpora_with_default_settings_are_built(cac
     at.session_state["atlas_corpus"] = "en"
     at.run()
     assert [b for b in at.button if b.key == "atlas_build"]  # the shipped corpus, default settings: not built yet
+
+
+GONE = {"en": "Some files of this atlas on the server have gone", "tr": "Bu atlasın sunucudaki bazı dosyaları silinmiş"}
+
+
+@pytest.mark.parametrize("lang, table", [("en", "examples"), ("tr", "sums")])
+def test_files_of_the_atlas_that_go_are_told_and_nothing_is_lost(cache, minilm, lang, table):
+    """Issue 44 point 6: a part of the atlas an upload was built into went while the page was open (a cleaned cache,
+    the upload's atlas removed): the page crashed on DuckDB's 'No files found' (the examples) or, once another
+    process read the atlas, on the missing sums. Now it says so in the interface language, shows what is left,
+    keeps the corpus, the upload and the head picked, and Resume reads the missing texts again."""
+    from views.atlas_sections import common
+
+    data = b"The dog chased the cat.\nA bird sang.\nThe fox ran.\nA cow slept.\n"
+    built = atlas.build_atlas(minilm, atlas.corpus_from_bytes(data, name=f"gone-{table}.txt", suffix=".txt"))
+    at = _upload(_page(lang), f"gone-{table}.txt", data)
+    _ok(at)
+    at.session_state["atlas_layer"], at.session_state["atlas_head"] = 2, 3
+    at.run()
+    _ok(at)
+    for part in (built.folder / "parts").glob(f"{table}-*.parquet"):
+        part.unlink()
+    common.atlas_object_clear()  # as another process (a replica, the next start) would read it
+    at.run()
+    _ok(at)
+    assert [w.value for w in at.warning if GONE[lang] in w.value], [w.value for w in at.warning]
+    assert at.session_state["atlas_corpus"] == "upload" and at.session_state["atlas_upload"] is not None
+    # the atlas that is left has no complete part: the head picked waits in the link, as a link's head does
+    assert (at.query_params["atlas_layer"], at.query_params["atlas_head"]) == ("2", "3")
+    resume = at.button(key="atlas_build")
+    assert resume.label == {"en": "Resume the build", "tr": "Çıkarmayı sürdür"}[lang]
+    resume.click().run()
+    _ok(at)
+    job = jobs.running(built.folder)
+    deadline = time.monotonic() + 300
+    while job is not None and not job.finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job is not None and job.finished and job.error is None
+    at.run()
+    _ok(at)
+    assert not [w for w in at.warning if GONE[lang] in w.value]
+    assert any(("all 4 texts read" if lang == "en" else "4 metnin hepsi okundu") in c.value for c in at.caption)
+    assert len(_htmls(at)) == 4  # the examples are back
+    assert (at.session_state["atlas_layer"], at.session_state["atlas_head"]) == (2, 3)

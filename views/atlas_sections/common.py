@@ -34,6 +34,31 @@ def atlas_at(folder: Path) -> A.Atlas | None:
     return _atlas_object(str(folder)) if (folder / "manifest.json").is_file() else None
 
 
+def atlas_object_clear() -> None:
+    """Forget every atlas object :func:`atlas_at` keeps (each is made again from its folder when next asked for)."""
+    _atlas_object.clear()
+
+
+def atlas_still_at(folder: Path) -> A.Atlas:
+    """:func:`atlas_at` for an atlas the page has shown: :class:`models.AtlasFilesGoneError` when its manifest has
+    gone since."""
+    found = atlas_at(folder)
+    if found is None:
+        with A.store.reading(folder):
+            raise FileNotFoundError(folder / "manifest.json")
+    return found
+
+
+def files_gone() -> None:
+    """Files of an atlas went while the page read them (a cleaned cache, an upload's atlas removed): say so in the
+    interface language, naming no file, and forget the atlas objects read before, so that the next run reads what
+    is on disk now. The page's choices (corpus, upload, settings, head) stay in the session; what is still on disk
+    stays too, and the Build button reads the missing texts again."""
+    atlas_object_clear()
+    A.forget_open()
+    st.warning(t("atlas_files_gone"))
+
+
 def parts(folder: Path) -> int:
     """How many parts of the atlas are written (:func:`models.atlas.store.complete_parts`)."""
     return len(A.store.complete_parts(folder))

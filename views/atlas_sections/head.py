@@ -17,7 +17,7 @@ from views import hosting, shared
 from viz import atlas as va
 from viz import numbers as nb
 
-from .common import (URL, VERSION_KEY, atlas_at, corpus_name, heads_frame, interval, on_row, stack_name, t,
+from .common import (URL, VERSION_KEY, atlas_still_at, corpus_name, heads_frame, interval, on_row, stack_name, t,
                      tp, value)
 
 EXAMPLES, RELATED, QK_TEXTS = 5, 6, 24
@@ -68,7 +68,7 @@ def _labels(atlas: A.Atlas, stack: str, layer: int, head: int) -> None:
 def _related_across(folder: str, stack: str, layer: int, head: int, stamp: tuple) -> pd.DataFrame:
     """:meth:`models.atlas.Atlas.related` over every atlas on disk (each atlas's table computed once per ``stamp``:
     the parts on disk)."""
-    return atlas_at(Path(folder)).related(stack, layer, head, k=RELATED, across=True)
+    return atlas_still_at(Path(folder)).related(stack, layer, head, k=RELATED, across=True)
 
 
 def _related(atlas: A.Atlas, stack: str, layer: int, head: int) -> None:
@@ -116,7 +116,7 @@ def _examples(atlas: A.Atlas, stack: str, layer: int, head: int) -> None:
 
 @shared.cached
 def _embedding(name: str, folder: str, stack: str, layer: int, head: int, texts: int) -> pd.DataFrame:
-    return joint_embedding(shared.get_model(name), atlas_at(Path(folder)), stack, layer, head, texts=texts)
+    return joint_embedding(shared.get_model(name), atlas_still_at(Path(folder)), stack, layer, head, texts=texts)
 
 
 def _queries_keys(name: str, atlas: A.Atlas, stack: str, layer: int, head: int) -> None:
