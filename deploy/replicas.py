@@ -2,11 +2,16 @@
 
 One Streamlit process runs every session's script under one GIL, so a class of 30 saturates one core. This
 starts N classroom-mode app processes on ``127.0.0.1:PORT+1 .. PORT+N`` and nginx (Debian's ``nginx``) on
-``ADDRESS:PORT`` in front of them, with sticky sessions: the first response sets a cookie
-``dikkat_replica`` naming a random route, and nginx hashes that route to a replica (``hash ...
-consistent``), so a browser's websocket, its download links (``/media/...``, kept by the process that made
-them) and its reconnects all reach the same process. A cookie, not the client's address: a class behind
-one school router shares one address and would all land on one replica.
+``ADDRESS:PORT`` in front of them, with sticky sessions: a browser without the cookie ``dikkat_replica`` is sent
+to a replica by a random route (``hash ... consistent``), and the response sets the cookie to that replica
+(``r1`` .. ``rN``); its requests then go there, to another replica only when it does not answer, and the first
+answer from another replica moves the cookie there. So a browser's websocket, its uploads and its download links
+(``/media/...``, kept in the memory of the process that made them) reach the same process, also after its replica
+was killed and started again (before, the cookie went back to the restarted replica while the tab's session lived
+on the other: its CSV links answered 404 and its uploads 400 until a reload). A download link the cookie's replica
+does not hold is asked of the others (``proxy_next_upstream ... http_404``: the links are named by their content).
+A cookie, not the client's address: a class behind one school router shares one address and would all land on one
+replica.
 
 Several machines: run ``make serve`` on each (e.g. ``make serve PORT=8501``), then on the machine students
 open ``python deploy/replicas.py --port 80 --backends host1:8501,host2:8501`` (nginx only). Give every
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -41,7 +47,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # imported from elsewh
 import warm  # noqa: E402  (deploy/warm.py: each replica's first visit)
 from launch import ROOT, start_ahead, streamlit_command  # noqa: E402  (deploy/launch.py: the flags of `make serve`)
 
-NGINX_CONF = """\
+NGINX_CONF = r"""
 worker_processes 1;
 daemon off;
 pid {tmp}/nginx.pid;
@@ -62,20 +68,35 @@ http {{
     gzip_min_length 1024;
     gzip_types application/javascript text/javascript text/css application/json image/svg+xml;
     map $http_upgrade $connection_upgrade {{ default upgrade; "" close; }}
-    # sticky sessions: a browser without the cookie gets a random route, kept in the cookie afterwards
+    # sticky sessions that follow the replica serving the browser. The cookie names a replica (r1 .. rN): its requests
+    # go to that replica, to the others only when it does not answer. A browser without the cookie (or with a route
+    # of an older release) is hashed on a random route. Every response from another replica than the cookie names
+    # (the first one, or one after its replica died) sets the cookie to the replica that answered, so that the
+    # browser's websocket, its uploads and its download links (/media/..., kept in the memory of the process that
+    # made them) stay on one process, also after that replica comes back.
     map $cookie_dikkat_replica $dikkat_route {{ "" $request_id; default $cookie_dikkat_replica; }}
-    map $cookie_dikkat_replica $dikkat_set_cookie {{
-        "" "dikkat_replica=$request_id; Path=/; HttpOnly; SameSite=Lax";
+    map $cookie_dikkat_replica $dikkat_upstream {{
+        default dikkat;
+{routes}
+    }}
+    map $upstream_addr $dikkat_served {{  # the last address tried answered
+        default "";
+{served}
+    }}
+    map "$cookie_dikkat_replica|$dikkat_served" $dikkat_set_cookie {{
+        "~^(r\d+)\|\1$" "";
+        "~\|(?<dikkat_now>r\d+)$" "dikkat_replica=$dikkat_now; Path=/; HttpOnly; SameSite=Lax";
         default "";
     }}
     upstream dikkat {{
         hash $dikkat_route consistent;
 {servers}
     }}
+{pinned}
     server {{
         listen {address}:{port};
         location / {{
-            proxy_pass http://dikkat;
+            proxy_pass http://$dikkat_upstream;
             proxy_http_version 1.1;
             proxy_set_header Upgrade $http_upgrade;
             proxy_set_header Connection $connection_upgrade;
@@ -86,18 +107,36 @@ http {{
             proxy_buffering off;
             add_header Set-Cookie $dikkat_set_cookie always;
 {debug}        }}
+        # a download link (st.download_button's /media/<hash>.csv, named by its content) that the cookie's replica
+        # does not hold (a browser that keeps no cookie, a link made before a failover) is asked of the others
+        location /media/ {{
+            proxy_pass http://$dikkat_upstream;
+            proxy_http_version 1.1;
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_buffering off;
+            proxy_next_upstream error timeout http_404;
+{debug}        }}
     }}
 }}
 """
 
 
 def nginx_conf(backends: list[str], address: str, port: int, tmp: Path, debug: bool = False) -> str:
-    """The nginx configuration that spreads sessions over ``backends`` (``host:port``) with sticky cookies;
-    ``debug`` adds a response header ``X-Dikkat-Replica`` naming the backend (tests only: it shows students
-    the servers' addresses)."""
+    """The nginx configuration that spreads sessions over ``backends`` (``host:port``) with sticky cookies that
+    follow the replica serving the browser (``dikkat_replica=r<i>``, the i-th backend; see the comments in
+    :data:`NGINX_CONF`); ``debug`` adds a response header ``X-Dikkat-Replica`` naming the backend (tests only: it
+    shows students the servers' addresses)."""
     servers = "\n".join(f"        server {b} max_fails=0;" for b in backends)
+    pinned = "\n".join(
+        f"    upstream dikkat_r{i} {{\n        server {b} max_fails=0;\n"
+        + "".join(f"        server {other} max_fails=0 backup;\n" for other in backends if other != b) + "    }"
+        for i, b in enumerate(backends, 1))
+    routes = "\n".join(f"        r{i} dikkat_r{i};" for i in range(1, len(backends) + 1))
+    served = "\n".join(f'        "~(^| ){re.escape(b)}$" r{i};' for i, b in enumerate(backends, 1))
     header = "            add_header X-Dikkat-Replica $upstream_addr always;\n" if debug else ""
-    return NGINX_CONF.format(tmp=tmp, servers=servers, address=address, port=port, debug=header)
+    return NGINX_CONF.lstrip("\n").format(tmp=tmp, servers=servers, pinned=pinned, routes=routes, served=served, address=address,
+                             port=port, debug=header)
 
 
 def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:

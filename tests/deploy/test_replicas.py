@@ -102,6 +102,10 @@ def test_nginx_conf_lists_every_backend():
     assert "server 10.0.0.1:8501" in conf and "server 10.0.0.2:8501" in conf
     assert "hash $dikkat_route consistent" in conf and "listen 0.0.0.0:80" in conf
     assert "X-Dikkat-Replica" not in conf  # students are not told the servers' addresses
+    # the cookie names the replica that answered: each has its own group, the others as backups
+    assert "upstream dikkat_r2 {\n        server 10.0.0.2:8501 max_fails=0;\n        server 10.0.0.1:8501" in conf
+    assert "r1 dikkat_r1;" in conf and '"~(^| )10\\.0\\.0\\.2:8501$" r2;' in conf
+    assert "proxy_next_upstream error timeout http_404;" in conf  # a download link is asked of every replica
 
 
 def test_each_replica_is_visited_once_by_the_server_itself(two_replicas):
@@ -148,3 +152,109 @@ def test_scripts_are_sent_gzipped_through_nginx(two_replicas):
     assert response.status == 200 and response.getheader("Content-Encoding") == "gzip"
     plain = (STATIC_JS / plotly_chunk()).read_bytes()
     assert gzip.decompress(body) == plain and len(body) < len(plain) / 2
+
+
+class _Browser:
+    """What a browser does against nginx, over HTTP and Streamlit's websocket: it keeps the cookies it is given."""
+
+    def __init__(self, port: int):
+        self.port, self.base, self.jar = port, f"http://127.0.0.1:{port}", {}
+
+    def _keep(self, set_cookie: str | None) -> None:
+        if set_cookie:
+            name, value = set_cookie.split(";")[0].split("=", 1)
+            self.jar[name] = value
+
+    def cookie(self) -> str:
+        return "; ".join(f"{k}={v}" for k, v in self.jar.items())
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request(method, path, body=body, headers={"Cookie": self.cookie(), **(headers or {})})
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+        self._keep(response.getheader("Set-Cookie"))
+        return response
+
+    async def open_page(self, page: str):
+        """The websocket of a tab on ``page``, after its first run: ``(ws, session id, first download link)``."""
+        import asyncio
+
+        import websockets
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        msg = BackMsg()
+        msg.rerun_script.page_name = page
+        info = msg.rerun_script.context_info
+        info.timezone, info.locale, info.url = "UTC", "en-US", f"{self.base}/{page}"
+        ws = await websockets.connect(self.base.replace("http", "ws") + "/_stcore/stream", subprotocols=["streamlit"],
+                                      origin=self.base, additional_headers={"Cookie": self.cookie()}, max_size=None,
+                                      ping_interval=None, open_timeout=60)
+        self._keep(ws.response.headers.get("Set-Cookie"))
+        await ws.send(msg.SerializeToString())
+        session = link = None
+        while True:
+            fwd = ForwardMsg()
+            fwd.ParseFromString(await asyncio.wait_for(ws.recv(), 300))
+            kind = fwd.WhichOneof("type")
+            if kind == "new_session":
+                session = fwd.new_session.initialize.session_id
+            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
+                element = fwd.delta.new_element
+                assert element.WhichOneof("type") != "exception", element.exception.message
+                if element.WhichOneof("type") == "download_button" and link is None:
+                    link = element.download_button.url
+            elif kind == "script_finished" and fwd.script_finished != 2:  # 2: ended early for a rerun
+                return ws, session, link
+
+    def upload(self, session: str):
+        boundary = "dikkatboundary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"UploadedFile\"; filename=\"t.txt\"\r\n"
+                f"Content-Type: text/plain\r\n\r\nthe cat sat\r\n--{boundary}--\r\n").encode()
+        return self.request("PUT", f"/_stcore/upload_file/{session}/file-1", body,
+                            {"Content-Type": f"multipart/form-data; boundary={boundary}",
+                             "X-Xsrftoken": self.jar.get("_streamlit_xsrf", "")})
+
+
+def test_downloads_and_uploads_reach_the_session_after_its_replica_was_killed(two_replicas):
+    """Issue 44 point 6: a tab on the QKV page loses its replica (killed): its reconnect goes to the other one, where
+    its page is drawn again with its CSV download; the killed replica is started again. Before, the cookie still
+    hashed to the restarted replica, which holds neither the session nor the file: the CSV link answered 404 and an
+    upload 400 until the tab was reloaded. Now the first answer from the other replica moves the cookie there."""
+    import asyncio
+
+    port, cluster = two_replicas
+
+    async def lesson():
+        browser = _Browser(port)
+        assert browser.request("GET", "/").status == 200
+        ws, _, link = await browser.open_page("qkv")
+        assert link and link.startswith("/media/") and link.endswith(".csv")
+        assert browser.request("GET", link).status == 200
+        served = browser.request("GET", "/_stcore/health").getheader("X-Dikkat-Replica")
+        killed = [f"127.0.0.1:{port + 1}", f"127.0.0.1:{port + 2}"].index(served)
+        cluster.replicas[killed].kill()
+        cluster.replicas[killed].wait()
+        await ws.close()
+        # the frontend polls the health endpoint before it opens its websocket again
+        assert browser.request("GET", "/_stcore/health").status == 200
+        ws, session, link = await browser.open_page("qkv")
+        try:
+            assert cluster.restart_dead() == 1
+            replicas.wait_healthy(f"http://{served}", cluster.replicas[killed])
+            download = browser.request("GET", link)
+            assert download.status == 200 and download.getheader("X-Dikkat-Replica") != served
+            assert browser.upload(session).status == 204
+            assert browser.request("GET", "/_stcore/health").getheader("X-Dikkat-Replica") != served
+            # a tab that keeps no cookie (each request hashed anew) gets its link from whichever replica holds it
+            answers = []
+            for _ in range(6):
+                browser.jar.clear()
+                answers.append(browser.request("GET", link).status)
+            assert answers == [200] * 6
+        finally:
+            await ws.close()
+
+    asyncio.run(lesson())
