@@ -32,7 +32,11 @@ class RoomStore(Protocol):
     def resume_room(self, code: str, teacher_token: str, client_key: str = "") -> str: ...
     def teaches(self, code: str, secret: str) -> bool: ...
     def room_exists(self, code: str) -> bool: ...
-    def join_attempt(self, code: str, client_key: str, student_id: str | None = None) -> str: ...
+    def join_attempt(self, code: str, client_key: str, student_id: str | None = None,
+                     link_key: str | None = None) -> str: ...
+    def link_key(self, code: str, secret: str) -> str: ...
+    def seated(self, code: str, student_id: str) -> bool: ...
+    def answer_of(self, code: str, question_id: int, student_id: str): ...
     def set_state(self, code: str, secret: str, page: str, params: dict[str, str]) -> int: ...
     def get_state(self, code: str) -> dict | None: ...
     def version(self, code: str) -> int: ...
@@ -82,6 +86,11 @@ class BaseStore:
 
     def _window(self, bucket: str) -> tuple[int, float]:  # pragma: no cover - abstract
         """``(hits in the bucket's current window, seconds until it ends)``; ``(0, 0.0)`` for none."""
+        raise NotImplementedError
+
+    def _link_of(self, code: str) -> str | None:  # pragma: no cover - abstract
+        """The room's link key (:func:`live.rules.new_link_key`), made when the room was; None when no room has
+        the code."""
         raise NotImplementedError
 
     def _rekey(self, code: str, secret_hash: str) -> bool:  # pragma: no cover - abstract
@@ -185,18 +194,22 @@ class BaseStore:
             raise no_room()
         return secret
 
-    def join_attempt(self, code: str, client_key: str, student_id: str | None = None) -> str:
+    def join_attempt(self, code: str, client_key: str, student_id: str | None = None,
+                     link_key: str | None = None) -> str:
         """Check a room code a student typed, and join the room when ``student_id`` is given. Wrong codes are
         counted per client key and for the whole server: after :attr:`join_limit` from this client in
         :attr:`join_window_s` seconds, or :attr:`server_join_limit` from anyone in :attr:`server_join_window_s`,
         every attempt, right or wrong, is refused until the window ends (so the limit is no oracle). Right codes
-        are not counted.
+        are not counted. A join by the room's link (``link_key`` the room's, :meth:`link_key`) is neither limited
+        nor counted: a flood of wrong codes from anywhere never locks out a class that joins by its link or QR
+        code (a wrong link key is an ordinary, limited attempt).
 
         Args:
             code: what the student typed (or a link's ``?room=``).
             client_key: who is asking: the client's address (:func:`live.rules.client_address`), so that a new
                 browser session is the same client; a session id where there is none.
             student_id: the student joining, or None to check the code only.
+            link_key: the link's key (``?key=``), or None for a typed code.
 
         Returns:
             the code as stored (upper case, spaces and dashes dropped).
@@ -210,10 +223,14 @@ class BaseStore:
         """
         if student_id is not None:
             rules.check_student(student_id)
+        normal = rules.normalize_code(code)
+        if link_key is not None and normal is not None and rules.link_key_matches(link_key, self._link_of(normal)):
+            if student_id is not None:
+                self.join(normal, student_id)
+            return normal
         where = rules.bucket("join", client_key)
         self._not_limited(where, self.join_limit)
         self._server_not_limited()
-        normal = rules.normalize_code(code)
         if normal is not None and self.room_exists(normal):
             if student_id is not None:
                 self.join(normal, student_id)
@@ -221,6 +238,19 @@ class BaseStore:
         self.allow(where, self.join_limit, self.join_window_s)
         self.allow(rules.SERVER_JOIN_BUCKET, self.server_join_limit, self.server_join_window_s)
         raise NoSuchRoom("No class has this code; check it on the teacher's screen.", code="live_no_such_room")
+
+
+    def link_key(self, code: str, secret: str) -> str:
+        """The room's link key, for the teacher's link and QR code (``?room=CODE&key=KEY``).
+
+        Raises:
+            NoSuchRoom, NotTeacher; LiveUnavailable (Redis).
+        """
+        self._teacher(code, secret)
+        key = self._link_of(room_code(code))
+        if key is None:
+            raise no_room()
+        return key
 
 
 def room_code(code) -> str:

@@ -31,6 +31,7 @@ class _Room:
     version: int = 0
     current: int | None = None  # the current question's id
     presence: dict[str, float] = field(default_factory=dict)  # student id -> last seen
+    link_key: str = field(default_factory=rules.new_link_key)  # the link's ?key= (joins without rate limits)
     questions: dict[int, _Question] = field(default_factory=dict)
 
 
@@ -77,6 +78,40 @@ class MemoryStore(BaseStore):
                 return False
             self._rooms[code] = _Room(secret_hash=secret_hash, touched=now)
             return True
+
+    def _link_of(self, code: str) -> str | None:
+        with self._lock:
+            try:
+                return self._room(code, touch=False).link_key
+            except LookupError:
+                return None
+
+    def seated(self, code: str, student_id: str) -> bool:
+        """Whether ``student_id`` holds a seat in the room (joined, seen within :data:`live.rules.KEEP_S`): a
+        student's page reloaded, or opened in a second tab, with its ``?seat=`` takes it again (one student, one
+        seat). False for anything that is no student id.
+
+        Raises:
+            NoSuchRoom: the room is closed or expired.
+        """
+        if not rules.is_student(student_id):
+            return False
+        with self._lock:
+            seen = self._room(code, touch=False).presence.get(student_id)
+            return seen is not None and self.clock() - seen <= rules.KEEP_S
+
+    def answer_of(self, code: str, question_id: int, student_id: str):
+        """The answer ``student_id`` has given to the open question ``question_id`` (None: none yet, or the question
+        is revealed): what a reloaded student's screen shows as sent.
+
+        Raises:
+            NoSuchRoom.
+        """
+        if not rules.is_student(student_id):
+            return None
+        with self._lock:
+            found = self._room(code, touch=False).questions.get(question_id)
+            return None if found is None or found.revealed else copy.deepcopy(found.answers.get(student_id))
 
     def _rekey(self, code: str, secret_hash: str) -> bool:
         with self._lock:

@@ -143,10 +143,36 @@ class RedisStore(BaseStore):
         last = int(self.redis.get(self._key(code, "qseq")) or 0)
         pipe = self.redis.pipeline()
         pipe.delete(*self._keys(code, last)[1:])  # leftovers of an expired room of the same code
-        pipe.hset(state, mapping={"page": "", "params": "{}", "version": 0, "current": 0, "revealed": 0})
+        pipe.hset(state, mapping={"page": "", "params": "{}", "version": 0, "current": 0, "revealed": 0,
+                                  "link": rules.new_link_key()})
         pipe.expire(state, self._ttl())
         pipe.execute()
         return True
+
+    @_available
+    def _link_of(self, code: str) -> str | None:
+        if not self.redis.exists(self._key(code, "secret")):
+            return None
+        state = self._key(code, "state")
+        self.redis.hsetnx(state, "link", rules.new_link_key())  # a room made before rooms had one
+        return self.redis.hget(state, "link")
+
+    @_available
+    def seated(self, code: str, student_id: str) -> bool:
+        """As :meth:`live.memory.MemoryStore.seated`; also LiveUnavailable."""
+        if not rules.is_student(student_id):
+            return False
+        seen = self.redis.zscore(self._key(room_code(code), "presence"), student_id)
+        return seen is not None and self.clock() - seen <= rules.KEEP_S
+
+    @_available
+    def answer_of(self, code: str, question_id: int, student_id: str):
+        """As :meth:`live.memory.MemoryStore.answer_of`; also LiveUnavailable."""
+        if not rules.is_student(student_id):
+            return None
+        raw = self.redis.hget(self._key(room_code(code), f"answers:{rules.check_question_id(question_id)}"),
+                              student_id)
+        return None if raw is None else json.loads(raw)
 
     @_available
     def _rekey(self, code: str, secret_hash: str) -> bool:

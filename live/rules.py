@@ -27,9 +27,12 @@ rooms open ``R``        tries needed   at 30/s, no limit               at 1/s (t
 =====================  =============  ==============================  ==============================
 
 (12 h: a room's life without activity, :data:`TTL_S`; from one address, 0.25 tries/s, ten rooms take 11 years.)
-The price of the server's bucket: a flood of wrong codes from many addresses also keeps real students from joining
-until it stops (students already in a room, and their teacher, are not affected: following and answering do not
-go through a typed code).
+The price of the server's bucket: a flood of wrong codes from many addresses also keeps students who *type* a code
+from joining until it stops. It does not touch a class that joins by its link or QR code (issue 44): the link carries
+the room's link key (:func:`new_link_key`, 96 random bits: ``2**96 / R`` guesses on average, out of reach at any
+rate), and a join with the right key is neither limited nor counted. Students already in a room, and their teacher,
+are not affected either (following and answering do not go through a typed code), and a reloaded page takes its
+seat again through its link (``?room=&key=&seat=``), not through a typed code.
 """
 
 from __future__ import annotations
@@ -299,13 +302,18 @@ def check_measured(measured):
     return json.loads(text)
 
 
+def is_student(student_id) -> bool:
+    """Whether ``student_id`` is a student id (:func:`check_student`)."""
+    return isinstance(student_id, str) and bool(_STUDENT.fullmatch(student_id))
+
+
 def check_student(student_id) -> str:
     """``student_id`` (1 to 64 letters, digits, ``_`` or ``-``, e.g. ``secrets.token_urlsafe(16)``).
 
     Raises:
         InvalidRequest: anything else.
     """
-    if not isinstance(student_id, str) or not _STUDENT.fullmatch(student_id):
+    if not is_student(student_id):
         raise InvalidRequest("A student id is 1 to 64 letters, digits, '_' or '-'.", code="live_invalid_student")
     return student_id
 
@@ -329,3 +337,15 @@ def counts_of(values) -> dict:
         key = value_key(value)
         tally.setdefault(key, [value, 0])[1] += 1
     return {value: n for value, n in sorted(tally.values(), key=lambda vn: (-vn[1], value_key(vn[0])))}
+
+
+def new_link_key() -> str:
+    """A room's link key (``secrets.token_urlsafe(12)``: 96 bits): the teacher's link and QR code carry it beside the
+    code, and a join with it is not rate limited (issue 44: a flood of wrong typed codes never locks out a class
+    that joins by its link). Unguessable, so it opens nothing to one who has only the code."""
+    return secrets.token_urlsafe(12)
+
+
+def link_key_matches(given, stored: str | None) -> bool:
+    """Whether ``given`` is the room's link key (constant time; anything not a string is not)."""
+    return isinstance(given, str) and bool(stored) and hmac.compare_digest(given.encode(), str(stored).encode())

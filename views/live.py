@@ -52,9 +52,22 @@ def _address() -> str:
     return str(st.session_state["live_address"]).strip()
 
 
-def _link(address: str, code: str) -> str:
+def _link(address: str, code: str, key: str | None) -> str:
+    """The students' link: the app's address with the room's code and link key (a join by it is not rate limited,
+    so a flood of wrong typed codes never locks out the class)."""
     parts = urlsplit(address if "://" in address else "http://" + address)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", urlencode({room.ROOM: code}), ""))
+    query = {room.ROOM: code, **({room.KEY: key} if key else {})}
+    return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", urlencode(query), ""))
+
+
+def _link_key(code: str) -> str | None:
+    """The room's link key (asked once per session; None while the store does not answer)."""
+    if st.session_state.get("_live_link_key", (None,))[0] != code:
+        try:
+            st.session_state["_live_link_key"] = (code, room.store().link_key(code, room.secret()))
+        except live.LiveError:
+            return None
+    return st.session_state["_live_link_key"][1]
 
 
 def _qr_svg(link: str) -> str:
@@ -65,7 +78,7 @@ def _qr_svg(link: str) -> str:
 def _room_card() -> None:
     """The big room code and the QR code of the students' link, for the projector."""
     code = room.code()
-    link = _link(_address(), code)
+    link = _link(_address(), code, _link_key(code))
     left, right = st.columns([3, 2], vertical_alignment="center")
     with left:
         st.markdown(t("live_code_heading"))
@@ -87,7 +100,7 @@ def _desk() -> None:
         shared.show_error(exc)
         return
     if state.get("question"):
-        st.markdown(t("live_code_line", code=room.code(), link=_link(_address(), room.code())))
+        st.markdown(t("live_code_line", code=room.code(), link=_link(_address(), room.code(), _link_key(room.code()))))
         asking.teacher(state, st.container(), where="main")
         with st.expander(t("live_show_code")):
             _room_card()

@@ -151,7 +151,8 @@ def test_students_follow_detach_rejoin_and_answer_a_question():
     second = _app("en", room=code)  # the teacher's link (QR code)
     for student in (first, second):
         assert student.session_state["_live_code"] == code and student.session_state["_live_follow"]
-        assert _class_in_link(student) == {"room": code}  # the room code is all a student's link holds
+        # the room code and the student's own seat are all a student's link holds (never the teacher's secret)
+        assert _class_in_link(student) == {"room": code, "seat": student.session_state["_live_student"]}
     assert _store().present(code) == 2
 
     # Explore -> layer 3: both students' next run shows it
@@ -382,7 +383,7 @@ def test_a_teacher_who_reloads_leads_the_same_class_and_the_link_alone_makes_a_s
     assert "not the teacher token" in _said(copied) and copied.text_input(key="live_token").value == ""
     _run(copied.button(key="live_resume_student").click())
     assert copied.session_state["_live_code"] == code and "_live_secret" not in copied.session_state
-    assert _class_in_link(copied) == {"room": code}
+    assert _class_in_link(copied) == {"room": code, "seat": copied.session_state["_live_student"]}
     assert not [b for b in copied.get("toggle") if b.key == "live_broadcast"]
     assert _store().present(code) == 2 and _store().version(code) == version
 
@@ -528,3 +529,45 @@ def test_a_class_in_one_process_says_what_a_restart_loses(store_kind):
     teacher, _ = _teacher("tr")
     notice = shared._strings()["live_one_process"]["tr"].split(":")[0]
     assert (notice in _said(teacher)) == (store_kind == "memory")
+
+
+def test_a_reloaded_page_or_a_second_tab_is_the_same_student_with_one_answer(monkeypatch):
+    """Issue 44: one student answered the same question 3 times, two students showed as 4. A student who joined by
+    the teacher's link (room and link key) gets their seat in their own link; a reload or a second tab of that link
+    is the same student: counted once, the answer sent shown again and changed, never counted twice. A seat the
+    room never gave is not taken (a new student)."""
+    teacher, code = _teacher("en")
+    key = _store().link_key(code, teacher.session_state["_live_secret"])
+    assert f"key={key}" in _said(teacher).replace("\\", "")  # the students' link beside the QR code carries it
+    student = _app("tr", room=code, key=key)
+    seat = student.session_state["_live_student"]
+    link = {k: v for k, v in dict(student.query_params).items() if k != "lang"}
+    assert link["room"] == code and link["seat"] == seat and link["key"] == key
+    qid = _store().ask(code, teacher.session_state["_live_secret"], {"prompt": {"en": "Which?", "tr": "Hangisi?"},
+                                                                     "choices": ["a", "b"]})
+    _run(student)
+    _answer(student, "a")
+    for again in (_app("tr", **link), _app("en", **link)):  # the reload, then a second tab
+        assert again.session_state["_live_student"] == seat and again.session_state["_live_code"] == code
+        assert again.radio(key=f"live_pick_{qid}").value == "a"  # what was sent before, read back from the store
+        assert [b for b in again.button if b.key == "live_send"][0].label == \
+            shared._strings()["live_change"][again.session_state["lang"]]
+    _answer(again, "b")
+    assert _answered(code, qid) == {seat} and _store().present(code) == 1
+    assert _store().results(code, qid)["total"] == 1
+    forged = _app("en", room=code, key=key, seat="made-up-seat-0123456789")
+    assert forged.session_state["_live_student"] != "made-up-seat-0123456789"
+    assert _store().present(code) == 2
+
+
+def test_a_flood_of_wrong_codes_does_not_stop_a_student_joining_by_the_link(monkeypatch):
+    monkeypatch.setattr(live.BaseStore, "server_join_limit", 3)  # 600 on a real server (live/rules.py)
+    teacher, code = _teacher("en")
+    key = _store().link_key(code, teacher.session_state["_live_secret"])
+    for i in range(3):
+        with pytest.raises(live.NoSuchRoom):
+            _store().join_attempt("ZZZZZZ", f"ip:203.0.113.{i}")
+    typed = _join_typed("en", code)  # the typed code is refused while the server's bucket is full ...
+    assert "_live_code" not in typed.session_state and "Too many wrong class codes" in _said(typed)
+    student = _app("tr", room=code, key=key)  # ... the link is not
+    assert student.session_state["_live_code"] == code and _store().present(code) == 1

@@ -497,6 +497,52 @@ def test_the_servers_bucket_refuses_everyone_after_its_limit(new_store, clock):
     assert replicas[0].present(code) == 1
 
 
+def test_a_flood_of_wrong_codes_never_locks_out_a_class_that_joins_by_its_link(new_store):
+    """Issue 44: 600 wrong codes from 4 addresses stopped every join for 10 minutes. The teacher's link and QR code
+    carry the room's link key: a join with it is neither limited nor counted, on every replica; a wrong key, or the
+    code alone, is an ordinary (limited) attempt; only the teacher reads the key."""
+    replicas = [new_store(), new_store()]
+    for replica in replicas:
+        replica.server_join_limit = 6
+    code, secret = replicas[0].create_room(TOKEN)
+    key = replicas[1].link_key(code, secret)
+    assert len(key) >= 16 and key == replicas[0].link_key(code, secret)
+    with pytest.raises(live.NotTeacher):
+        replicas[0].link_key(code, "not-the-secret")
+    for i in range(6):  # the flood, from four addresses
+        with pytest.raises(live.NoSuchRoom):
+            replicas[i % 2].join_attempt(_wrong(code), f"ip:203.0.113.{i % 4}")
+    for n, replica in enumerate(replicas * 15):  # thirty students behind one school address, by the link
+        assert replica.join_attempt(code.lower(), "ip:198.51.100.1", f"student-{n}", link_key=key) == code
+    assert replicas[0].present(code) == 30
+    for wrong_key in (key[:-1] + ("A" if key[-1] != "A" else "B"), "", None):  # no key, or a wrong one: limited
+        with pytest.raises(live.RateLimited):
+            replicas[1].join_attempt(code, "ip:198.51.100.2", "late", link_key=wrong_key)
+    with pytest.raises(live.RateLimited):  # the key opens only its own room
+        replicas[0].join_attempt(_wrong(code), "ip:198.51.100.3", "other", link_key=key)
+
+
+def test_a_seat_is_taken_again_only_while_the_room_holds_it_and_its_answer_is_read_back(store, clock):
+    """One student, one seat (issue 44): a reloaded page or a second tab sends its seat (the student id) and takes it
+    again while the room holds it; an id the room never saw, or junk, holds no seat. The store reads back a seat's
+    answer to the open question (a reloaded page shows it), and nothing after the reveal."""
+    code, secret = store.create_room(TOKEN)
+    store.join(code, "seat-a")
+    assert store.seated(code, "seat-a") and not store.seated(code, "seat-b")
+    for junk in ("", "x" * 65, "a b", None, 3, "<script>"):
+        assert not store.seated(code, junk)
+    qid = store.ask(code, secret, QUESTION)
+    assert store.answer_of(code, qid, "seat-a") is None
+    store.answer(code, qid, "seat-a", "uyudu")
+    store.answer(code, qid, "seat-a", "Kedi")  # changed: still one answer
+    assert store.answer_of(code, qid, "seat-a") == "Kedi" and store.results(code, qid)["total"] == 1
+    assert store.answer_of(code, qid, "seat-b") is None and store.answer_of(code, 99, "seat-a") is None
+    store.reveal(code, secret, qid)
+    assert store.answer_of(code, qid, "seat-a") is None
+    clock.advance(rules.KEEP_S + 1)  # gone an hour: the seat is free
+    assert not store.seated(code, "seat-a")
+
+
 def test_the_limits_fit_a_class_and_cost_a_guesser_years():
     """The numbers rules.py's docstring states: 30 students behind one address with 3 typos each (90), four such
     classes with 5 typos per student on one server (600), pass; at the server's bucket a bot needs years for ten

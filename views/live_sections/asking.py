@@ -166,7 +166,7 @@ def student(state: dict) -> None:
         results(state)
         return
     qid = question["id"]
-    sent = st.session_state.get("_live_answers", {}).get((room.code(), qid))
+    sent = room.sent_answer(qid)
     values = list(question.get("choices") or [])
     if f"live_pick_{qid}" not in st.session_state and sent in values:
         st.session_state[f"live_pick_{qid}"] = sent

@@ -58,7 +58,7 @@ def _resume(code: str) -> None:
 def _as_student(code: str) -> None:
     """Not the teacher: join the class as a student (the rate-limited join), the page's link becoming a student's."""
     del st.query_params[room.TEACH]
-    st.query_params[room.ROOM] = code
+    st.query_params[room.ROOM] = code  # no key: the teacher's own link has none, so this join is rate limited
     st.session_state["_live_tried"] = code
     try:
         room.join(code)
@@ -88,7 +88,7 @@ def _join() -> None:
         st.session_state["_live_tried"] = linked
         st.session_state.setdefault("live_code_input", linked[:12])
         try:
-            room.join(linked)
+            room.join(linked, key=st.query_params.get(room.KEY), seat=st.query_params.get(room.SEAT))
         except live.LiveError as exc:
             room.keep_error(exc)
         else:
@@ -117,8 +117,9 @@ def _student() -> None:
     if not room.is_student():  # the room closed meanwhile
         _join()
         return
-    if st.query_params.get(room.ROOM) != room.code():  # a reload (a new session) finds the room again
-        st.query_params[room.ROOM] = room.code()
+    for name, value in room.student_link().items():  # a reload or a second tab (a new session): the same seat
+        if st.query_params.get(name) != value:
+            st.query_params[name] = value
     state = st.session_state.get("_live_state") or {}
     with st.container(border=True, key="live_panel"):
         if room.following():

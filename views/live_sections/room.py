@@ -3,11 +3,13 @@ how a student's page follows the teacher's.
 
 What lives where:
 
-* the teacher's secret, the room code, the student's id: this session's Session State only (server side; never
-  in the URL, never shown). The only thing of a class in a URL is its code: ``?room=CODE`` on a student's page
-  (the link the teacher shows), ``?teach=CODE`` on the teacher's own page. A reload (a new session, its Session
-  State gone) finds the class again from it: a student joins again through the rate-limited join
-  (:func:`join`); a teacher is asked for the server's teacher token, and with it leads the room again
+* the teacher's secret: this session's Session State only (server side; never in the URL, never shown). A class
+  in a URL: ``?room=CODE&key=KEY`` in the link and QR code the teacher shows (the key, :meth:`live.BaseStore.link_key`,
+  joins without the typed-code rate limits, issue 44), plus ``&seat=ID`` on a student's own page once joined (the
+  student id, 128 random bits the server made, taken again only while the room holds that seat), ``?teach=CODE`` on
+  the teacher's own page. A reload or a second tab (a new session, its Session State gone) finds the class again
+  from it: a student takes the same seat again (:func:`join`: one student, one seat, one answer per question); a
+  teacher is asked for the server's teacher token, and with it leads the room again
   (:func:`resume_room`; the room gets a new secret and the earlier session stops leading it). A student who copies
   the teacher's link has the code, which the projector shows anyway, but not the token: a student at most;
 * the room's state (the page the class follows and its link's parameters, the question): the store
@@ -44,7 +46,9 @@ ROOM = "room"  # the query parameter of a student's link: the room code, nothing
 TEACH = "teach"  # the query parameter of the teacher's own page: the room code (a reload offers to lead it again)
 STEP = "lesson_step"  # a broadcast parameter only: "<lesson id>:<step index from 0>"
 SHOWN = "live_v"  # a student's link: the version of the room's state its last full run drew (mark_drawn)
-OWN = (*pagestate.OWN, ROOM, TEACH, SHOWN)  # each viewer's own: never broadcast, never taken from the teacher
+KEY = "key"  # the room's link key beside ROOM in the teacher's link: a join that no wrong-code flood locks out
+SEAT = "seat"  # a joined student's own link: their student id, so a reload or a second tab is the same student
+OWN = (*pagestate.OWN, ROOM, KEY, SEAT, TEACH, SHOWN)  # each viewer's own: never broadcast or taken from the teacher
 REDRAW_AFTER_S = 3.0  # a full run whose end the student's browser has not shown after this long is made again
 DEFAULT_PAGE = "explore"  # app.py's default page, whose url_path is ""
 DESK = "live"  # the Class page: the teacher's desk, not broadcast
@@ -185,7 +189,7 @@ def close_room() -> None:
 def forget() -> None:
     """Drop this session's part in a room (teacher or student)."""
     for key in ("_live_code", "_live_secret", "_live_sent", "_live_seen", "_live_state", "_live_applied",
-                "_live_goto", "_live_step", "_live_lesson", "_live_drawn"):
+                "_live_goto", "_live_step", "_live_lesson", "_live_drawn", "_live_key"):
         st.session_state.pop(key, None)
 
 
@@ -258,20 +262,57 @@ def broadcasting(page):
 # -------------------------------------------------------------------------------------------- a student
 
 
-def join(typed: str) -> None:
-    """Join the room ``typed`` names (rate limited per client address and for the server: the store counts wrong
-    codes), and follow it; the student id is made once per session, kept server side. Raises
-    :class:`live.LiveError`."""
-    student = st.session_state.setdefault("_live_student", secrets.token_urlsafe(16))
-    room = store().join_attempt(typed, client_key(), student_id=student)
+def _seat(typed: str, seat: str | None) -> str | None:
+    """``seat`` when the room ``typed`` names holds it (a reload or a second tab of a joined student), else None."""
+    if not seat or not live_rules.is_student(seat) or live_rules.normalize_code(typed) is None:
+        return None
+    try:
+        return seat if store().seated(typed, seat) else None
+    except live.NoSuchRoom:
+        return None
+
+
+def join(typed: str, key: str | None = None, seat: str | None = None) -> None:
+    """Join the room ``typed`` names and follow it. With the link's ``key`` the join is not rate limited; a typed
+    code is (per client address and for the server: the store counts wrong codes). The student id is the link's
+    ``seat`` when the room holds it (the same student after a reload), else the session's, made once (128 random
+    bits). Raises :class:`live.LiveError`."""
+    student = _seat(typed, seat) or st.session_state.get("_live_student") or secrets.token_urlsafe(16)
+    st.session_state["_live_student"] = student
+    room = store().join_attempt(typed, client_key(), student_id=student, link_key=key or None)
     forget()
-    st.session_state.update({"_live_code": room, "_live_follow": True})
+    st.session_state.update({"_live_code": room, "_live_follow": True, "_live_key": key or None})
+
+
+def student_link() -> dict[str, str]:
+    """What a joined student's own link holds of the class: the room, its link key (when joined by the link) and
+    the student's seat."""
+    link = {ROOM: code(), SEAT: st.session_state.get("_live_student")}
+    if st.session_state.get("_live_key"):
+        link[KEY] = st.session_state["_live_key"]
+    return {k: v for k, v in link.items() if v}
+
+
+def sent_answer(qid: int):
+    """The answer this student has sent to the open question ``qid``: the session's, else the store's (a reloaded
+    page shows what was sent before); None when none was."""
+    answers = st.session_state.setdefault("_live_answers", {})
+    if (code(), qid) not in answers:
+        try:
+            value = store().answer_of(code(), qid, st.session_state.get("_live_student"))
+        except live.LiveError:
+            return None
+        if value is None:
+            return None
+        answers[(code(), qid)] = value
+    return answers[(code(), qid)]
 
 
 def leave() -> None:
-    """A student leaves the room (and its code leaves the page's link)."""
+    """A student leaves the room (and its code, key and seat leave the page's link)."""
     forget()
-    _drop_link(ROOM)
+    for name in (ROOM, KEY, SEAT):
+        _drop_link(name)
 
 
 def set_following(on: bool) -> None:
@@ -432,7 +473,7 @@ def follow(page) -> None:
     if shared.lang() != "en":
         query["lang"] = shared.lang()
     if is_student():
-        query[ROOM] = code()
+        query.update(student_link())
     elif is_teacher():
         query[TEACH] = code()
     st.switch_page(f"views/{name}.py", query_params=query)
