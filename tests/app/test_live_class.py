@@ -516,12 +516,18 @@ def test_an_outage_pauses_the_class_on_every_screen_and_loses_no_answer(monkeypa
         _run(teacher)
         assert paused["en"] in [w.value for w in teacher.sidebar.warning]
         assert not _answered(code, qid)
+        teacher.switch_page("views/qkv.py")  # the teacher moves on meanwhile: the store cannot take it ...
+        outage.setattr(store, "set_state", down)
+        _run(teacher)
+        assert teacher.session_state[room.UNSENT][0] == "qkv" and not teacher.sidebar.error
+    assert (store.get_state(code) or {}).get("page") != "qkv"
+    _run(teacher)  # ... and the teacher's poll pushes it once the store answers
+    assert store.get_state(code)["page"] == "qkv" and room.UNSENT not in teacher.session_state
     _run(student)  # the store answers again: the kept answer is sent by the poll
     assert _answered(code, qid) == {student.session_state["_live_student"]}
     assert not student.session_state[room.PENDING]
     assert paused["tr"] not in [w.value for w in student.sidebar.warning]
     assert shared._strings()["live_sent"]["tr"].split("{")[0] in _said(student)
-    _run(teacher)
     assert paused["en"] not in [w.value for w in teacher.sidebar.warning]
 
 

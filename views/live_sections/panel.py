@@ -146,6 +146,7 @@ def _teacher_counts() -> None:
     """Every two seconds: how many students are connected and, while a question is open, how many answered. A
     session that no longer leads the room (closed, or led from another tab now) draws the whole app again, which
     says so (:func:`~views.live_sections.room.still_teacher`)."""
+    room.push_unsent()  # a change the store could not take while it was down
     try:
         leads = room.store().teaches(room.code(), room.secret()) if room.in_fragment_run() else True
     except live.NoSuchRoom:
@@ -185,6 +186,8 @@ def _teacher() -> None:
         steps.teacher_nav()
         try:
             state = room.store().get_state(room.code()) or {}
+        except live.LiveUnavailable:  # the counts above say the class is paused
+            return
         except live.LiveError as exc:
             room.keep_error(exc)
             return

@@ -229,11 +229,22 @@ def broadcast(name: str) -> None:
     params = teacher_params()
     if st.session_state.get("_live_sent") == (name, params):
         return
+    _push(name, params)
+
+
+UNSENT = "_live_unsent"  # the teacher's page the store could not take (it was down): pushed when it answers again
+
+
+def _push(name: str, params: dict) -> None:
+    st.session_state.pop(UNSENT, None)
     try:
         store().set_state(code(), secret(), name, params)
     except live.NoSuchRoom as exc:
         forget()
         keep_error(exc)
+        return
+    except live.LiveUnavailable:  # the panel says the class is paused; the teacher's poll pushes it again
+        st.session_state[UNSENT] = (name, params)
         return
     except live.LiveError as exc:
         keep_error(exc)
@@ -242,6 +253,15 @@ def broadcast(name: str) -> None:
     record = st.session_state.setdefault("_live_record", [])
     if not record or (record[-1]["page"], record[-1]["params"]) != (name, params):
         record.append({"page": name, "params": dict(params), "question": None})
+
+
+def push_unsent() -> None:
+    """From the teacher's poll: the page the store could not take while it was down (Redis killed, frozen or
+    reloading), pushed now, so the class moves on by itself once the store answers (issue 44: after a Redis restart the
+    students stayed on the old page until the teacher's next change)."""
+    unsent = st.session_state.get(UNSENT)
+    if unsent is not None and is_teacher() and st.session_state.get("live_broadcast", True):
+        _push(*unsent)
 
 
 @contextmanager
