@@ -20,6 +20,7 @@ from models import atlas as A
 from models.atlas import jobs
 from models.atlas.build import PART_TEXTS, REPEATS, check_settings
 from views import hosting, shared
+from views.shared import jobs as heavy
 from views.atlas_sections.build import corpus_and_settings, status
 from views.atlas_sections.common import (URL, VERSION_KEY, atlas_at, atlas_object_clear, corpus_name, files_gone,
                                          heads_frame, interval, on_grid, on_row, stack_name, t, tp)
@@ -189,11 +190,11 @@ def _page() -> None:
                 t("atlas_resume" if atlas is not None else "atlas_build"), key="atlas_build", type="primary",
                 help=t("atlas_build_help"), width="stretch"):
             try:
-                job = jobs.start(loaded, corpus, max_tokens=settings.max_tokens, limit=settings.limit,
-                                 repeats=settings.repeats)
+                job = jobs.start(loaded, corpus, owner=heavy.owner(), max_tokens=settings.max_tokens,
+                                 limit=settings.limit, repeats=settings.repeats)
                 running = True
             except models.DikkatError as exc:
-                shared.show_error(exc)
+                heavy.refused(exc)  # at most one heavy job per session, a full queue, or the engine's reason
         try:
             status(loaded, corpus, atlas, job, running)
         except models.AtlasFilesGoneError:

@@ -10,6 +10,7 @@ import streamlit as st
 import models
 from models.lessons import cost
 from views import shared
+from views.shared import jobs as heavy
 from viz import cost as vc
 from viz import numbers as nb
 
@@ -46,39 +47,55 @@ lengths = c1.multiselect(t("cost_lengths"), options, key="cost_lengths")
 repeats = c2.number_input(t("cost_repeats"), *URL.bounds("cost_repeats"), key="cost_repeats")
 st.caption(t("cost_limits", limit=loaded.max_positions, cap=cap_limit))
 
-state_key = f"cost_points::{sel.model}"
+state_key = f"cost_job::{sel.model}"  # the params of the measurement this session asked for
 
 
-def _stop() -> None:
-    st.session_state["cost_stop"] = True
+def _measure(model, lengths: tuple, repeats: int) -> object:
+    """The job that measures (on the heavy-work pool: one run per model, lengths and repeats for every session)."""
+
+    def run(job) -> dict:
+        record = {"points": [], "done": False, "planned": None, "repeats": repeats}
+
+        def on_point(point: cost.CostPoint, done: int, total: int) -> None:
+            record["points"].append(point)
+            record["planned"] = total
+            job.progress(done / total, done=done, total=total, n=point.n, impl=point.implementation,
+                         seconds=point.seconds)
+
+        cost.default_twin(model)
+        cost.measure_cost(model, list(lengths), repeats=repeats, on_point=on_point, should_stop=job.stopped)
+        record["done"] = not job.stopped()
+        return record
+
+    return run
 
 
+def _progress_text(job) -> str:
+    """The progress bar's text: the point measured last, or 'preparing' before the first."""
+    d = job.detail
+    if not d.get("total"):
+        return t("cost_preparing")
+    return t("cost_progress", done=d["done"], total=d["total"], n=d["n"], impl=t(f"cost_impl_{d['impl']}"),
+             seconds=nb.num(d["seconds"], 2, L))
+
+
+params = (sel.model, str(loaded.device), tuple(sorted(int(n) for n in lengths)), int(repeats))
 if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths):
-    st.session_state["cost_stop"] = False
-    st.session_state[state_key] = {"points": [], "done": False, "planned": None, "repeats": int(repeats)}
-    stop_slot = st.empty()
-    stop_slot.button(t("cost_stop_button"), key="cost_stop_btn", on_click=_stop)
-    bar = st.progress(0.0, text=t("cost_starting"))
-    record = st.session_state[state_key]
-
-    def on_point(point: cost.CostPoint, done: int, total: int) -> None:
-        record["points"].append(point)
-        record["planned"] = total
-        bar.progress(done / total, text=t("cost_progress", done=done, total=total, n=point.n,
-                                          impl=t(f"cost_impl_{point.implementation}"), seconds=nb.num(point.seconds, 2, L)))
-
-    try:
-        with st.spinner(t("cost_preparing")):
-            cost.default_twin(loaded)
-        cost.measure_cost(loaded, lengths, repeats=int(repeats), on_point=on_point,
-                              should_stop=lambda: bool(st.session_state.get("cost_stop")))
-        record["done"] = not st.session_state.get("cost_stop")
-    except models.DikkatError as exc:
-        shared.show_error(exc)
-    bar.empty()
-    stop_slot.empty()
-
-record = st.session_state.get(state_key)
+    # thirty presses of the same measurement are one run on the pool, its result served to all (issue 44)
+    if heavy.start("cost", params, _measure(loaded, params[2], params[3])) is not None:
+        st.session_state[state_key] = params
+asked = st.session_state.get(state_key)
+job = heavy.find("cost", asked) if asked is not None else None
+record = None
+if job is not None and not job.finished:
+    heavy.follow("cost", asked, "cost_stop_btn", _progress_text)
+elif job is not None and job.state == "failed":
+    if isinstance(job.error, models.DikkatError):
+        shared.show_error(job.error)
+    else:
+        st.error(shared.message(f"{type(job.error).__name__}: {job.error}"))
+elif job is not None:
+    record = job.result
 if record and record["points"]:
     points: list[cost.CostPoint] = record["points"]
     if not record["done"]:

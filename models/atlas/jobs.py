@@ -1,13 +1,13 @@
-"""Atlas builds in the background, one per atlas folder, shared by every caller in the process (every session of
+"""Atlas builds in the background (on the heavy-work pool, :mod:`models.jobs`), one per atlas folder, shared by every caller in the process (every session of
 the app): a page starts or joins a build and reads its progress and the parts written so far; it never waits
 for the whole corpus."""
 
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from .. import jobs as heavy_jobs
 
 from ..loading.model import LoadedModel
 from .build import build_atlas, check_settings, folder_for
@@ -17,69 +17,72 @@ _JOBS: dict[Path, "Job"] = {}
 _LOCK = threading.Lock()
 
 
-@dataclass
 class Job:
-    """One background build.
+    """One build, as the Atlas page reads it: a view of its job on the heavy-work pool (:mod:`models.jobs`).
 
     Attributes:
-        folder: the atlas folder. done, total: texts read / to read. seconds_left: the estimate (None until
-        one text is timed). error: the exception that ended it, or None. finished: it has ended (complete,
-        stopped, or failed). started: ``time.monotonic()`` at start.
+        folder: the atlas folder. heavy: the pool's job. done, total: texts read / to read. seconds_left: the estimate
+        (None until one text is timed). error: the exception that ended it, or None. finished: it has ended
+        (complete, stopped, or failed). owner: the session that started it.
     """
 
-    folder: Path
-    done: int = 0
-    total: int = 0
-    seconds_left: float | None = None
-    error: BaseException | None = None
-    finished: bool = False
-    started: float = field(default_factory=time.monotonic)
-    stop_event: threading.Event = field(default_factory=threading.Event, repr=False)
-    thread: threading.Thread | None = field(default=None, repr=False)
+    def __init__(self, folder: Path, heavy: heavy_jobs.Job) -> None:
+        self.folder, self.heavy = folder, heavy
+
+    done = property(lambda self: int(self.heavy.detail.get("done", 0)))
+    total = property(lambda self: int(self.heavy.detail.get("total", 0)))
+    seconds_left = property(lambda self: self.heavy.detail.get("left"))
+    error = property(lambda self: self.heavy.error)
+    finished = property(lambda self: self.heavy.finished)
+    owner = property(lambda self: self.heavy.owner)
 
     @property
     def stopping(self) -> bool:
         """A stop was asked for and the build has not ended yet."""
-        return self.stop_event.is_set() and not self.finished
+        return self.heavy.stopping
 
-    def stop(self) -> None:
-        """Ask the build to stop after its current text (what is done stays on disk; a later build resumes)."""
-        self.stop_event.set()
+    def stop(self, who: str = "", *, teacher: bool = False) -> None:
+        """Ask the build to stop after its current text (what is done stays on disk; a later build resumes).
+
+        Raises:
+            HeavyJobNotYoursError: ``who`` did not start it and is not a teacher.
+        """
+        heavy_jobs.pool().stop(self.heavy, who, teacher=teacher)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the build ends or ``timeout`` seconds pass; True when it has ended."""
+        return self.heavy.wait(timeout)
 
 
-def start(loaded: LoadedModel, corpus: Corpus, **settings) -> Job:
-    """Start the build of (model, corpus, settings) in a daemon thread, or return the one already running.
+def start(loaded: LoadedModel, corpus: Corpus, owner: str = "", **settings) -> Job:
+    """Start the build of (model, corpus, settings) on the heavy-work pool, or return the one queued or running.
 
+    ``owner``: the session asking (at most one heavy job per session, :meth:`models.jobs.Pool.submit`).
     ``settings``: ``max_tokens``, ``limit``, ``repeats``, ``repeat_length`` as :func:`models.atlas.build_atlas`
     (checked here, in the caller's thread, so a bad value raises at once, as does a corpus in a language the
     tokenizer cannot read: :func:`models.atlas.corpus.check_language`).
+
+    Raises:
+        HeavyJobBusyError, HeavyQueueFullError: as :meth:`models.jobs.Pool.submit`.
     """
     check_language(loaded, corpus)
     s = check_settings(loaded, settings.get("max_tokens"), settings.get("limit"),
                        settings.get("repeats", 16), settings.get("repeat_length"))
     folder = folder_for(loaded, corpus, s, settings.get("root"))
+
+    def run(job: heavy_jobs.Job) -> None:
+        def progress(done: int, total: int, left: float | None) -> None:
+            job.progress(done / total if total else 0.0, done=done, total=total, left=left)
+
+        build_atlas(loaded, corpus, max_tokens=s.max_tokens, limit=s.limit, repeats=s.repeats,
+                    repeat_length=s.repeat_length, progress=progress, stop=job.stopped, root=settings.get("root"))
+
+    heavy = heavy_jobs.pool().submit("atlas", str(folder), owner, run, again=True)
     with _LOCK:
         job = _JOBS.get(folder)
-        if job is not None and not job.finished:
-            return job
-        job = _JOBS[folder] = Job(folder=folder)
-
-    def progress(done: int, total: int, left: float | None) -> None:
-        job.done, job.total, job.seconds_left = done, total, left
-
-    def run() -> None:
-        try:
-            build_atlas(loaded, corpus, max_tokens=s.max_tokens, limit=s.limit, repeats=s.repeats,
-                        repeat_length=s.repeat_length, progress=progress, stop=job.stop_event.is_set,
-                        root=settings.get("root"))
-        except BaseException as exc:  # noqa: BLE001 - reported to the page, which shows it
-            job.error = exc
-        finally:
-            job.finished = True
-
-    job.thread = threading.Thread(target=run, name=f"atlas-{folder.name}", daemon=True)
-    job.thread.start()
-    return job
+        if job is None or job.heavy is not heavy:
+            job = _JOBS[folder] = Job(folder, heavy)
+        return job
 
 
 def running(folder: Path) -> Job | None:

@@ -311,7 +311,7 @@ def test_background_job_is_shared_and_stops_resumably(tiny, tmp_path):
     corpus = atlas.corpus_from_texts(TEXTS * 3, name="job")
     job = jobs.start(loaded, corpus, repeats=0, root=tmp_path)
     assert jobs.start(loaded, corpus, repeats=0, root=tmp_path) is job or job.finished  # joined, not started twice
-    job.thread.join(60)
+    job.wait(60)
     assert job.finished and job.error is None and job.done == job.total == len(TEXTS) * 3
     assert atlas.Atlas(job.folder).complete and jobs.running(job.folder) is job
     with pytest.raises(models.InvalidArgumentError):

@@ -13,7 +13,9 @@ from models import atlas as A
 from models.atlas import corpus as atlas_corpus
 from models.atlas import jobs
 from models.atlas.build import MAX_TOKENS, REPEATS
+from models import jobs as heavy_jobs
 from views import shared
+from views.shared import jobs as heavy
 
 from .common import URL, duration, corpus_name, parts, t, tp
 
@@ -67,15 +69,23 @@ def _progress(folder: str, shown_parts: int) -> None:
         return
     if job.finished:
         st.rerun()
-    if job.total:
+    place = heavy_jobs.pool().position(job.heavy)
+    if place:
+        st.progress(0.0, text=t("heavy_queued", position=place, workers=heavy_jobs.pool().workers))
+    elif job.total:
         text = t("atlas_progress", done=job.done, total=job.total)
         if job.seconds_left is not None:
             text += t("atlas_progress_left", left=duration(job.seconds_left))
         st.progress(min(1.0, job.done / job.total), text=text)
     else:
         st.progress(0.0, text=t("atlas_progress_start"))
-    if not job.stopping and not job.finished and st.button(t("atlas_stop"), key="atlas_stop"):
-        job.stop()
+    me, teacher = heavy.owner(), heavy.teacher()
+    if job.owner != me:
+        st.caption(t("heavy_shared"))
+    # only the session that started the build, or the class's teacher, may stop it (issue 44)
+    if (not job.stopping and not job.finished and heavy_jobs.pool().can_stop(job.heavy, me, teacher=teacher)
+            and st.button(t("atlas_stop"), key="atlas_stop")):
+        job.stop(me, teacher=teacher)
     if job.stopping:
         st.caption(t("atlas_stopping"))
     written = parts(Path(folder))
