@@ -1,9 +1,15 @@
 """Hugging Face hub ids: recognising one, and downloading its safetensors (or GGUF) files with timeouts and a
-size cap. Only a hub id the user asked for ever touches the network."""
+size cap. Only a hub id the user asked for ever touches the network.
+
+Across sessions (issue 44 point 5): one download per hub id at a time (the others wait for it and share its
+result), a total deadline per request (``DIKKAT_HUB_DEADLINE_S``, default 300 s), and a failure remembered for
+``DIKKAT_HUB_RETRY_S`` (default 300 s): a request meanwhile is answered at once (code ``hub_failed_recently``)."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 from .. import budget
@@ -51,8 +57,8 @@ def _timed_client():
     return client
 
 
-def download(hub_id: str) -> Path:
-    """Fetch a hub repository's config, tokenizer and safetensors files (never pickle weights)."""
+def _download(hub_id: str) -> Path:
+    """Fetch a hub repository's config, tokenizer and safetensors files (never pickle weights), in this thread."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
@@ -86,3 +92,71 @@ def download(hub_id: str) -> Path:
         raise HubUnreachableError(f"Cannot download '{hub_id}' from the Hugging Face hub: {exc}",
                                   code="hub_download_failed", model=hub_id, detail=str(exc)) from exc
     return folder
+
+
+_FLIGHTS: dict[str, "_Flight"] = {}  # hub id -> the download under way
+_FAILED: dict[str, tuple[float, BaseException]] = {}  # hub id -> (time.monotonic() of the failure, the error)
+_FLIGHT_LOCK = threading.Lock()
+
+
+class _Flight:
+    """One download of a hub id in a daemon thread; callers wait on ``done`` and read ``folder`` or ``error``."""
+
+    def __init__(self, hub_id: str) -> None:
+        self.hub_id, self.folder, self.error, self.done = hub_id, None, None, threading.Event()
+
+    def run(self) -> None:
+        """Download, record the outcome (a failure remembered in ``_FAILED``), and wake the waiters."""
+        try:
+            self.folder = _download(self.hub_id)
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+            self.error = exc
+        with _FLIGHT_LOCK:
+            _FLIGHTS.pop(self.hub_id, None)
+            if self.error is None:
+                _FAILED.pop(self.hub_id, None)
+            else:
+                _FAILED[self.hub_id] = (time.monotonic(), self.error)
+        self.done.set()
+
+
+def _seconds(variable: str, default: float) -> float:
+    """A positive number of seconds from the environment, else ``default``."""
+    try:
+        value = float(os.environ.get(variable, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def download(hub_id: str) -> Path:
+    """The local folder of a hub repository's config, tokenizer and safetensors files (never pickle weights):
+    one download per hub id across the process's sessions, at most ``DIKKAT_HUB_DEADLINE_S`` seconds of waiting,
+    a failure remembered ``DIKKAT_HUB_RETRY_S`` seconds.
+
+    Raises:
+        HubUnreachableError: as the download (``hub_missing``, ``hub_unreachable``, ``hub_download_failed``,
+            ``hub_too_large``); ``hub_failed_recently`` while a failure is remembered (``model``, ``seconds`` since,
+            ``retry`` seconds, ``reason``); ``hub_deadline`` when the deadline passes (the download goes on and
+            serves a later request; ``model``, ``seconds``).
+    """
+    retry, deadline = _seconds("DIKKAT_HUB_RETRY_S", 300.0), _seconds("DIKKAT_HUB_DEADLINE_S", 300.0)
+    with _FLIGHT_LOCK:
+        failed = _FAILED.get(hub_id)
+        if failed is not None and time.monotonic() - failed[0] < retry:
+            since, error = time.monotonic() - failed[0], failed[1]
+            raise HubUnreachableError(
+                f"Loading '{hub_id}' from the Hugging Face hub failed {since:.0f} s ago ({error}); it is tried "
+                f"again after {retry:.0f} s.", code="hub_failed_recently", model=hub_id, seconds=since, retry=retry,
+                reason=getattr(error, "code", None) or type(error).__name__) from error
+        flight = _FLIGHTS.get(hub_id)
+        if flight is None:
+            flight = _FLIGHTS[hub_id] = _Flight(hub_id)
+            threading.Thread(target=flight.run, name=f"hub-{hub_id}", daemon=True).start()
+    if not flight.done.wait(deadline):
+        raise HubUnreachableError(
+            f"Loading '{hub_id}' from the Hugging Face hub took more than {deadline:.0f} s; try again later or pick "
+            "another model.", code="hub_deadline", model=hub_id, seconds=deadline)
+    if flight.error is not None:
+        raise flight.error
+    return flight.folder
