@@ -16,6 +16,7 @@ from models.atlas.build import MAX_TOKENS, REPEATS
 from models import jobs as heavy_jobs
 from views import shared
 from views.shared import jobs as heavy
+from views.shared import uploads
 
 from .common import URL, duration, corpus_name, parts, t, tp
 
@@ -45,6 +46,8 @@ def _uploaded(column: str) -> A.Corpus | None:
     file = st.session_state.get("atlas_upload")
     if file is None:
         st.info(t("atlas_upload_needed"))
+        return None
+    if not uploads.admit(file):  # at most so many files and bytes per session (issue 44)
         return None
     key = (file.file_id, column)
     kept = st.session_state.get("atlas_upload_corpus")
