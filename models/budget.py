@@ -10,10 +10,14 @@ one entry larger than the whole budget is still served once.
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import os
 import sys
 import threading
+import types
+import weakref
 from collections import OrderedDict
 from dataclasses import fields, is_dataclass
 from typing import Any, Callable, Hashable
@@ -91,6 +95,51 @@ def nbytes(obj: Any, skip: tuple[type, ...] = (), _seen: set | None = None) -> i
     return size
 
 
+def holds_at_least(obj: Any, limit: int, skip: tuple[type, ...] = (), skip_modules: tuple[str, ...] = (),
+                   max_objects: int = 20_000) -> bool:
+    """True when ``obj`` and what it reaches hold at least ``limit`` bytes, stopping as soon as they do (unlike
+    :func:`nbytes`, which measures everything): arrays count their buffer, tensors their storage, other objects
+    ``sys.getsizeof``; a function counts what its closure and defaults hold (not its module), a bound method its
+    object, a ``functools.partial`` its function and arguments. Not followed: modules, classes, a model's parts
+    (:data:`MODEL_PARTS`), objects of the types in ``skip`` and of classes defined in the modules whose names start
+    with ``skip_modules``. An object that reaches more than ``max_objects`` objects counts as holding ``limit``."""
+    never = (type, type(sys), *MODEL_PARTS, *skip)
+    seen, stack, total = set(), [obj], 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, never) or (skip_modules and type(item).__module__.startswith(skip_modules)):
+            continue
+        seen.add(id(item))
+        if len(seen) > max_objects:
+            return True
+        if isinstance(item, np.ndarray):
+            if item.base is None:
+                total += item.nbytes
+            else:
+                stack.append(item.base)
+        elif isinstance(item, torch.Tensor):
+            total += int(item.untyped_storage().nbytes())
+        elif isinstance(item, types.FunctionType):
+            stack.extend(c.cell_contents for c in item.__closure__ or () if c.cell_contents is not None)
+            stack.extend(item.__defaults__ or ())
+            stack.extend((item.__kwdefaults__ or {}).values())
+        elif isinstance(item, types.MethodType):
+            stack.extend((item.__self__, item.__func__))
+        elif isinstance(item, functools.partial):
+            stack.extend((item.func, *item.args, *item.keywords.values()))
+        elif not isinstance(item, (types.BuiltinFunctionType, types.MethodDescriptorType)):
+            total += sys.getsizeof(item, 0)
+            stack.extend(gc.get_referents(item))
+        if total >= limit:
+            return True
+    return False
+
+
+# The caches whose entries can be computed again (the app's analyses and figures; not the loaded models): under memory
+# pressure (models.memory.admit) they drop their least recently used entries with :meth:`ByteLRU.shed`.
+SHEDDABLE: "weakref.WeakSet[ByteLRU]" = weakref.WeakSet()
+
+
 class ByteLRU:
     """A thread-safe least-recently-used cache whose budget is in bytes.
 
@@ -98,17 +147,26 @@ class ByteLRU:
         budget: bytes the entries may hold together (0: keep only the entry being served).
         measure: size of a value in bytes (default :func:`nbytes`), measured when stored and, for values
             that grow, again when used (see :meth:`get_or_create`).
+        on_evict: called after entries were dropped (outside the lock, in the thread that stored or remeasured),
+            with a list of their ``(value, bytes)`` that it may empty (``models.memory.after_eviction``: memory given
+            back to the system, garbage collected where a dropped entry stays alive).
+        sheddable: its entries can be computed again, so :meth:`shed` may drop them under memory pressure
+            (registered in :data:`SHEDDABLE`).
 
     Concurrent requests for the same key compute it once; the others wait for that result.
     """
 
-    def __init__(self, budget: int, measure: Callable[[Any], int] = nbytes):
+    def __init__(self, budget: int, measure: Callable[[Any], int] = nbytes,
+                 on_evict: Callable[[list], None] | None = None, sheddable: bool = False):
         self.budget = int(budget)
         self.measure = measure
+        self.on_evict = on_evict
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict[Hashable, threading.Event] = {}
         self.evictions = 0
+        if sheddable:
+            SHEDDABLE.add(self)
 
     @property
     def total(self) -> int:
@@ -135,15 +193,26 @@ class ByteLRU:
             self._entries.move_to_end(key)
             return self._entries[key][0]
 
-    def _evict(self, keep: Hashable) -> None:
+    def _evict(self, keep: Hashable, budget: int | None = None) -> list[tuple[Any, int]]:
+        """Drop least recently used entries (never ``keep``) down to ``budget`` (default the cache's); the dropped
+        ``(value, bytes)``. Call with the lock held."""
+        budget = self.budget if budget is None else budget
         total = sum(size for _, size in self._entries.values())
+        dropped = []
         for key in list(self._entries):
-            if total <= self.budget:
+            if total <= budget:
                 break
             if key == keep:
                 continue
-            total -= self._entries.pop(key)[1]
+            dropped.append(self._entries.pop(key))
+            total -= dropped[-1][1]
             self.evictions += 1
+        return dropped
+
+    def _dropped(self, dropped: list[tuple[Any, int]]) -> None:
+        """Hand the dropped entries to ``on_evict`` (outside the lock)."""
+        if dropped and self.on_evict is not None:
+            self.on_evict(dropped)
 
     def put(self, key: Hashable, value: Any, size: int | None = None) -> None:
         """Store ``value`` (measured unless ``size`` is given) and evict down to the budget."""
@@ -151,7 +220,8 @@ class ByteLRU:
         with self._lock:
             self._entries[key] = (value, size)
             self._entries.move_to_end(key)
-            self._evict(key)
+            dropped = self._evict(key)
+        self._dropped(dropped)
 
     def remeasure(self, key: Hashable) -> None:
         """Measure ``key``'s value again (it grew) and evict down to the budget."""
@@ -160,10 +230,22 @@ class ByteLRU:
         if entry is None:
             return
         size = self.measure(entry[0])
+        dropped = []
         with self._lock:
             if key in self._entries:
                 self._entries[key] = (entry[0], size)
-                self._evict(key)
+                dropped = self._evict(key)
+        del entry
+        self._dropped(dropped)
+
+    def shed(self, to_bytes: int) -> int:
+        """Drop least recently used entries until the cache holds at most ``to_bytes`` bytes (memory pressure:
+        :func:`models.memory.admit`); returns the bytes dropped."""
+        with self._lock:
+            dropped = self._evict(object(), max(0, int(to_bytes)))
+        freed = sum(size for _, size in dropped)
+        self._dropped(dropped)
+        return freed
 
     def get_or_create(self, key: Hashable, create: Callable[[], Any]) -> Any:
         """The value for ``key``, created by ``create()`` (once, even when several threads ask at once)

@@ -4,6 +4,7 @@ the masks and per-head summaries only, with :class:`models.analysis.store.Attent
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 import torch
@@ -77,7 +78,10 @@ def attach_stacks(result: Analysis, stacks: dict[str, AttentionStack | np.ndarra
         AttentionStack(stack, s.shape, kept=np.ascontiguousarray(s, dtype=np.float32))
         for stack, s in stacks.items()
     }
-    once = _Once(lambda: _summaries(result))
+    # through a weak reference: a closure over the result itself made every analysis a reference cycle, freed only by
+    # a full garbage collection after the cache had dropped it (issue 44)
+    ref = weakref.ref(result)
+    once = _Once(lambda: _summaries(ref()))
     result.statistics = LazyMap(lambda: once()[0])
     result.overview = LazyMap(lambda: once()[1])
 

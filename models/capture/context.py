@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator, NoReturn
 
 import torch
 
+from .. import memory
 from ..errors import ModelOutOfMemoryError
 from .state import CaptureState, capture, current
 
@@ -98,11 +99,14 @@ def rerun(
 
     Raises:
         ModelOutOfMemoryError: the pass ran out of memory (``torch.OutOfMemoryError``, what torch's device
-            allocators raise), ``from`` the torch error. Any other exception of the
+            allocators raise), ``from`` the torch error; or it was not started: the server is above its memory budget
+            (code ``memory_budget`` or ``memory_machine``, :func:`models.memory.admit`; a pass inside another one
+            of this thread is not checked again). Any other exception of the
             body passes through unchanged (``StopForward`` included), after the hooks are removed.
     """
     try:
         with ExitStack() as stack:
+            stack.enter_context(memory.heavy("model pass"))  # waits, or refuses, above the memory budget (issue 44)
             if no_grad:
                 stack.enter_context(torch.no_grad())
             state = stack.enter_context(capture(loaded.site_index, record=record, gates=gates, masks=masks, **options))

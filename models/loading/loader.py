@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .. import budget, capture, checks
+from .. import budget, capture, checks, memory
 from . import cache, hub
 from ..anatomy.decoder import decoder_call
 from ..anatomy.probe import discover_sites
@@ -83,7 +83,7 @@ _LOCK = threading.Lock()  # guards _LOADING (and clear_cache); held only for a l
 _LOADING: dict[tuple, threading.Lock] = {}  # one lock per model being loaded
 # Loaded models, least recently used dropped first when their measured parameters, buffers and tokenizer
 # pass DIKKAT_MODEL_CACHE_GIB (default 6 GiB); a dropped model is loaded again when next asked for.
-_LOADED = budget.ByteLRU(budget.budget_from_env("DIKKAT_MODEL_CACHE_GIB", 6))
+_LOADED = budget.ByteLRU(budget.budget_from_env("DIKKAT_MODEL_CACHE_GIB", 6), on_evict=memory.after_eviction)
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -189,7 +189,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
             or, for a ``.gguf`` file, by :func:`models.loading.library_errors.gguf_failure` (``gguf_not_gguf``,
             ``gguf_corrupt``, ``gguf_unsupported_arch`` ...).
         NoAttentionWeightsError: the architecture exposes no attention weights.
-        ModelOutOfMemoryError: out of memory while loading.
+        ModelOutOfMemoryError: out of memory while loading, or not started above the server's memory budget (code
+            ``memory_budget`` or ``memory_machine``, :func:`models.memory.admit`).
         InvalidArgumentError: a ``device`` string torch does not understand, or an unknown ``dtype`` name.
     """
     import time
@@ -233,7 +234,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
         rebuilt = False
         while True:
             try:
-                loaded = _load_in_float32_if_half_fails(name, spec, folder, dev, dt, placement)
+                with memory.heavy("model load"):  # waits, or refuses, above the memory budget (issue 44)
+                    loaded = _load_in_float32_if_half_fails(name, spec, folder, dev, dt, placement)
                 break
             except (DikkatError, MemoryError):
                 raise

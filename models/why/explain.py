@@ -210,11 +210,12 @@ def _site(loaded, stack: str, layer: int):
 
 
 @checks.needs_model
-def explain(loaded, analysis, stack: str | None = None, layer: int = 0) -> LayerWhy:
+def explain(loaded, analysis, stack: str | None = None, layer: int = 0, keep: bool = True) -> LayerWhy:
     """Make layer ``layer`` of ``stack`` of ``analysis`` ready to explain its scores: one forward pass of the analysis's
     own call (same heads off, same mask) up to that layer's attention call, with the stream entering it split into
-    parts and its query and key chains proven (see :mod:`models.why`). The last two are kept (per analysis, stack and
-    layer) so a page asking for several heads and positions runs the pass once.
+    parts and its query and key chains proven (see :mod:`models.why`). With ``keep``, the last two are kept (per analysis,
+    stack and layer, no longer than the analysis lives) so a caller asking for several heads and positions runs the
+    pass once; a caller with a cache of its own (the app's, bounded by bytes) passes ``keep=False``.
 
     Args:
         loaded: the model ``analysis`` came from. analysis: from :func:`models.analyze` (interface path).
@@ -239,11 +240,19 @@ def explain(loaded, analysis, stack: str | None = None, layer: int = 0) -> Layer
             _CACHE.move_to_end(key)
             return found[1]
     why = _build(loaded, analysis, stack, layer)
+    if not keep:
+        return why
     with _LOCK:
-        _CACHE[key] = (weakref.ref(analysis), why)
+        # dropped when the analysis is freed: a layer explained never outlives the analysis it explains
+        _CACHE[key] = (weakref.ref(analysis, lambda _, key=key: _forget(key)), why)
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
     return why
+
+
+def _forget(key) -> None:
+    with _LOCK:
+        _CACHE.pop(key, None)
 
 
 def where(loaded, analysis, stack, layer) -> tuple[str, int]:
