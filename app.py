@@ -29,4 +29,4 @@ PAGES = [st.Page(p.file, title=shared.t(p.title), icon=p.icon, default=p.default
 page = st.navigation(PAGES)
 live_room.follow(page)  # a student following a live class (issue 29): the teacher's page, as it is now
 with live_room.broadcasting(page):  # a teacher's page, once it has run, goes to the class
-    page.run()
+    shared.run_page(page)  # page.run(), its namespace emptied of what the run computed (views/shared/pagerun.py)

@@ -36,10 +36,11 @@ REASON_PARAM = {"why_refused": ("why", "why_reason_"), "why_identity": ("what", 
 
 
 # ---- the engine, cached per (model, text, heads off, mask, stack, layer[, head, i, j]) ------------------------------
+@shared.cached
 def _layer(name: str, text: str, heads_off: frozenset, mask: str, stack: str, layer: int) -> mwhy.LayerWhy:
-    """The layer explained (``models.why.explain`` keeps the last two per process: one pass per layer)."""
+    """The layer explained, kept in the shared cache (its bytes counted against the budget; one pass per layer)."""
     analysis = shared.get_analysis(name, text, heads_off=heads_off, mask=mask, max_tokens=MAX_TOKENS)
-    return mwhy.explain(shared.get_model(name), analysis, stack=stack, layer=layer)
+    return mwhy.explain(shared.get_model(name), analysis, stack=stack, layer=layer, keep=False)
 
 
 @shared.cached

@@ -22,6 +22,7 @@ from .output import (  # noqa: F401
     PLOTLY_SEPARATORS, dataframe, error_text, message, model_name, plotly_chart, show_error, table,
 )
 from .page import page_start  # noqa: F401
+from .pagerun import run_page  # noqa: F401  (a page run that keeps nothing of its own once it ends)
 from .preload import plotly_preload  # noqa: F401  (plotly's module loaded while a page without a chart is read)
 from .pickers import MEAN, grid_cell, layer_head, mask_and_heads_off, self_stack  # noqa: F401
 from .scale import SCALES, factor, fewer, scale_figure, style as scale_style  # noqa: F401

@@ -10,7 +10,7 @@ from collections import OrderedDict
 import streamlit as st
 
 import models
-from models import ahead, budget
+from models import ahead, budget, memory
 
 from .. import hosting
 from .output import message, model_name, show_error
@@ -36,7 +36,10 @@ def _measure(value) -> int:
 
 
 # Analyses, prepared views and page results of every session, least recently used dropped first.
-CACHE = budget.ByteLRU(budget.budget_from_env("DIKKAT_CACHE_GIB", 4), measure=_measure)
+# What an entry dropped leaves is given back to the system (models.memory.after_eviction), and under memory pressure
+# the cache sheds its least recently used half before new heavy work starts (models.memory.admit).
+CACHE = budget.ByteLRU(budget.budget_from_env("DIKKAT_CACHE_GIB", 4), measure=_measure,
+                       on_evict=memory.after_eviction, sheddable=True)
 
 
 def cached(fn):
