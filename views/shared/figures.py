@@ -22,6 +22,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from .cache import CACHE
+from .output import empty_figure
 
 _UNKEYED = object()
 
@@ -55,10 +56,12 @@ def _figure_dict(fig: go.Figure) -> dict:
 
 def _as_kept(built):
     """A builder's result as kept: a figure as its dict; a tuple ``(figure, ...)`` with its figure as a dict (the
-    model view also returns what it drew)."""
-    if isinstance(built, tuple) and built and isinstance(built[0], go.Figure):
-        return (_figure_dict(built[0]),) + built[1:]
-    return _figure_dict(built)
+    model view also returns what it drew). The figure built is emptied (:func:`~.output.empty_figure`: a plotly
+    figure is a reference cycle, which kept its arrays until a full garbage collection)."""
+    fig = built[0] if isinstance(built, tuple) and built and isinstance(built[0], go.Figure) else built
+    kept = _figure_dict(fig)
+    empty_figure(fig)
+    return (kept,) + built[1:] if fig is not built else kept
 
 
 def shared_figure(build):

@@ -35,7 +35,7 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
     and its title wrapped to the width of one of ``columns`` columns (default 2 in a
     ``container``, 1 otherwise; the figure grows by the lines added). Its text is drawn at the sidebar's text size
     (:func:`views.shared.scale.scale_figure`, projector mode). Returns what ``st.plotly_chart`` returns (the
-    selection event with ``on_select``); ``fig`` is empty afterwards (:func:`_empty`)."""
+    selection event with ``on_select``); ``fig`` is empty afterwards (:func:`empty_figure`)."""
     nb.style(fig, lang())
     f = factor()
     columns = columns or (2 if container is not None else 1)
@@ -64,10 +64,10 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
     try:
         return (container or st).plotly_chart(fig, **kwargs)
     finally:
-        _empty(fig)
+        empty_figure(fig)
 
 
-def _empty(fig) -> None:
+def empty_figure(fig) -> None:
     """Clear a figure once it is sent. A plotly figure is a reference cycle (each trace and the layout point back to
     it), so its arrays stayed alive until a full garbage collection, which the server does not run after each script
     (issue 44: about 1.2 MiB per text on Head pruning at 120 tokens); its traces' and layout's properties (the arrays
