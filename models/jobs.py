@@ -41,6 +41,11 @@ class HeavyJobNotYoursError(DikkatError):
     """Only the session that started a job (or the class's teacher) may stop it."""
 
 
+class HeavyJobStopped(Exception):
+    """Raised inside a job's function by :meth:`Job.step` once a stop was asked for: it unwinds a computation that
+    has no stop of its own (its progress callback calls ``step``); the job then ends ``stopped``, not ``failed``."""
+
+
 def workers_from_env() -> int:
     """The number of workers: ``DIKKAT_HEAVY_WORKERS`` when it is a whole number ≥ 1, else one per two cores (at
     least 1; a value that is not a whole number ≥ 1 is ignored, as the README says)."""
@@ -97,6 +102,13 @@ class Job:
         """Report progress: ``fraction`` in [0, 1] (clipped) and any detail the page shows."""
         self.fraction = min(1.0, max(0.0, float(fraction)))
         self.detail.update(detail)
+
+    def step(self, fraction: float, **detail) -> None:
+        """:meth:`progress`, then raise :class:`HeavyJobStopped` when a stop was asked for: the progress callback
+        of a computation that reads no stop flag itself (pruning curves, experiments)."""
+        self.progress(fraction, **detail)
+        if self.stopped():
+            raise HeavyJobStopped(self.kind)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job ends or ``timeout`` seconds pass; True when it has ended."""
@@ -167,6 +179,19 @@ class Pool:
         self._executor.submit(self._run, job, fn)
         return job
 
+    def idle(self, timeout: float | None = None) -> bool:
+        """Block until no job is queued or running, at most ``timeout`` seconds; True when none is."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                active = [j for j in self._jobs.values() if not j.finished]
+            if not active:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            active[0].wait(left)
+
     def position(self, job: Job) -> int:
         """0 while the job runs or has ended; else its place in the queue (1: next to run)."""
         if job.state != "queued":
@@ -197,6 +222,9 @@ class Pool:
         job.state, job.started_at = "running", time.monotonic()
         try:
             result = fn(job)
+        except HeavyJobStopped:
+            self._end(job, "stopped")
+            return
         except BaseException as exc:  # noqa: BLE001 - kept on the job, which the page shows
             job.error = exc
             self._end(job, "failed")

@@ -73,6 +73,17 @@ def smollm2():
     return models.load("smollm2-135m", device=TEST_DEVICE, dtype=TEST_DTYPE)
 
 
+def press_heavy(at, key: str, timeout: float = 600):
+    """Press the button ``key`` whose work runs on the heavy-work pool (models/jobs.py: pruning curve, experiments,
+    Cost's Measure), wait until the pool has nothing queued or running, and run the page again (as its follow
+    fragment does once the job ends). Returns ``at``."""
+    from models import jobs
+
+    at.button(key=key).click().run()
+    assert jobs.pool().idle(timeout), "a heavy job still runs"
+    return at.run()
+
+
 def free_port() -> int:
     """A TCP port of 127.0.0.1 free just now."""
     with socket.socket() as sock:

@@ -20,6 +20,7 @@ from models import ahead
 from models import experiments as E
 from models.experiments.verdicts import verdicts
 from views import hosting, shared
+from views.shared import jobs as heavy
 from viz import experiments as vx
 from viz import numbers as nb
 from viz import pruning as vp
@@ -398,27 +399,23 @@ if result is None:
         pass  # the run says what is wrong
 # a class shares one run of each experiment: in classroom mode a finished run is not started again
 again = result is None or not hosting.current().classroom
-if again and st.button(t("exp_run") if result is None else t("exp_run_again"), key=f"exp_run_{which}", type="primary"):
-    bar = st.progress(0.0, text=t("exp_progress_start"))
-    start = time.perf_counter()
+pressed = again and st.button(t("exp_run") if result is None else t("exp_run_again"), key=f"exp_run_{which}",
+                             type="primary")
 
-    def progress(fraction: float) -> None:
-        spent = time.perf_counter() - start
-        left = spent / fraction * (1 - fraction) if fraction > 0.02 else None
-        bar.progress(fraction, text=t("exp_progress", pct=_pct(fraction, 0), left=left) if left is not None
-                     else t("exp_progress_start"))
 
-    try:
-        if result is not None:
-            shared.CACHE.discard(cache_key)
-        result = shared.CACHE.get_or_create(cache_key, lambda: shared.run_and_keep(
-            job, loaded, lambda: E.run(which, loaded, progress=progress)))
-    except models.DikkatError as exc:
-        shared.show_error(exc)
-        result = None
-    bar.empty()
-    if result is not None:
-        st.rerun()  # draw the page as it now is: the result, "Run again", no estimate
+def _progress_text(job) -> str:
+    """The progress bar's text: the share done and, past 2 %, the time left at the pace so far."""
+    fraction = job.fraction
+    spent = time.monotonic() - (job.started_at or time.monotonic())
+    left = spent / fraction * (1 - fraction) if fraction > 0.02 else None
+    return t("exp_progress", pct=_pct(fraction, 0), left=left) if left is not None else t("exp_progress_start")
+
+
+# on the heavy-work pool: one run of each experiment per model for every session, Stop for its starter or the teacher
+done = heavy.kept_run("experiment", (which, name), cache_key=cache_key, ahead_job=job, loaded=loaded,
+                      compute=lambda progress, which=which, loaded=loaded: E.run(which, loaded, progress=progress),
+                      pressed=pressed, again=result is not None, stop_key=f"exp_stop_{which}", text=_progress_text)
+result = done if done is not None else result
 
 if result is not None:
     SHOW[which](result, loaded)

@@ -18,6 +18,7 @@ import models
 from models import ahead, pruning
 from views import explore_levels as lv
 from views import hosting, shared
+from views.shared import jobs as heavy
 from viz import morphemes as vm
 from viz import numbers as vnum
 from viz import pruning as vp
@@ -397,26 +398,23 @@ curve_key = (CURVE_KEY, name, tuple(set_texts))
 curve_job = ahead.curve_job(name, set_texts, random_orders=RANDOM_ORDERS)
 curve = shared.CACHE.get(curve_key) or shared.kept(curve_key, curve_job, loaded)
 # a class shares one curve: in classroom mode a curve that is there is not computed again
-if (curve is None or not hosting.current().classroom) and st.button(
-        t("prune_compute_curve") if curve is None else t("prune_compute_curve_again"), key="prune_btn_curve"):
-    bar = st.progress(0.0, text=t("prune_curve_progress"))
+pressed = (curve is None or not hosting.current().classroom) and st.button(
+    t("prune_compute_curve") if curve is None else t("prune_compute_curve_again"), key="prune_btn_curve")
 
-    def run_curve() -> pruning.PruningCurve:
-        importance = pruning.gradient_importance(loaded, set_texts,
-                                                 progress=lambda f: bar.progress(0.2 * f, text=t("prune_curve_progress")))
-        result = pruning.pruning_curve(
-            loaded, set_texts, importance, random_orders=RANDOM_ORDERS,
-            progress=lambda f: bar.progress(0.2 + 0.8 * f, text=t("prune_curve_progress")))
-        # the whole run's time (importance + curve), as the estimate counts it (models.ahead.compute does the same)
-        return dataclasses.replace(result, seconds=importance.seconds + result.seconds)
 
-    try:
-        if curve is not None:
-            shared.CACHE.discard(curve_key)
-        curve = shared.CACHE.get_or_create(curve_key, lambda: shared.run_and_keep(curve_job, loaded, run_curve))
-    except models.DikkatError as exc:
-        shared.show_error(exc)
-    bar.empty()
+def run_curve(progress, loaded=loaded, texts=tuple(set_texts)) -> pruning.PruningCurve:
+    """Importance, then the curve (on the heavy-work pool: one run per model and texts for every session; what it
+    reads is bound here, as the page's namespace is emptied when the run ends: views/shared/pagerun.py)."""
+    importance = pruning.gradient_importance(loaded, list(texts), progress=lambda f: progress(0.2 * f))
+    result = pruning.pruning_curve(loaded, list(texts), importance, random_orders=RANDOM_ORDERS,
+                                   progress=lambda f: progress(0.2 + 0.8 * f))
+    # the whole run's time (importance + curve), as the estimate counts it (models.ahead.compute does the same)
+    return dataclasses.replace(result, seconds=importance.seconds + result.seconds)
+
+
+curve = heavy.kept_run("pruning_curve", (name, tuple(set_texts)), cache_key=curve_key, ahead_job=curve_job,
+                       loaded=loaded, compute=run_curve, pressed=pressed, again=curve is not None,
+                       stop_key="prune_curve_stop", text=lambda job: t("prune_curve_progress")) or curve
 if curve is None:
     try:
         estimate = _curve_estimate(name, tuple(set_texts))

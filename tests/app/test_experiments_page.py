@@ -4,6 +4,7 @@ languages, the published numbers next to ours."""
 from __future__ import annotations
 
 import numpy as np
+from conftest import press_heavy
 from links import open_linked
 
 import models.experiments as E
@@ -28,7 +29,7 @@ def test_the_clark_experiment_runs_from_its_button_in_both_languages(minilm):
     assert at.selectbox(key="exp_model_clark").value == "minilm-l6"  # the sidebar's model, which this one runs on
     assert any("Estimated time here" in c.value for c in at.caption)  # "under a second" on minilm
     shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
-    at.button(key="exp_run_clark").click().run()
+    press_heavy(at, "exp_run_clark")
     _clean(at)
     rows = _compare_rows(at)
     assert rows["Heads with over 50 % on the previous token"].startswith("1 (layer-head: 0-2)"), rows
@@ -76,7 +77,7 @@ def test_whispers_alignment_heads_run_from_the_page_with_a_table_per_clip():
     at = open_linked("views/experiments.py", "whisper-base", {"exp_which": "alignment"}, "")
     _clean(at)
     shared.CACHE.discard(("experiments", "alignment", "whisper-base"))
-    at.button(key="exp_run_alignment").click().run()
+    press_heavy(at, "exp_run_alignment")
     _clean(at)
     words = [list(tb.value.iloc[:, 0]) for tb in at.table[:2]]
     assert words[0] == ["The", "cat", "chased", "the", "mouse", "."], words
@@ -101,7 +102,7 @@ def test_a_class_shares_one_run_and_cannot_start_it_again(minilm, monkeypatch, t
         shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
         at = open_linked("views/experiments.py", "minilm-l6", {"exp_which": "clark"}, "The cat chased the mouse.")
         _clean(at)
-        at.button(key="exp_run_clark").click().run()  # the first student starts it
+        press_heavy(at, "exp_run_clark")  # the first student starts it
         _clean(at)
         at = open_linked("views/experiments.py", "minilm-l6", {"exp_which": "clark"}, "Kedi fareyi kovaladı")
         _clean(at)

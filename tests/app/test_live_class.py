@@ -577,3 +577,20 @@ def test_a_flood_of_wrong_codes_does_not_stop_a_student_joining_by_the_link(monk
     assert "_live_code" not in typed.session_state and "Too many wrong class codes" in _said(typed)
     student = _app("tr", room=code, key=key)  # ... the link is not
     assert student.session_state["_live_code"] == code and _store().present(code) == 1
+
+
+def test_lesson_files_count_against_the_sessions_uploads(monkeypatch):
+    """Issue 44 point 5: the Class page's lesson file upload was read whatever the session had uploaded; it now goes
+    through the same per-session bound as the Atlas page's (views/shared/uploads.admit): the third file past a
+    bound of two is refused with the message in the teacher's language and not read as a lesson."""
+    monkeypatch.setenv("DIKKAT_UPLOADS_PER_SESSION", "2")
+    teacher, _ = _teacher("tr")
+    lesson = (L.LESSONS / "attention-intro.toml").read_text(encoding="utf-8")
+    strings = json.loads((Path(APP).parent / "assets/i18n/jobs.json").read_text(encoding="utf-8"))
+    for i in range(3):
+        own = lesson.replace('id = "attention-intro"', f'id = "own-{i}"')
+        assert own != lesson
+        teacher.file_uploader(key="live_lesson_upload").set_value((f"own{i}.toml", own.encode(), "text/plain"))
+        _run(teacher)
+    assert set(teacher.session_state["_live_own_lessons"]) == {"own-0", "own-1"}
+    assert [e.value for e in teacher.error] == [strings["upload_too_many"]["tr"].format(count=2, limit=2)]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import press_heavy
 from streamlit.testing.v1 import AppTest
 
 import models
@@ -121,7 +122,7 @@ def test_importance_and_curve_on_minilm(minilm):
     assert f"ρ = {pruning.rank_correlation(np.abs(abl.flat()), grad.flat()):.3f} for the size" in rho[0]
     estimate = [c.value for c in at.caption if c.value.startswith("Takes about ")]
     assert len(estimate) == 1 and "measured run on the shortest sentence" in estimate[0]
-    at.button(key="prune_btn_curve").click().run()
+    press_heavy(at, "prune_btn_curve")
     _ok(at)
     assert not [c.value for c in at.caption if c.value.startswith("Takes about ")]  # the measured time replaces it
     captions = [c.value for c in at.caption if "at 40 %" in c.value]
@@ -168,7 +169,7 @@ def test_page_in_turkish_on_tiny_decoder(tiny_folder):
     _ok(at)
     assert _metric(at, "Kayıp").value != before
     assert any(c.value.startswith("Bu sunucuda yaklaşık ") for c in at.caption)
-    at.button(key="prune_btn_curve").click().run()
+    press_heavy(at, "prune_btn_curve")
     _ok(at)
     assert any("%40'ta" in c.value for c in at.caption)
 
@@ -243,7 +244,7 @@ def test_the_curve_is_computed_once_for_every_session_and_kept_on_disk(tiny_fold
     folder = str(tiny_folder("gpt2"))
     at = _page("minilm-l6", "kedi fareyi kovaladı", custom=folder)
     assert not any("at 40 %" in c.value for c in at.caption)
-    at.button(key="prune_btn_curve").click().run()
+    press_heavy(at, "prune_btn_curve")
     _ok(at)
     first = [c.value for c in at.caption if "at 40 %" in c.value]
     assert first
@@ -276,7 +277,7 @@ def test_a_malformed_curve_on_disk_is_ignored_with_a_note(tiny_folder, monkeypat
     assert [c.value for c in at.caption if note in c.value]
     assert not any(path.stem in c.value or str(tmp_path) in c.value for c in at.caption)
     assert at.button(key="prune_btn_curve")
-    at.button(key="prune_btn_curve").click().run()  # computed again: replaces the file
+    press_heavy(at, "prune_btn_curve")  # computed again: replaces the file
     _ok(at)
     assert isinstance(ahead.load(ahead.curve_job(folder), loaded), pruning.PruningCurve)
 

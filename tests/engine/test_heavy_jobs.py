@@ -99,3 +99,27 @@ def test_workers_from_env(monkeypatch):
     for junk in ("0", "two", "-1"):
         monkeypatch.setenv("DIKKAT_HEAVY_WORKERS", junk)
         assert J.workers_from_env() >= 1
+
+
+def test_a_stop_ends_a_computation_at_its_next_step_and_idle_waits_for_every_job():
+    """``Job.step`` is the progress callback of a computation that reads no stop flag itself (a pruning curve, an
+    experiment): once a stop is asked it raises, the job ends ``stopped`` (not ``failed``) and keeps no result;
+    ``Pool.idle`` returns once nothing is queued or running."""
+    pool, gate, steps = J.Pool(workers=1), threading.Event(), []
+
+    def curve(job):
+        for i in range(10):
+            job.step(i / 10, point=i)
+            steps.append(i)
+            if i == 2:
+                gate.wait(30)
+        return "whole curve"
+
+    job = pool.submit("pruning_curve", ("minilm", ("a",)), "alice", curve)
+    queued = pool.submit("experiment", ("sinks", "minilm"), "bob", lambda j: "sinks")
+    assert not pool.idle(0)
+    pool.stop(job, "alice")
+    gate.set()
+    assert pool.idle(30) and job.finished and queued.finished
+    assert job.state == "stopped" and job.result is None and job.error is None and steps == [0, 1, 2]
+    assert job.detail == {"point": 3} and queued.result == "sinks"

@@ -19,7 +19,7 @@ import pagestate
 from live import lessons as L
 from live import questions as Q
 from views import shared
-from views.shared import md, t
+from views.shared import md, t, uploads
 
 from . import asking, room
 
@@ -113,7 +113,7 @@ def _with_model(question: Q.Question, model: str | None) -> Q.Question:
 def picker() -> None:
     """The Class page's lesson picker: a shipped lesson (or a lesson file loaded here), and Start."""
     uploaded = st.file_uploader(t("live_lesson_file"), type=["toml"], key="live_lesson_upload")
-    if uploaded is not None:
+    if uploaded is not None and uploads.admit(uploaded):  # at most so many files and bytes per session (issue 44)
         try:
             own = L.parse_lesson(tomllib.loads(uploaded.getvalue().decode("utf-8")))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

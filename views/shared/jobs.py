@@ -104,3 +104,65 @@ def follow(kind: str, params: Hashable, key: str, text: Callable[[J.Job], str] |
     if job.finished:
         st.rerun()
     panel(job, key, text)
+
+
+def stopped_note(job: J.Job | None) -> None:
+    """Say that this session's job was stopped (``heavy_stopped``), or nothing."""
+    if job is not None and job.state == "stopped":
+        st.caption(t("heavy_stopped"))
+
+
+def kept_run(kind: str, params: Hashable, *, cache_key: Hashable, ahead_job, loaded: models.LoadedModel,
+             compute: Callable[[Callable[[float], None]], Any], pressed: bool, again: bool, stop_key: str,
+             text: Callable[[J.Job], str] | None = None) -> Any:
+    """A result that is computed on the heavy-work pool, put into the shared cache and kept on disk: the pruning curve
+    and the experiments (issue 44 point 5; the Cost page's measurement keeps its own record).
+
+    When ``pressed``, the job ``(kind, params)`` is started or joined (:func:`start`; a refusal is shown): on the
+    pool's worker it runs ``compute(progress)`` (``progress(fraction)`` reports to the job and ends it early once its
+    starter or the teacher pressed Stop), keeps the result on disk for ``ahead_job`` (:func:`~.cache.run_and_keep`)
+    and in :data:`~.cache.CACHE` under ``cache_key`` (dropped first when ``again``). The session remembers what it
+    asked for; while that job is queued or running its place or progress and Stop are shown (:func:`follow`), and
+    the page runs again when it ends.
+
+    Args:
+        kind: ``"pruning_curve"`` or ``"experiment"``. params: hashable, naming the result fully (model, texts ...).
+        cache_key: the result's key in the shared cache. ahead_job: :class:`models.ahead.Job` naming it on disk.
+        loaded: the model it runs on. compute: ``compute(progress) -> result``.
+        pressed: the page's Run button was pressed in this run. again: compute again although a result is kept.
+        stop_key: the Stop button's widget key. text: the progress bar's text (default: the percentage).
+
+    Returns:
+        The result when this session's job ended in this run's view of it (done), else None: the page reads the
+        cache as before; a failed job's error is shown (an engine error as any, another by its type and message).
+    """
+    from .cache import CACHE, run_and_keep
+    from .output import message
+
+    asked_key = f"_heavy_asked::{kind}"
+    if pressed:
+        def fn(job: J.Job) -> Any:
+            if again:
+                CACHE.discard(cache_key)
+            return CACHE.get_or_create(cache_key, lambda: run_and_keep(ahead_job, loaded, lambda: compute(job.step)))
+
+        # the page offers the button only when it has no result or to compute it again: a finished job the pool still
+        # keeps is not served instead (its result may have left the cache and the disk since); a queued or running
+        # one is joined
+        if start(kind, params, fn, again=True) is not None:
+            st.session_state[asked_key] = params
+    if st.session_state.get(asked_key) != params:
+        return None
+    job = find(kind, params)
+    if job is None:
+        return None
+    if not job.finished:
+        follow(kind, params, stop_key, text)
+        return None
+    if job.state == "failed":
+        st.session_state.pop(asked_key, None)
+        show_error(job.error) if isinstance(job.error, models.DikkatError) else st.error(
+            message(f"{type(job.error).__name__}: {job.error}"))
+        return None
+    stopped_note(job)
+    return job.result if job.state == "done" else None
