@@ -141,7 +141,8 @@ class MemoryStore(BaseStore):
             return True
 
     def set_state(self, code: str, secret: str, page: str, params: dict[str, str]) -> int:
-        """Make ``page`` with ``params`` (what its URL holds) the page the class follows.
+        """Make ``page`` with ``params`` (what its URL holds) the page the class follows; a new lesson step ends the
+        current question (:func:`live.rules.ends_question`).
 
         Returns:
             the new version.
@@ -152,6 +153,8 @@ class MemoryStore(BaseStore):
         page, params = rules.check_state(page, params)
         with self._lock:
             room = self._teacher(code, secret)
+            if rules.ends_question(room.params, params):
+                room.current = None
             room.page, room.params = page, params
             room.version += 1
             return room.version

@@ -204,11 +204,14 @@ class RedisStore(BaseStore):
         page, params = rules.check_state(page, params)
         code = self._teacher(code, secret)
         state = self._key(code, "state")
+        old = self.redis.hget(state, "params")  # only the teacher writes the state: no race to guard
         pipe = self.redis.pipeline()
+        if rules.ends_question(json.loads(old) if old else None, params):
+            pipe.hdel(state, "current")
         pipe.hset(state, mapping={"page": page, "params": json.dumps(params, ensure_ascii=False)})
         pipe.hincrby(state, "version", 1)
         pipe.expire(state, self._ttl())
-        return int(pipe.execute()[1])
+        return int(pipe.execute()[-2])
 
     @_available
     def get_state(self, code: str) -> dict | None:

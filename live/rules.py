@@ -197,6 +197,17 @@ def _encoded(value, limit: int) -> str | None:
     return text if len(text.encode("utf-8")) <= limit else None
 
 
+LESSON_STEP = "lesson_step"  # the broadcast parameter naming a lesson's step: "<lesson id>:<step index from 0>"
+
+
+def ends_question(old_params: dict | None, new_params: dict) -> bool:
+    """Whether a new state of the room ends its current question: the lesson's step changed (issue 50 point 3: a
+    question belongs to its step, so Next, Previous or another lesson clear it on every screen, and a late joiner
+    never meets the last step's question). A change of the page's widgets within one step, or outside a lesson
+    (neither state names a step), keeps it."""
+    return (old_params or {}).get(LESSON_STEP) != new_params.get(LESSON_STEP)
+
+
 def check_state(page, params) -> tuple[str, dict[str, str]]:
     """``(page, params)`` checked: a page name (lower case, digits, ``_``) and ``{str: str}`` of at most
     :data:`MAX_PARAMS` keys, each value at most :data:`MAX_PARAM_CHARS` characters. Returns a copy.

@@ -333,6 +333,37 @@ def test_answers_after_the_reveal_or_to_an_old_question_are_refused(store, room)
     assert err.value.code == "live_not_joined"
 
 
+def test_a_new_lesson_step_ends_the_question_of_the_last_one(store, room):
+    """Issue 50 point 3: on 5 of 10 steps the class still saw the previous step's revealed question under the new
+    step, and a late joiner first met an old question. A state naming another lesson step ends the current
+    question (asked or revealed) for everyone; a change of the same step's widgets, or outside a lesson, keeps it."""
+    code, secret = room
+    step = rules.LESSON_STEP
+    store.set_state(code, secret, "qkv", {step: "attention-intro:0", "layer": "1"})
+    first = store.ask(code, secret, QUESTION)
+    store.set_state(code, secret, "qkv", {step: "attention-intro:0", "layer": "2"})  # the same step, changed
+    assert store.get_state(code)["question"]["id"] == first
+    store.answer(code, first, "s1", "Kedi")
+    store.reveal(code, secret, first)
+    assert store.get_state(code)["revealed"]
+    version = store.set_state(code, secret, "flow", {step: "attention-intro:1"})  # Next
+    state = store.get_state(code)
+    assert state["question"] is None and not state["revealed"] and state["version"] == version
+    assert state["params"] == {step: "attention-intro:1"}
+    assert store.results(code, first)["counts"] == {"Kedi": 1}  # what was answered stays counted
+    second = store.ask(code, secret, {"text": "?"})
+    store.set_state(code, secret, "flow", {step: "attention-intro:0"})  # Previous, before anyone answered
+    with pytest.raises(live.QuestionClosed):
+        store.answer(code, second, "s1", "x")
+    assert store.get_state(code)["question"] is None
+    third = store.ask(code, secret, {"text": "outside a lesson"})
+    store.set_state(code, secret, "flow", {"layer": "3"})  # the lesson ended: the step changed, the question too
+    assert store.get_state(code)["question"] is None
+    fourth = store.ask(code, secret, {"text": "free"})
+    store.set_state(code, secret, "masks", {"layer": "4"})  # no lesson before or after: kept
+    assert store.get_state(code)["question"]["id"] == fourth != third
+
+
 @pytest.mark.parametrize("value", [True, None, [], {}, "", "   ", "x" * 81, "a\nb", float("nan"), float("inf"),
                                    2 ** 60, b"bytes"])
 def test_an_answer_is_a_short_text_or_a_number(store, room, value):

@@ -44,7 +44,7 @@ from views import hosting, shared
 
 ROOM = "room"  # the query parameter of a student's link: the room code, nothing else of a class
 TEACH = "teach"  # the query parameter of the teacher's own page: the room code (a reload offers to lead it again)
-STEP = "lesson_step"  # a broadcast parameter only: "<lesson id>:<step index from 0>"
+STEP = live_rules.LESSON_STEP  # a broadcast parameter only: "<lesson id>:<step index from 0>"
 SHOWN = "live_v"  # a student's link: the version of the room's state its last full run drew (mark_drawn)
 KEY = "key"  # the room's link key beside ROOM in the teacher's link: a join that no wrong-code flood locks out
 SEAT = "seat"  # a joined student's own link: their student id, so a reload or a second tab is the same student
