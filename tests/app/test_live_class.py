@@ -585,6 +585,9 @@ def test_lesson_files_count_against_the_sessions_uploads(monkeypatch):
     bound of two is refused with the message in the teacher's language and not read as a lesson."""
     monkeypatch.setenv("DIKKAT_UPLOADS_PER_SESSION", "2")
     teacher, _ = _teacher("tr")
+    title = L.load_lesson(L.LESSONS / "attention-intro.toml").title["tr"]
+    assert title in teacher.selectbox(key="live_lesson_pick").options  # the title, not the id (issue 50)
+    assert "attention-intro" not in teacher.selectbox(key="live_lesson_pick").options
     lesson = (L.LESSONS / "attention-intro.toml").read_text(encoding="utf-8")
     strings = json.loads((Path(APP).parent / "assets/i18n/jobs.json").read_text(encoding="utf-8"))
     for i in range(3):
@@ -593,4 +596,6 @@ def test_lesson_files_count_against_the_sessions_uploads(monkeypatch):
         teacher.file_uploader(key="live_lesson_upload").set_value((f"own{i}.toml", own.encode(), "text/plain"))
         _run(teacher)
     assert set(teacher.session_state["_live_own_lessons"]) == {"own-0", "own-1"}
+    # two lessons with one title are told apart by their ids
+    assert {f"{title} (attention-intro)", f"{title} (own-0)"} <= set(teacher.selectbox(key="live_lesson_pick").options)
     assert [e.value for e in teacher.error] == [strings["upload_too_many"]["tr"].format(count=2, limit=2)]

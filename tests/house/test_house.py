@@ -79,7 +79,7 @@ PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), 
                  "experiments": ("exp_",), "atlas": ("atlas_",), "atlas_sections": ("atlas_",),
                  "live": ("live_", "_live_"), "live_sections": ("live_", "_live_")}
 SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live", "explore_parts": "explore"}  # a page's parts, one module each, and their page
-APP_KEYS = {"_device_slot", "_model_chosen_by_user", "_selection", "example", "lang", "model_custom", "model_key",
+APP_KEYS = {"_device_slot", "_selection", "example", "lang", "model_custom", "model_key",
             "scale", "text"}
 
 

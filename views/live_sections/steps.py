@@ -124,7 +124,12 @@ def picker() -> None:
             st.session_state.setdefault("_live_own_lessons", {})[own.id] = own
     every = {**shipped(), **st.session_state.get("_live_own_lessons", {})}
     # the options are the lessons' ids: a label in the interface language would not match after a switch of it
-    chosen = st.selectbox(t("live_lesson"), list(every), key="live_lesson_pick")
+    # shown by title (issue 50: the picker showed the id); a title two lessons share is told apart by the id
+    titles = {i: _text(lesson.title) or i for i, lesson in every.items()}
+    shared_titles = {x for x in titles.values() if list(titles.values()).count(x) > 1}
+    labels = {i: f"{x} ({i})" if x in shared_titles else x for i, x in titles.items()}
+    chosen = st.selectbox(t("live_lesson"), list(every), key="live_lesson_pick",
+                          format_func=lambda lesson_id: labels.get(lesson_id, lesson_id))
     if chosen:
         st.caption(t("live_lesson_about", title=_text(every[chosen].title), n=len(every[chosen].steps)))
     if chosen and st.button(t("live_lesson_start"), key="live_lesson_start"):

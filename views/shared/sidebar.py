@@ -69,10 +69,6 @@ def _catalog_label(key: str) -> str:
     return f"{key} · {spec.params_m:.0f}M{mark}"
 
 
-def _model_chosen() -> None:
-    st.session_state["_model_chosen_by_user"] = True
-
-
 def _settable(value) -> bool:
     """Whether a widget value may be written back through Session State: the values of option widgets
     (radio, selectbox, multiselect, segmented control, pills), sliders and number or text inputs.
@@ -88,9 +84,11 @@ def _settable(value) -> bool:
 
 
 def _language_changed() -> None:
-    """Switching the interface language also switches the default model, unless the user picked one.
+    """Switching the interface language keeps the model (issue 50 point 6: switching to Turkish swapped the model to
+    multilingual-e5-small, an 18.5 s load in the middle of a lesson); only a first visit starts on the language's
+    default model (:func:`sidebar`). An untouched default sentence follows the language.
 
-    It also writes the widgets' values back into Session State. Streamlit (1.67) keeps the value of a
+    It writes the widgets' values back into Session State. Streamlit (1.67) keeps the value of a
     radio, selectbox or multiselect in the browser as the option's *label*; with translated labels the old
     label no longer matches after the switch and the widget would fall back to its default (the masks
     page's section, the chosen masks ...). A value set from a callback wins over the browser's label.
@@ -102,8 +100,6 @@ def _language_changed() -> None:
         value = st.session_state[key]
         if _settable(value):
             st.session_state[key] = value
-    if not st.session_state.get("_model_chosen_by_user") and not URL.linked("model_key"):
-        st.session_state["model_key"] = models.default_model_for_language(st.session_state.get("lang", "en"))
     if st.session_state.get("text") in DEFAULT_TEXTS.values():  # an untouched default follows the language
         st.session_state["text"] = default_text(st.session_state.get("lang", "en"))
 
@@ -135,7 +131,7 @@ def sidebar(live_panel: Callable[[], None] | None = None) -> Selection:
         if "model_key" not in st.session_state:
             # Turkish interface -> multilingual-e5-small when installed (issue 7), else minilm-l6
             st.session_state["model_key"] = models.default_model_for_language(lang())
-        st.selectbox(t("model"), keys, key="model_key", format_func=_model_label, on_change=_model_chosen)
+        st.selectbox(t("model"), keys, key="model_key", format_func=_model_label)
         URL.sync("model_key", models.default_model_for_language(lang()))
         classroom = hosting.current().classroom
         if not classroom:
