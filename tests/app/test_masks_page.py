@@ -381,6 +381,20 @@ def test_masks_per_head_section_renders_in_both_languages(smollm2, lang):
     assert any(MASKS["masks_ph_preset_duo_explain"][lang][:30] in c.value for c in at.caption)
 
 
+def test_every_row_of_the_per_head_effect_says_its_change(smollm2):
+    """Issue 50 point 7: the effect table's Change column was empty on the top-1 agreement row (and on the cosine of an
+    encoder): each row now gives this mask's value less the model's own, which the other columns hold."""
+    from viz import numbers as nb
+
+    at = _per_head(masks_ph_preset="window", masks_ph_window=2, masks_ph_sinks=1)
+    _clean(at)
+    table = _table(at, MASKS["masks_ph_col_change"]["en"])
+    assert len(table) >= 3 and all(str(v).strip() for v in table.iloc[:, 3]), table
+    top1 = table[table.iloc[:, 0] == MASKS["masks_ph_top1"]["en"]].iloc[0]
+    agree = float(str(top1.iloc[2]).rstrip(" %")) / 100
+    assert top1.iloc[3] == nb.percent(agree - 1.0, 1, "en", sign=True)
+
+
 def test_a_preset_changes_the_grid_and_the_cache_it_needs(smollm2):
     """Everything a window of 2 + 1 sink: no head keeps the model's own mask, and at 8,192 tokens the cache holds 3
     tokens per key/value head instead of 8,192; DuoAttention with k = 9 then keeps 9 heads full."""

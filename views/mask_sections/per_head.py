@@ -182,11 +182,15 @@ def _effect(native: models.Analysis, run: models.Analysis) -> None:
         rows.append((tp("masks_ph_next"), vtext.shown(native.next_token.tokens[-1][0]),
                      vtext.shown(run.next_token.tokens[-1][0]),
                      tp("masks_ph_same") if a[-1] == b[-1] else tp("masks_ph_changed")))
-        rows.append((tp("masks_ph_top1"), nb.percent(1.0, 1, L), nb.percent(float((a == b).mean()), 1, L), ""))
+        agree = float((a == b).mean())
+        # every column filled (issue 50: the Change column was empty on these rows): the change is this mask's
+        # value less the model's own (its top-1 agreement with itself, 100 %; its cosine with itself, 1)
+        rows.append((tp("masks_ph_top1"), nb.percent(1.0, 1, L), nb.percent(agree, 1, L),
+                     nb.percent(agree - 1.0, 1, L, sign=True)))
     if native.embedding is not None and run.embedding is not None:
         x, y = np.asarray(native.embedding, np.float64), np.asarray(run.embedding, np.float64)
         cos = float(x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-30))
-        rows.append((tp("masks_ph_cosine"), nb.num(1.0, 4, L), nb.num(cos, 4, L), ""))
+        rows.append((tp("masks_ph_cosine"), nb.num(1.0, 4, L), nb.num(cos, 4, L), nb.num(cos - 1.0, 4, L, sign=True)))
     if not rows:
         st.info(t("masks_ph_no_output"))
         return
