@@ -52,11 +52,13 @@ def _address() -> str:
     return str(st.session_state["live_address"]).strip()
 
 
-def _link(address: str, code: str, key: str | None) -> str:
+def _link(address: str, code: str, key: str | None, lang: str) -> str:
     """The students' link: the app's address with the room's code and link key (a join by it is not rate limited,
-    so a flood of wrong typed codes never locks out the class)."""
+    so a flood of wrong typed codes never locks out the class), and the class's language, the teacher's interface
+    language (issue 50: students opening the QR code landed in English while the class was in Turkish; each
+    student may switch afterwards)."""
     parts = urlsplit(address if "://" in address else "http://" + address)
-    query = {room.ROOM: code, **({room.KEY: key} if key else {})}
+    query = {room.ROOM: code, **({room.KEY: key} if key else {}), "lang": lang}
     return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", urlencode(query), ""))
 
 
@@ -78,7 +80,7 @@ def _qr_svg(link: str) -> str:
 def _room_card() -> None:
     """The big room code and the QR code of the students' link, for the projector."""
     code = room.code()
-    link = _link(_address(), code, _link_key(code))
+    link = _link(_address(), code, _link_key(code), shared.lang())
     left, right = st.columns([3, 2], vertical_alignment="center")
     with left:
         st.markdown(t("live_code_heading"))
@@ -100,7 +102,8 @@ def _desk() -> None:
         shared.show_error(exc)
         return
     if state.get("question"):
-        st.markdown(t("live_code_line", code=room.code(), link=_link(_address(), room.code(), _link_key(room.code()))))
+        link = _link(_address(), room.code(), _link_key(room.code()), shared.lang())
+        st.markdown(t("live_code_line", code=room.code(), link=link))
         asking.teacher(state, st.container(), where="main")
         with st.expander(t("live_show_code")):
             _room_card()

@@ -599,3 +599,24 @@ def test_lesson_files_count_against_the_sessions_uploads(monkeypatch):
     # two lessons with one title are told apart by their ids
     assert {f"{title} (attention-intro)", f"{title} (own-0)"} <= set(teacher.selectbox(key="live_lesson_pick").options)
     assert [e.value for e in teacher.error] == [strings["upload_too_many"]["tr"].format(count=2, limit=2)]
+
+
+def test_the_students_link_carries_the_class_language():
+    """Issue 50 point 5: students opening the QR code landed in English while the class was in Turkish (the link
+    carried no language). The link holds the teacher's interface language; a student opening it reads the class in
+    that language (and may switch afterwards, their own setting)."""
+    import re
+    from urllib.parse import parse_qsl
+
+    teacher, code = _teacher("tr")
+    shown = _said(teacher).replace("\\", "")
+    query = dict(parse_qsl(re.search(r"\?(room=" + code + r"[^\s)\]<\"']*)", shown).group(1)))
+    assert query["lang"] == "tr" and query["room"] == code and query.get("key")
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.session_state["model_key"] = "minilm-l6"
+    for name, value in query.items():
+        at.query_params[name] = value
+    _run(at)
+    assert at.session_state["lang"] == "tr" and at.session_state["_live_code"] == code
+    _run(at.radio(key="lang").set_value("en"))  # the student's own choice
+    assert at.session_state["lang"] == "en" and at.session_state["_live_code"] == code
