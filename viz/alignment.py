@@ -15,6 +15,7 @@ from . import numbers
 from . import transforms as tf
 from .masks import PALETTE
 from .text import plotly_labels
+from .traces import add_trace, figure
 
 
 def hide_special(weights: np.ndarray, query_special: Sequence[bool], key_special: Sequence[bool], *,
@@ -109,7 +110,7 @@ def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_l
     span = max(n_t, n_s, 2) - 1
     x_t = np.linspace(0, span, n_t) if n_t > 1 else np.array([span / 2])
     x_s = np.linspace(0, span, n_s) if n_s > 1 else np.array([span / 2])
-    fig = go.Figure()
+    fig = figure()
     best = w.argmax(axis=1) if n_s else np.zeros(n_t, dtype=int)
     for i in range(n_t):
         color = PALETTE[i % len(PALETTE)]
@@ -117,15 +118,15 @@ def alignment_figure(weights: np.ndarray, target_labels: Sequence[str], source_l
             v = w[i, j]
             if v < threshold and not (j == best[i] and v > 0):
                 continue
-            fig.add_trace(go.Scatter(
+            add_trace(fig, go.Scatter(
                 x=[x_t[i], x_s[j]], y=[0, 1], mode="lines", line=dict(color=color, width=1 + 7 * v),
                 opacity=float(0.25 + 0.75 * v), showlegend=False,
                 hovertext=f"{tl[i]} → {sl[j]}: {numbers.num(v, 3, lang)}", hoverinfo="text",
             ))
-    fig.add_trace(go.Scatter(x=x_s, y=[1] * n_s, mode="markers+text", text=sl,
+    add_trace(fig, go.Scatter(x=x_s, y=[1] * n_s, mode="markers+text", text=sl,
                              textposition="top center", marker=dict(size=9, color="#444"), hoverinfo="text",
                              showlegend=False, textfont=dict(size=13)))
-    fig.add_trace(go.Scatter(x=x_t, y=[0] * n_t, mode="markers+text", text=tl,
+    add_trace(fig, go.Scatter(x=x_t, y=[0] * n_t, mode="markers+text", text=tl,
                              textposition="bottom center", hoverinfo="text", showlegend=False,
                              marker=dict(size=9, color=[PALETTE[i % len(PALETTE)] for i in range(n_t)]),
                              textfont=dict(size=13)))

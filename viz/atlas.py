@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from . import numbers
 from .pruning import head_grid
 from .text import plotly_text, shown
+from .traces import add_trace, figure
 
 SELECTED_COLOUR = "#d62728"
 QUERY_COLOUR = "#1f77b4"
@@ -163,7 +164,7 @@ def qk_scatter(x: np.ndarray, y: np.ndarray, role: Sequence[str], kind: Sequence
     role, kind = np.asarray(role, dtype=object), np.asarray(kind, dtype=object)
     labels = np.asarray([plotly_text(shown(str(t))) for t in token], dtype=object)
     text, position = np.asarray(text), np.asarray(position)
-    fig = go.Figure()
+    fig = figure()
     for r in ("query", "key"):
         for k in ("word", "punctuation", "special", "first"):
             pick = (role == r) & (kind == k)
@@ -171,7 +172,7 @@ def qk_scatter(x: np.ndarray, y: np.ndarray, role: Sequence[str], kind: Sequence
                 continue
             custom = np.stack([labels[pick], text[pick].astype(object), position[pick].astype(object)], axis=1)
             name = f"{role_names.get(r, r)} · {kind_names.get(k, k)}"
-            fig.add_trace(go.Scatter(
+            add_trace(fig, go.Scatter(
                 x=x[pick], y=y[pick], mode="markers", name=plotly_text(name), customdata=custom,
                 marker=dict(symbol=ROLE_SYMBOLS[r], color=KIND_COLOURS[k], size=7 if r == "query" else 8,
                             opacity=0.65, line=dict(width=1.2, color=KIND_COLOURS[k])),

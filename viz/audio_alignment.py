@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from . import numbers
 from .text import plotly_labels
+from .traces import add_trace
 
 
 def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, token_labels: Sequence[str], *,
@@ -45,18 +46,18 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
     n_rows = max(len(token_labels), 1)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         row_heights=[0.35, 0.65], subplot_titles=(spectrogram_title, attention_title))
-    fig.add_trace(go.Heatmap(z=spec, x=(np.arange(spec.shape[1]) + 0.5) * hop, y=np.arange(spec.shape[0]),
+    add_trace(fig, go.Heatmap(z=spec, x=(np.arange(spec.shape[1]) + 0.5) * hop, y=np.arange(spec.shape[0]),
                              colorscale="Magma", showscale=False,
                              hovertemplate=f"%{{x:{numbers.d3(2)}}} s, mel bin %{{y}}<extra></extra>"), row=1, col=1)
     top = max(float(w.max()), 1e-9)
-    fig.add_trace(go.Heatmap(z=w, x=(np.arange(w.shape[1]) + 0.5) * frame_seconds, y=np.arange(w.shape[0]),
+    add_trace(fig, go.Heatmap(z=w, x=(np.arange(w.shape[1]) + 0.5) * frame_seconds, y=np.arange(w.shape[0]),
                              colorscale="Blues", zmin=0, zmax=top,
                              colorbar=dict(thickness=10, len=0.6, y=0.3, tickformat=numbers.tick_format(top)),
                              hovertemplate=f"row %{{y}}, %{{x:{numbers.d3(2)}}} s: %{{z:{numbers.d3(3)}}}<extra></extra>"),
                   row=2, col=1)
     if peaks is not None and len(peaks):
         p = np.asarray(peaks, dtype=np.int64)
-        fig.add_trace(go.Scatter(x=(p + 0.5) * frame_seconds, y=np.arange(len(p)), mode="markers+lines",
+        add_trace(fig, go.Scatter(x=(p + 0.5) * frame_seconds, y=np.arange(len(p)), mode="markers+lines",
                                  marker=dict(symbol="diamond", size=9, color="#d62728",
                                              line=dict(width=1, color="white")),
                                  line=dict(color="rgba(214,39,40,0.4)", width=1, dash="dot"), name=peak_label,

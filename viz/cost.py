@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 
 from . import numbers
+from .traces import add_trace, figure
 
 COLOURS = ("#d6604d", "#4393c3", "#5aae61", "#9970ab")
 
@@ -28,13 +29,13 @@ def cost_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *
     Returns:
         plotly Figure.
     """
-    fig = go.Figure()
+    fig = figure()
     for i, (name, (ns, values)) in enumerate(series.items()):
-        fig.add_trace(go.Scatter(x=list(ns), y=list(values), mode="lines+markers", name=name,
+        add_trace(fig, go.Scatter(x=list(ns), y=list(values), mode="lines+markers", name=name,
                                  line=dict(color=COLOURS[i % len(COLOURS)], width=2),
                                  hovertemplate=f"n=%{{x:,}}<br>{y_title}: %{{y:.4g}}<extra>{name}</extra>"))
     if reference is not None and len(reference[0]):
-        fig.add_trace(go.Scatter(x=list(reference[0]), y=list(reference[1]), mode="lines", name=reference_name,
+        add_trace(fig, go.Scatter(x=list(reference[0]), y=list(reference[1]), mode="lines", name=reference_name,
                                  line=dict(color="#444444", dash="dash"),
                                  hovertemplate=f"n=%{{x:,}}<br>%{{y:.4g}}<extra>{reference_name}</extra>"))
     axis = "log" if log else "linear"
@@ -62,7 +63,7 @@ def kv_bars(labels: Sequence[str], with_gqa: Sequence[float], without_gqa: Seque
     Returns:
         plotly Figure (grouped bars).
     """
-    fig = go.Figure([
+    fig = figure([
         go.Bar(x=list(labels), y=list(with_gqa), name=names[0], marker_color=COLOURS[0],
                hovertemplate=f"%{{x}}<br>%{{y:{numbers.d3(3)}}} {y_title}<extra>{names[0]}</extra>"),
         go.Bar(x=list(labels), y=list(without_gqa), name=names[1], marker_color=COLOURS[1],

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from . import numbers
 from .text import plotly_labels
+from .traces import add_trace, figure
 
 BLUE, ORANGE, GREEN, GREY, RED = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f", "#d62728"
 
@@ -40,13 +41,13 @@ def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: s
     Returns:
         plotly Figure, layer index on x (0 first).
     """
-    fig = go.Figure()
+    fig = figure()
     colours = (BLUE, ORANGE, GREEN, RED, "#9467bd", "#8c564b")
     scale = 100.0 if percent else 1.0
     for i, (label, values) in enumerate(series.items()):
         v = np.asarray(values, dtype=np.float64) * scale
         value = numbers.percent_hover("y", 1, lang) if percent else f"%{{y:{numbers.d3(3)}}}"
-        fig.add_trace(go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", name=label,
+        add_trace(fig, go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", name=label,
                                  line=dict(color=colours[i % len(colours)], width=2),
                                  hovertemplate=f"{layer_title} %{{x}}: {value}<extra>{label}</extra>"))
     if bottom:
@@ -73,12 +74,12 @@ def streaming_figure(windows: Sequence[int], window: np.ndarray, with_sinks: np.
         plotly Figure, the windows on a categorical x axis.
     """
     x = [str(int(w)) for w in windows]
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x, y=np.asarray(window, dtype=np.float64), mode="lines+markers", name=window_label,
+    fig = figure()
+    add_trace(fig, go.Scatter(x=x, y=np.asarray(window, dtype=np.float64), mode="lines+markers", name=window_label,
                              line=dict(color=RED, width=2)))
-    fig.add_trace(go.Scatter(x=x, y=np.asarray(with_sinks, dtype=np.float64), mode="lines+markers", name=sinks_label,
+    add_trace(fig, go.Scatter(x=x, y=np.asarray(with_sinks, dtype=np.float64), mode="lines+markers", name=sinks_label,
                              line=dict(color=BLUE, width=3)))
-    fig.add_trace(go.Scatter(x=x, y=[float(full)] * len(x), mode="lines", name=full_label,
+    add_trace(fig, go.Scatter(x=x, y=[float(full)] * len(x), mode="lines", name=full_label,
                              line=dict(color=GREY, dash="dash")))
     fig = _layout(fig, title=title, x=window_title, y=loss_title, lang=lang)
     fig.update_xaxes(type="category")
@@ -108,7 +109,7 @@ def loss_bars(labels: Sequence[str], values: Sequence[float], *, title: str, los
         minus = [0.0 if s is None else v - s[0] for s, v in zip(spread, vals)]
         err = dict(type="data", array=plus, arrayminus=minus, visible=True, color="#444", width=0)
     # horizontal bars: the labels sit on the y axis, where long ones cannot run into each other
-    fig = go.Figure(go.Bar(y=plotly_labels(list(labels)), x=vals, orientation="h", marker_color=colours, error_x=err,
+    fig = figure(go.Bar(y=plotly_labels(list(labels)), x=vals, orientation="h", marker_color=colours, error_x=err,
                            text=[numbers.num(v, decimals, lang) for v in vals], textposition="inside",
                            insidetextanchor="start",
                            hovertemplate=f"%{{y}}: %{{x:{numbers.d3(max(3, decimals))}}} {unit}<extra></extra>"))
@@ -129,7 +130,7 @@ def pattern_bars(counts: dict[str, int], labels: dict[str, str], *, title: str, 
         plotly Figure.
     """
     names = list(counts)
-    fig = go.Figure(go.Bar(y=[labels.get(n, n) for n in names], x=[int(counts[n]) for n in names], orientation="h",
+    fig = figure(go.Bar(y=[labels.get(n, n) for n in names], x=[int(counts[n]) for n in names], orientation="h",
                            marker_color=BLUE, text=[numbers.integer(counts[n], lang) for n in names],
                            textposition="outside", cliponaxis=False))
     fig = _layout(fig, title=title, x=count_title, y="", height=300, lang=lang)
@@ -177,9 +178,9 @@ def dtw_figure(matrix: np.ndarray, row_labels: Sequence[str], path_rows: np.ndar
     if m.ndim != 2 or m.shape[0] != len(row_labels):
         raise ValueError(f"A matrix of shape {m.shape} does not match {len(row_labels)} row labels.")
     x = (np.arange(m.shape[1]) + 0.5) * frame_seconds
-    fig = go.Figure(go.Heatmap(z=m, x=x, y=np.arange(m.shape[0]), colorscale="Blues", showscale=False,
+    fig = figure(go.Heatmap(z=m, x=x, y=np.arange(m.shape[0]), colorscale="Blues", showscale=False,
                                hovertemplate="%{x:.2f} s, row %{y}: %{z:.2f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=(np.asarray(path_frames) + 0.5) * frame_seconds, y=np.asarray(path_rows), mode="lines",
+    add_trace(fig, go.Scatter(x=(np.asarray(path_frames) + 0.5) * frame_seconds, y=np.asarray(path_rows), mode="lines",
                              line=dict(color=RED, width=2), name=path_label))
     fig = _layout(fig, title=title, x=time_title, y="", height=max(260, 60 + 26 * m.shape[0]), lang=lang)
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(m.shape[0])),
@@ -200,17 +201,17 @@ def lens_tracks(tracks: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], *,
     Returns:
         plotly Figure.
     """
-    fig = go.Figure()
+    fig = figure()
     colours = (RED, BLUE, GREEN, ORANGE)
     fills = ("rgba(214,39,40,0.15)", "rgba(31,119,180,0.15)", "rgba(44,160,44,0.15)", "rgba(255,127,14,0.15)")
     streams = max((len(m) for m, _, _ in tracks.values()), default=1)
     x = [embeddings_label] + [str(layer) for layer in range(streams - 1)]
     for i, (label, (mean, low, high)) in enumerate(tracks.items()):
         m, lo, hi = (100.0 * np.asarray(v, dtype=np.float64) for v in (mean, low, high))
-        fig.add_trace(go.Scatter(x=x + x[::-1], y=np.concatenate([hi, lo[::-1]]), fill="toself", mode="lines",
+        add_trace(fig, go.Scatter(x=x + x[::-1], y=np.concatenate([hi, lo[::-1]]), fill="toself", mode="lines",
                                  line=dict(width=0), fillcolor=fills[i % len(fills)], hoverinfo="skip",
                                  showlegend=False))
-        fig.add_trace(go.Scatter(x=x, y=m, mode="lines+markers", name=label, line=dict(color=colours[i % 4], width=2),
+        add_trace(fig, go.Scatter(x=x, y=m, mode="lines+markers", name=label, line=dict(color=colours[i % 4], width=2),
                                  hovertemplate=f"%{{x}}: {numbers.percent_hover('y', 2, lang)}<extra>{label}</extra>"))
     fig = _layout(fig, title=title, x=stream_title, y=value_title, lang=lang)
     fig.update_xaxes(type="category")

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from . import numbers
 from .heatmap import tick_positions
 from .text import plotly_labels, shown, tick_angle
+from .traces import add_trace, figure
 
 KIND_COLOURS = {"attention": "#1f77b4", "residual": "#9e9e9e", "mlp": "#ff7f0e"}
 # the height of each node kind inside its layer's band: the stream entering the layer, after its attention, its MLP
@@ -47,7 +48,7 @@ def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], 
         plotly Figure; hover on a node names its token and layer, on an edge midpoint its contribution.
     """
     names = {k: k for k in KIND_COLOURS} | dict(kind_names or {})
-    fig = go.Figure()
+    fig = figure()
     for kind, colour in KIND_COLOURS.items():
         for lo, hi in zip((0.0,) + WIDTHS[:-1], WIDTHS):
             xs, ys, mx, my, mt = [], [], [], [], []
@@ -62,15 +63,15 @@ def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], 
                 mt.append(share)
             if not xs:
                 continue
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=1 + 8 * hi),
+            add_trace(fig, go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=1 + 8 * hi),
                                      opacity=0.35 + 0.6 * hi, hoverinfo="skip", name=names[kind],
                                      legendgroup=kind, showlegend=not any(t.legendgroup == kind for t in fig.data)))
-            fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", marker=dict(size=8, opacity=0), showlegend=False,
+            add_trace(fig, go.Scatter(x=mx, y=my, mode="markers", marker=dict(size=8, opacity=0), showlegend=False,
                                      customdata=np.asarray(mt), name=names[kind],
                                      hovertemplate=f"{names[kind]}<br>{share_title}: %{{customdata:{numbers.d3(3)}}}<extra></extra>"))
     labels = plotly_labels(token_labels)
     xy = [node_xy(n) for n in nodes]
-    fig.add_trace(go.Scatter(
+    add_trace(fig, go.Scatter(
         x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers", showlegend=False,
         marker=dict(size=7, color=["#333333" if n[0] == "in" else KIND_COLOURS["mlp"] if n[0] == "mlp" else "#6baed6"
                                    for n in nodes]),
@@ -105,7 +106,7 @@ def lens_figure(labels: Sequence[Sequence[str]], probs: np.ndarray, stream_names
     probs = np.asarray(probs, dtype=np.float32)
     rows, k = probs.shape
     text = [plotly_labels(shown(s) for s in row) for row in labels]
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=probs, x=np.arange(k), y=np.arange(rows), colorscale="Blues", zmin=0.0, zmax=1.0, text=text,
         texttemplate="%{text}", customdata=np.asarray(text, dtype=object),
         colorbar=dict(title=dict(text=prob_title, side="right"), tickformat=numbers.tick_format(1.0)),
@@ -126,7 +127,7 @@ def share_figure(raw: np.ndarray, weighted: np.ndarray, *, names: tuple[str, str
     """Per layer, the share of attention on special tokens: raw weights beside value-weighted ones (Kobayashi et
     al. 2020, fig. 3). ``raw``, ``weighted``: float ``(layers,)`` in 0..1; ``lang``: how numbers are written."""
     layers = np.arange(len(raw))
-    fig = go.Figure([go.Bar(x=layers, y=np.asarray(raw), name=names[0], marker_color="#9ecae1",
+    fig = figure([go.Bar(x=layers, y=np.asarray(raw), name=names[0], marker_color="#9ecae1",
                             hovertemplate=f"{layer_title} %{{x}}: %{{y:{numbers.d3(3)}}}<extra>{names[0]}</extra>"),
                      go.Bar(x=layers, y=np.asarray(weighted), name=names[1], marker_color="#08519c",
                             hovertemplate=f"{layer_title} %{{x}}: %{{y:{numbers.d3(3)}}}<extra>{names[1]}</extra>")])

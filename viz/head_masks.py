@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from . import numbers
 from .text import plotly_labels
+from .traces import add_trace, figure
 
 # one colour per pattern kind (the part of a pattern string before ":"); ``full`` (the model's own mask) the
 # quietest, the window kinds warm, the chosen (MInference) kinds cool
@@ -70,12 +71,12 @@ def pattern_grid(patterns: Sequence[Sequence[str]], *, kind_labels: Mapping[str,
     hover = np.empty(grid.shape, dtype=object)
     for (layer, head), pattern in np.ndenumerate(grid):
         hover[layer, head] = f"{labels.get(kinds[layer, head], kinds[layer, head])} · {pattern}"
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=z, x=np.arange(heads), y=np.arange(layers), zmin=0, zmax=top, colorscale=scale, showscale=False,
         xgap=1, ygap=1, text=np.asarray(plotly_labels(list(hover.ravel())), dtype=object).reshape(grid.shape),
         hovertemplate=f"{layer_title} %{{y}}, {head_title} %{{x}}<br>%{{text}}<extra></extra>"))
     for kind, colour in zip(present, colours):  # the legend: one invisible marker per kind
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=plotly_labels([labels.get(kind, kind)])[0],
+        add_trace(fig, go.Scatter(x=[None], y=[None], mode="markers", name=plotly_labels([labels.get(kind, kind)])[0],
                                  marker=dict(size=12, symbol="square", color=colour), hoverinfo="skip"))
     fig.update_layout(
         title=dict(text=title), height=height or int(140 + 18 * layers), margin=dict(l=50, r=20, t=50, b=40),
@@ -119,7 +120,7 @@ def kept_share_figure(share: np.ndarray, titles: Sequence[str], *, title: str = 
     hover = (f"{layer_title} %{{y}}, {head_title} %{{x}}<br>{share_title}: "
              f"{numbers.percent_hover('z', 1, lang)}<extra>%{{meta}}</extra>")
     for p in range(count):
-        fig.add_trace(go.Heatmap(
+        add_trace(fig, go.Heatmap(
             z=percent[p], x=np.arange(heads), y=np.arange(layers), zmin=0, zmax=100, colorscale="Viridis",
             showscale=p == 0, meta=plotly_labels([titles[p]])[0], hovertemplate=hover, xgap=0.5, ygap=0.5,
             colorbar=dict(title=dict(text=share_title), tickformat=",.0f", **numbers.percent_axis(lang))),

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from . import numbers
 from .text import plotly_labels, tick_angle, top_axis_margin
+from .traces import figure
 
 # Cells above which the hover stops naming both tokens (the per-cell label pairs would dominate the
 # bytes sent); the axes still carry the labels and the hover still gives positions and the weight.
@@ -70,7 +71,7 @@ def head_heatmap(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Se
                                   f"(%{{x}})<br>{weight_title}: {weight}<extra></extra>")
     else:
         trace["hovertemplate"] = f"{query_title} %{{y}} → {key_title} %{{x}}<br>{weight_title}: {weight}<extra></extra>"
-    fig = go.Figure(go.Heatmap(**trace))
+    fig = figure(go.Heatmap(**trace))
     xt, yt = tick_positions(nk, max_ticks), tick_positions(nq, max_ticks)
     x_text = plotly_labels(key_labels[i] for i in xt)
     angle = tick_angle([key_labels[i] for i in xt], plot_px / max(len(xt), 1))

@@ -10,6 +10,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from . import numbers
+from .traces import figure
 
 CLASS_COLOUR = "#4393c3"
 MODEL_COLOUR = "#d6604d"
@@ -53,7 +54,7 @@ def answers_figure(labels: Sequence[str], counts: Sequence[int], *, model_index:
         shown[model_index] = f"<b>{shown[model_index]}</b> ◀ {_plain(model_label)}"
     texts = [f"{numbers.integer(c, lang)} ({numbers.percent(c / total if total else 0.0, 0, lang)})" for c in counts]
     colours = [MODEL_COLOUR if i == model_index else CLASS_COLOUR for i in range(len(labels))]
-    fig = go.Figure(go.Bar(x=[int(c) for c in counts], y=list(range(len(labels))), orientation="h",
+    fig = figure(go.Bar(x=[int(c) for c in counts], y=list(range(len(labels))), orientation="h",
                            marker_color=colours, text=texts, textposition="auto", cliponaxis=False,
                            customdata=[_plain(label) for label in labels],
                            hovertemplate="%{customdata}<br>%{x}<extra></extra>"))

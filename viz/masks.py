@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from . import numbers
 from .text import plotly_labels, top_axis_margin
+from .traces import add_trace, figure
 
 ALLOWED_COLOR = "#1f4e79"
 FORBIDDEN_COLOR = "#f1f1f1"
@@ -74,7 +75,7 @@ def _hatch_rows(fig: go.Figure, rows: Sequence[int], n_cols: int, label: str) ->
     """Hatch each row index in ``rows`` across all columns and write ``label`` over it."""
     for r in rows:
         x0, x1, y0, y1 = -0.5, n_cols - 0.5, r - 0.5, r + 0.5
-        fig.add_trace(go.Scatter(
+        add_trace(fig, go.Scatter(
             x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], mode="lines", fill="toself",
             line=dict(color=EMPTY_ROW_COLOR, width=1), fillcolor="rgba(192,57,43,0.08)",
             fillpattern=dict(shape="/", fgcolor=EMPTY_ROW_COLOR, size=6, solidity=0.15),
@@ -106,7 +107,7 @@ def mask_figure(matrix: np.ndarray, query_labels: Sequence[str], key_labels: Seq
     if m.ndim != 2 or m.shape != (len(query_labels), len(key_labels)):
         raise ValueError(f"Mask of shape {m.shape} does not match {len(query_labels)} x {len(key_labels)} labels.")
     text = np.where(m, allowed_label, forbidden_label)
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=m.astype(np.int8), colorscale=[[0, FORBIDDEN_COLOR], [1, ALLOWED_COLOR]], zmin=0, zmax=1, showscale=False,
         xgap=_gap(m.shape), ygap=_gap(m.shape), customdata=text,
         hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{customdata}}<extra></extra>",
@@ -154,7 +155,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
     else:
         empty = ~(w > 0).any(axis=1)
     z_top = max(float(w.max()) if zmax is None else float(zmax), 1e-9)
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=w, colorscale=colorscale, zmin=0, zmax=z_top,
         xgap=_gap(w.shape), ygap=_gap(w.shape),
         colorbar=dict(thickness=10, len=0.8, tickformat=numbers.tick_format(z_top)),
@@ -162,7 +163,7 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
     ))
     if mask is not None and (~mask).any():
         ys, xs = np.nonzero(~mask & ~empty[:, None])
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker=dict(symbol="x-thin", size=6,
+        add_trace(fig, go.Scatter(x=xs, y=ys, mode="markers", marker=dict(symbol="x-thin", size=6,
                                  line=dict(width=1, color="#bbbbbb")), hoverinfo="skip", showlegend=False))
     _hatch_rows(fig, list(np.flatnonzero(empty)), w.shape[1], empty_label)
     width, height = _size(*w.shape)
@@ -189,11 +190,11 @@ def kl_figure(position_labels: Sequence[str], kl: dict[str, np.ndarray], *, titl
     Returns:
         plotly Figure.
     """
-    fig = go.Figure()
+    fig = figure()
     x = list(range(len(position_labels)))
     for i, (name, values) in enumerate(kl.items()):
         v = np.nan_to_num(np.asarray(values, dtype=np.float64))
-        fig.add_trace(go.Bar(x=x, y=v, name=name, marker_color=PALETTE[i % len(PALETTE)],
+        add_trace(fig, go.Bar(x=x, y=v, name=name, marker_color=PALETTE[i % len(PALETTE)],
                              hovertemplate=f"%{{y:{numbers.d3(4)}}} " + unit + "<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group", title=dict(text=title, font=dict(size=13)), height=320,
                       margin=dict(l=10, r=10, t=40 if title else 10, b=10), legend=dict(orientation="h", y=-0.25),
@@ -215,10 +216,10 @@ def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_t
     Returns:
         plotly Figure.
     """
-    fig = go.Figure()
+    fig = figure()
     for i, (name, values) in enumerate(layer_drift.items()):
         v = np.nan_to_num(np.asarray(values, dtype=np.float64))
-        fig.add_trace(go.Scatter(x=list(range(len(v))), y=v, mode="lines+markers", name=name,
+        add_trace(fig, go.Scatter(x=list(range(len(v))), y=v, mode="lines+markers", name=name,
                                  line=dict(color=PALETTE[i % len(PALETTE)]),
                                  hovertemplate=xaxis_title + f" %{{x}}: %{{y:{numbers.d3(4)}}}<extra>" + name + "</extra>"))
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=320, xaxis_title=xaxis_title,
@@ -243,18 +244,18 @@ def gqa_figure(groups: Sequence[Sequence[int]], *, query_label: str = "query hea
         plotly Figure.
     """
     heads = sum(len(g) for g in groups)
-    fig = go.Figure()
+    fig = figure()
     for g, members in enumerate(groups):
         color = PALETTE[g % len(PALETTE)]
         kv_x = float(np.mean(members))
         for h in members:
-            fig.add_trace(go.Scatter(x=[h, kv_x], y=[0, 1], mode="lines", line=dict(color=color, width=2),
+            add_trace(fig, go.Scatter(x=[h, kv_x], y=[0, 1], mode="lines", line=dict(color=color, width=2),
                                      hoverinfo="skip", showlegend=False))
-        fig.add_trace(go.Scatter(
+        add_trace(fig, go.Scatter(
             x=list(members), y=[0] * len(members), mode="markers+text", text=[f"Q{h}" for h in members],
             textposition="bottom center", marker=dict(size=26, color=color, symbol="circle"),
             hovertemplate=query_label + " %{text}<extra></extra>", showlegend=False))
-        fig.add_trace(go.Scatter(
+        add_trace(fig, go.Scatter(
             x=[kv_x], y=[1], mode="markers+text", text=[f"KV{g}"], textposition="top center",
             marker=dict(size=34, color=color, symbol="square"),
             hovertemplate=kv_label + f" {g}: " + ", ".join(f"Q{h}" for h in members) + "<extra></extra>",

@@ -22,6 +22,7 @@ from plotly.colors import sequential
 
 from . import numbers
 from .transforms import pool
+from .traces import add_trace, figure
 
 MAX_CELL = 64
 BUDGET = 300_000  # mosaic cells (bytes, uint8) at most
@@ -132,10 +133,10 @@ def model_view(weights: np.ndarray, *, layer_names: Sequence[str] | None = None,
     px = max(18.0, min(width_px / heads, (max_height_px - 120) / layers, 110.0))
     gx, gy = np.meshgrid(xc, yc)
     custom = np.stack(np.meshgrid(np.arange(heads), np.arange(layers))[::-1], axis=-1).reshape(-1, 2)
-    fig = go.Figure()
-    fig.add_trace(go.Heatmap(z=img, zmin=0, zmax=255, colorscale=_colorscale(), showscale=False, hoverinfo="skip",
+    fig = figure()
+    add_trace(fig, go.Heatmap(z=img, zmin=0, zmax=255, colorscale=_colorscale(), showscale=False, hoverinfo="skip",
                              name="maps"))
-    fig.add_trace(go.Scatter(
+    add_trace(fig, go.Scatter(
         x=gx.ravel(), y=gy.ravel(), customdata=custom, mode="markers", name="select",
         marker=dict(size=max(6.0, px * 0.8), symbol="square", opacity=0.0, color="#000000"),
         selected=dict(marker=dict(opacity=0.0)), unselected=dict(marker=dict(opacity=0.0)),

@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from . import numbers
 from .text import plotly_labels
+from .traces import add_trace, figure
 
 DIFF_FLOOR = 0.05  # attention weight: the smallest half-range of a difference panel's colours
 DIVERGING = "RdBu_r"
@@ -36,7 +37,7 @@ def sinusoidal_heatmap(pe: np.ndarray, labels: Sequence[str], *, title: str = ""
     """
     m = np.asarray(pe, dtype=np.float32)
     n, d = m.shape
-    fig = go.Figure(go.Heatmap(z=m, x=np.arange(d), y=np.arange(n), colorscale=DIVERGING, zmin=-1, zmax=1, zmid=0,
+    fig = figure(go.Heatmap(z=m, x=np.arange(d), y=np.arange(n), colorscale=DIVERGING, zmin=-1, zmax=1, zmid=0,
                                hovertemplate=f"{position_title} %{{y}}<br>{dim_title} %{{x}}<br>%{{z:{numbers.d3(3)}}}<extra></extra>"))
     _ticks(fig, labels, "y")
     fig.update_yaxes(autorange="reversed")
@@ -68,16 +69,16 @@ def rope_rotations(angles: np.ndarray, pairs: Sequence[int], *, title: str = "",
     fig = make_subplots(rows=1, cols=len(pairs), subplot_titles=[f"{pair_word} {p}" for p in pairs])
     circle = np.linspace(0, 2 * np.pi, 121)
     for c, p in enumerate(pairs, 1):
-        fig.add_trace(go.Scatter(x=np.cos(circle), y=np.sin(circle), mode="lines", line=dict(color="#cccccc"),
+        add_trace(fig, go.Scatter(x=np.cos(circle), y=np.sin(circle), mode="lines", line=dict(color="#cccccc"),
                                  hoverinfo="skip", showlegend=False), row=1, col=c)
         x, y = np.cos(a[:, p]), np.sin(a[:, p])
-        fig.add_trace(go.Scatter(
+        add_trace(fig, go.Scatter(
             x=x, y=y, mode="markers+text", text=[str(i) for i in range(n)], textposition="top center",
             marker=dict(size=8, color=np.arange(n), colorscale="Viridis"), showlegend=False,
             customdata=np.degrees(a[:, p]) % 360,
             hovertemplate=f"{position_title} %{{text}}<br>%{{customdata:{numbers.d3(1)}}}°<extra></extra>"), row=1, col=c)
         for i in range(n):
-            fig.add_trace(go.Scatter(x=[0, x[i]], y=[0, y[i]], mode="lines", line=dict(width=1, color="#888888"),
+            add_trace(fig, go.Scatter(x=[0, x[i]], y=[0, y[i]], mode="lines", line=dict(width=1, color="#888888"),
                                      hoverinfo="skip", showlegend=False), row=1, col=c)
         fig.update_xaxes(range=[-1.3, 1.3], visible=False, row=1, col=c)
         fig.update_yaxes(range=[-1.3, 1.3], visible=False, scaleanchor=f"x{c if c > 1 else ''}", row=1, col=c)
@@ -99,7 +100,7 @@ def distance_grid(grid: np.ndarray, *, title: str = "", query_title: str = "quer
     """
     g = np.asarray(grid, dtype=np.float32)
     zr = float(max(np.abs(g).max(initial=0.0), 1e-6))
-    fig = go.Figure(go.Heatmap(z=g, colorscale=DIVERGING, zmid=0, zmin=-zr, zmax=zr,
+    fig = figure(go.Heatmap(z=g, colorscale=DIVERGING, zmid=0, zmin=-zr, zmax=zr,
                                colorbar=dict(title=dict(text=value_title), tickformat=numbers.tick_format(zr)),
                                hovertemplate=f"m=%{{y}}, n=%{{x}}<br>{value_title}: %{{z:{numbers.d3(4)}}}<extra></extra>"))
     fig.update_yaxes(title_text=query_title, autorange="reversed")
@@ -125,12 +126,12 @@ def alibi_figure(slopes: np.ndarray, bias: np.ndarray, labels: Sequence[str], he
     s = np.asarray(slopes, dtype=np.float64)
     b = np.asarray(bias, dtype=np.float64)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.4, 0.6], subplot_titles=[title_slopes, title_bias])
-    fig.add_trace(go.Bar(x=np.arange(len(s)), y=s, marker_color=["#d6604d" if i == head else "#92c5de" for i in range(len(s))],
+    add_trace(fig, go.Bar(x=np.arange(len(s)), y=s, marker_color=["#d6604d" if i == head else "#92c5de" for i in range(len(s))],
                          hovertemplate=f"{head_word} %{{x}}<br>{slope_word} = %{{y:{numbers.d3(5)}}}<extra></extra>",
                          showlegend=False), row=1, col=1)
     fig.update_xaxes(title_text=head_word, row=1, col=1)
     fig.update_yaxes(title_text=slope_word, row=1, col=1)
-    fig.add_trace(go.Heatmap(z=b, x=np.arange(b.shape[1]), y=np.arange(b.shape[0]), colorscale="Blues_r",
+    add_trace(fig, go.Heatmap(z=b, x=np.arange(b.shape[1]), y=np.arange(b.shape[0]), colorscale="Blues_r",
                              zmax=0, colorbar=dict(thickness=12, tickformat=numbers.tick_format(np.nanmax(np.abs(b), initial=0.0))),
                              hovertemplate=f"i=%{{y}}, j=%{{x}}<br>%{{z:{numbers.d3(3)}}}<extra></extra>"),
                   row=1, col=2)
@@ -164,7 +165,7 @@ def word_order_figure(words: Sequence[str], a: np.ndarray, b: np.ndarray, diff: 
                                         (diff, DIVERGING, dict(zmin=-dr, zmax=dr, zmid=0,
                                                                 colorbar=dict(tickformat=numbers.tick_format(dr))))), 1):
         m = np.asarray(m, dtype=np.float64)
-        fig.add_trace(go.Heatmap(z=m, x=np.arange(len(w)), y=np.arange(len(w)), colorscale=scale, showscale=c == 3,
+        add_trace(fig, go.Heatmap(z=m, x=np.arange(len(w)), y=np.arange(len(w)), colorscale=scale, showscale=c == 3,
                                  # cells written from values rounded first, so no "-0.00"
                                  text=np.round(m, 2) + 0.0, texttemplate=f"%{{text:{numbers.d3(2, sign=c == 3)}}}",
                                  hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:{numbers.d3(4)}}}<extra></extra>",

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from . import numbers
 from .text import plotly_labels
+from .traces import add_trace, figure
 
 OFF_COLOUR = "#d62728"
 ON_COLOUR = "#9ecae1"
@@ -52,10 +53,10 @@ def head_grid(values: np.ndarray | None, off: np.ndarray, *, title: str = "", sc
         values = np.asarray(values, dtype=np.float64)
         if values.shape != off.shape:
             raise ValueError(f"scores {values.shape} and off {off.shape} differ in shape")
-    fig = go.Figure()
+    fig = figure()
     if values is None:
         z = np.where(off, 0.0, 1.0)
-        fig.add_trace(go.Heatmap(z=z, x=np.arange(heads), y=np.arange(layers), zmin=0, zmax=1, showscale=False,
+        add_trace(fig, go.Heatmap(z=z, x=np.arange(heads), y=np.arange(layers), zmin=0, zmax=1, showscale=False,
                                  colorscale=[[0, "#f2f2f2"], [1, ON_COLOUR]], xgap=2, ygap=2, hoverinfo="skip"))
     else:
         finite = values[np.isfinite(values)]
@@ -67,10 +68,10 @@ def head_grid(values: np.ndarray | None, off: np.ndarray, *, title: str = "", sc
             trace.update(colorscale="RdBu_r", zmid=0.0, zmin=-peak, zmax=peak)
         else:
             trace.update(colorscale="Viridis", zmin=float(min(0.0, finite.min(initial=0.0))), zmax=peak)
-        fig.add_trace(go.Heatmap(**trace))
+        add_trace(fig, go.Heatmap(**trace))
     ly, hx = np.nonzero(off)
     if len(ly):
-        fig.add_trace(go.Scatter(x=hx, y=ly, mode="markers", name=off_title, hoverinfo="skip", showlegend=False,
+        add_trace(fig, go.Scatter(x=hx, y=ly, mode="markers", name=off_title, hoverinfo="skip", showlegend=False,
                                  marker=dict(symbol="x-thin", size=max(6, min(16, 300 // max(layers, heads))),
                                              line=dict(width=2, color=OFF_COLOUR), color=OFF_COLOUR)))
     # Transparent click targets with hover text.
@@ -84,7 +85,7 @@ def head_grid(values: np.ndarray | None, off: np.ndarray, *, title: str = "", sc
         custom = np.concatenate([custom, values.reshape(-1, 1)], axis=1)
         hover = (f"{layer_title} %{{y}}, {head_title} %{{x}}<br>{score_title}: %{{customdata[2]:.4g}} %{{text}}"
                  "<extra></extra>")
-    fig.add_trace(go.Scatter(
+    add_trace(fig, go.Scatter(
         x=gh, y=gl, mode="markers", customdata=custom, text=state, hovertemplate=hover, showlegend=False,
         marker=dict(size=max(8, min(28, 480 // max(layers, heads))), color="rgba(0,0,0,0.01)", symbol="square"),
         selected=dict(marker=dict(opacity=0.01)), unselected=dict(marker=dict(opacity=0.01)),
@@ -136,7 +137,7 @@ def attention_before_after(before: np.ndarray, after: np.ndarray, query_labels: 
         (diff, dict(colorscale="RdBu_r", zmid=0.0, zmin=-peak, zmax=peak,
                     colorbar=dict(x=1.0, len=0.9, thickness=10, tickformat=numbers.tick_format(peak)))),
     ), start=1):
-        fig.add_trace(go.Heatmap(z=z, x=np.arange(nk), y=np.arange(nq), hovertemplate=hover, **kw), row=1, col=col)
+        add_trace(fig, go.Heatmap(z=z, x=np.arange(nk), y=np.arange(nq), hovertemplate=hover, **kw), row=1, col=col)
         fig.update_xaxes(tickmode="array", tickvals=list(range(nk)), ticktext=plotly_labels(key_labels), tickangle=-90,
                          row=1, col=col)
         fig.update_yaxes(tickmode="array", tickvals=list(range(nq)), ticktext=plotly_labels(query_labels) if col == 1 else [""] * nq,
@@ -162,15 +163,15 @@ def pruning_curve(shares: np.ndarray, by_importance: np.ndarray, random: np.ndar
     shares = np.asarray(shares, dtype=np.float64) * 100
     random = np.atleast_2d(np.asarray(random, dtype=np.float64))
     hover = f"{numbers.percent_hover('x', 0, lang)}: %{{y:{numbers.d3(3)}}}<extra>"
-    fig = go.Figure()
+    fig = figure()
     if random.size:
         lo, hi, mean = random.min(axis=0), random.max(axis=0), random.mean(axis=0)
-        fig.add_trace(go.Scatter(x=np.concatenate([shares, shares[::-1]]), y=np.concatenate([hi, lo[::-1]]),
+        add_trace(fig, go.Scatter(x=np.concatenate([shares, shares[::-1]]), y=np.concatenate([hi, lo[::-1]]),
                                  fill="toself", fillcolor="rgba(127,127,127,0.2)", line=dict(width=0),
                                  hoverinfo="skip", showlegend=False))
-        fig.add_trace(go.Scatter(x=shares, y=mean, mode="lines+markers", name=random_label,
+        add_trace(fig, go.Scatter(x=shares, y=mean, mode="lines+markers", name=random_label,
                                  line=dict(color="#7f7f7f", dash="dash"), hovertemplate=hover + random_label + "</extra>"))
-    fig.add_trace(go.Scatter(x=shares, y=by_importance, mode="lines+markers", name=importance_label,
+    add_trace(fig, go.Scatter(x=shares, y=by_importance, mode="lines+markers", name=importance_label,
                              line=dict(color="#1f77b4", width=3), hovertemplate=hover + importance_label + "</extra>"))
     fig.update_layout(
         title=dict(text=title), height=380, margin=dict(l=60, r=20, t=50, b=50),

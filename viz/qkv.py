@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from . import numbers
 from .text import plotly_labels
+from .traces import add_trace, figure
 
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 ROW_PX = 22
@@ -52,7 +53,7 @@ def vector_strips(rows: np.ndarray, labels: Sequence[str], *, title: str = "", d
     zr = zmax if zmax is not None else _symmetric_range(m)
     shown = plotly_labels(labels)
     ticks = [f"<b>{lab}</b>" if i in set(highlight) else lab for i, lab in enumerate(shown)]
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=m, x=np.arange(d), y=np.arange(r), colorscale=DIVERGING, zmid=0.0, zmin=-zr, zmax=zr,
         colorbar=dict(title=dict(text=value_title), thickness=12, tickformat=numbers.tick_format(zr)),
         customdata=np.repeat(np.asarray(shown, dtype=object)[:, None], d, axis=1),
@@ -92,11 +93,11 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
     colours = None
     if blocked is not None:
         colours = ["#bbbbbb" if b else "#d6604d" for b in np.asarray(blocked, dtype=bool)]
-    fig = go.Figure(go.Bar(x=np.arange(k), y=w, name=names[0], marker_color=colours or "#d6604d",
+    fig = figure(go.Bar(x=np.arange(k), y=w, name=names[0], marker_color=colours or "#d6604d",
                            customdata=plotly_labels(labels),
                            hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:{numbers.d3(4)}}}<extra>{names[0]}</extra>"))
     if compare is not None:
-        fig.add_trace(go.Bar(x=np.arange(k), y=np.asarray(compare, dtype=np.float64), name=names[1],
+        add_trace(fig, go.Bar(x=np.arange(k), y=np.asarray(compare, dtype=np.float64), name=names[1],
                              marker_color="#4393c3", customdata=plotly_labels(labels),
                              hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:{numbers.d3(4)}}}<extra>{names[1]}</extra>"))
     fig.update_xaxes(tickmode="array", tickvals=list(range(k)), ticktext=plotly_labels(labels))

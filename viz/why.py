@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from . import numbers
 from .text import plotly_labels, plotly_text, text_width, tick_angle
+from .traces import add_trace, figure
 
 UP, DOWN = "#b2182b", "#2166ac"  # a term that raises the score / lowers it (the ends of RdBu_r)
 SIGNED = "RdBu_r"
@@ -58,7 +59,7 @@ def neuron_figure(query: np.ndarray, key: np.ndarray, product: np.ndarray, *,
                         subplot_titles=plotly_labels(names))
     dims = np.arange(d)
     for row, (values, name) in enumerate(zip(rows, names), start=1):
-        fig.add_trace(go.Bar(x=dims, y=values, marker_color=_signs(values), name=plotly_text(name), showlegend=False,
+        add_trace(fig, go.Bar(x=dims, y=values, marker_color=_signs(values), name=plotly_text(name), showlegend=False,
                              hovertemplate=f"{plotly_text(name)}<br>{dim_title} %{{x}}<br>{value_title}: "
                                            f"%{{y:{numbers.d3(4, sign=True)}}}<extra></extra>"), row=row, col=1)
         peak = float(np.abs(values).max(initial=0.0)) or 1.0
@@ -131,7 +132,7 @@ def terms_figure(matrix: np.ndarray, query_names: Sequence[str], key_names: Sequ
     custom[:, :, 0] = np.asarray(plotly_labels(y_names), dtype=object)[:, None]
     custom[:, :, 1] = np.asarray(plotly_labels(x_names), dtype=object)[None, :]
     cell_text = [[numbers.num(v, digits, lang, sign=True) for v in r] for r in cells]
-    fig = go.Figure(go.Heatmap(
+    fig = figure(go.Heatmap(
         z=cells, x=np.arange(nc), y=np.arange(nr), colorscale=SIGNED, zmid=0.0, zmin=-peak, zmax=peak, xgap=1, ygap=1,
         text=cell_text, texttemplate="%{text}", textfont=dict(size=CELL_PX), customdata=custom, hovertemplate=hover,
         colorbar=dict(title=dict(text=term_title, side="right"), tickformat=numbers.tick_format(peak))))
@@ -143,7 +144,7 @@ def terms_figure(matrix: np.ndarray, query_names: Sequence[str], key_names: Sequ
     for (r, c), v in np.ndenumerate(grid):
         if v is not None:
             text[r, c] = numbers.num(v, digits, lang, sign=True)
-    fig.add_trace(go.Heatmap(z=grid, x=np.arange(nc + 1), y=np.arange(nr + 1), colorscale=SUM_COLOURS, showscale=False,
+    add_trace(fig, go.Heatmap(z=grid, x=np.arange(nc + 1), y=np.arange(nr + 1), colorscale=SUM_COLOURS, showscale=False,
                              xgap=1, ygap=1, text=text, texttemplate="<b>%{text}</b>",
                              textfont=dict(size=CELL_PX, color="#222222"),
                              hovertemplate=f"{sum_name}: %{{z:{numbers.d3(4, sign=True)}}}<extra></extra>"))
@@ -197,7 +198,7 @@ def sides_figure(query_side: np.ndarray, key_side: np.ndarray, query_names: Sequ
             labels.append(rest_name)
         longest = max([longest] + [text_width(n, 12) for n in labels])
         bars = max(bars, len(shown))
-        fig.add_trace(go.Bar(
+        add_trace(fig, go.Bar(
             x=shown, y=list(range(len(shown))), orientation="h", marker_color=_signs(shown), showlegend=False,
             text=[numbers.num(v, 3, lang, sign=True) for v in shown], textposition="outside", cliponaxis=False,
             customdata=plotly_labels(labels),
@@ -230,13 +231,13 @@ def rope_figure(distances: np.ndarray, curve: np.ndarray, *, actual: int | None 
     """
     x = np.asarray(distances, dtype=np.int64)
     y = np.asarray(curve, dtype=np.float64)
-    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines+markers" if len(x) <= 64 else "lines", name=plotly_text(score_title),
+    fig = figure(go.Scatter(x=x, y=y, mode="lines+markers" if len(x) <= 64 else "lines", name=plotly_text(score_title),
                                line=dict(color="#555555", width=2), marker=dict(size=4), showlegend=False,
                                hovertemplate=f"{distance_title}: %{{x}}<br>{score_title}: "
                                              f"%{{y:{numbers.d3(3, sign=True)}}}<extra></extra>"))
     if actual is not None and len(x) and x[0] <= actual <= x[-1]:
         value = float(y[int(np.searchsorted(x, actual))]) if actual_score is None else float(actual_score)
-        fig.add_trace(go.Scatter(x=[actual], y=[value], mode="markers", name=plotly_text(actual_name),
+        add_trace(fig, go.Scatter(x=[actual], y=[value], mode="markers", name=plotly_text(actual_name),
                                  marker=dict(size=14, color=UP, symbol="diamond", line=dict(width=1, color="white")),
                                  hovertemplate=f"{plotly_text(actual_name)}<br>{distance_title}: %{{x}}<br>{score_title}: "
                                                f"%{{y:{numbers.d3(3, sign=True)}}}<extra></extra>"))
@@ -271,7 +272,7 @@ def rope_keys_figure(content: np.ndarray, positional: np.ndarray, key_labels: Se
     if j is not None and 0 <= j < n and j not in ticks:
         ticks = sorted(ticks + [j])
     text = [f"<b>{labels[k]}</b>" if k == j else labels[k] for k in ticks]
-    fig = go.Figure([go.Bar(x=np.arange(n), y=c, name=plotly_text(names[0]), marker_color="#7f7f7f", customdata=labels,
+    fig = figure([go.Bar(x=np.arange(n), y=c, name=plotly_text(names[0]), marker_color="#7f7f7f", customdata=labels,
                             hovertemplate=f"%{{customdata}} (%{{x}})<br>{plotly_text(names[0])}: "
                                           f"%{{y:{numbers.d3(3, sign=True)}}}<extra></extra>"),
                      go.Bar(x=np.arange(n), y=p, name=plotly_text(names[1]), marker_color="#ff7f0e", customdata=labels,
@@ -313,7 +314,7 @@ def composition_figure(scores: np.ndarray, layer: int, *, titles: Sequence[str] 
     fig = make_subplots(rows=1, cols=3, subplot_titles=plotly_labels(titles), horizontal_spacing=0.05,
                         shared_yaxes=True)
     for col in range(3):
-        fig.add_trace(go.Heatmap(
+        add_trace(fig, go.Heatmap(
             z=s[col], x=np.arange(heads), y=np.arange(layer), coloraxis="coloraxis", xgap=1, ygap=1,
             hovertemplate=f"{layer_title} %{{y}}, {head_title} %{{x}}<br>{plotly_text(titles[col])}: "
                           f"%{{z:{numbers.d3(3)}}}<extra></extra>"), row=1, col=col + 1)
