@@ -24,9 +24,11 @@ _HOOK_LOCK = threading.Lock()
 _HOOKED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 
-def _input_hook(module, args, kwargs):
+def _input_hook(module, args, kwargs=None):
     """Forward pre-hook (with kwargs) on every attention module: records the call's arguments by name,
     but only for the modules the current context asks for. Never changes the inputs."""
+    if kwargs is None:  # torch's registration race: another thread's call without kwargs (models.capture.Hook)
+        return None
     want = _WANT.get()
     if want is None or id(module) not in want:
         return None

@@ -252,7 +252,9 @@ _BLOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {
 _BLOCKS_LOCK = threading.Lock()
 
 
-def _expand_hook(module, args, kwargs):
+def _expand_hook(module, args, kwargs=None):
+    if kwargs is None:  # torch's registration race: another thread's call without kwargs (models.capture.Hook)
+        return None
     wanted = _EXPAND.get()
     if wanted is None or wanted[0] != id(module):
         return None

@@ -180,3 +180,22 @@ def test_gates_and_masks_reach_the_pass(tiny):
     assert torch.equal(changed.weights[("decoder", 0)], by_hand.weights[("decoder", 0)])
     # the full mask lets query 0 see key 3, which the model's own causal mask hides
     assert float(plain.weights[("decoder", 0)][0, 0, 0, 3]) == 0 < float(changed.weights[("decoder", 0)][0, 0, 0, 3])
+
+
+@pytest.mark.parametrize("pre", [False, True])
+def test_a_hook_called_without_its_kwargs_in_torchs_registration_race_is_skipped(pre):
+    """The 30-student soak met ``FlowRecorder._layer.<locals>.hook() missing 1 required positional argument: 'result'``
+    27 times: torch registers a hook with kwargs in two steps (``_forward_hooks``, then ``_forward_hooks_with_kwargs``)
+    and another session's forward through the shared model that read them in between called it without the kwargs.
+    The state between the two steps is made here by hand: the call is skipped (it is never the pass's own), while
+    a call with the kwargs still reaches the hook."""
+    lin = torch.nn.Linear(2, 2)
+    calls = []
+    fn = (lambda m, a, k: calls.append(sorted(k))) if pre else (lambda m, a, k, out: calls.append(sorted(k)))
+    handle = Hook(lin, fn, pre=pre, with_kwargs=True).install()
+    lin(torch.ones(1, 2))
+    assert calls == [[]]
+    (lin._forward_pre_hooks_with_kwargs if pre else lin._forward_hooks_with_kwargs).pop(handle.id)  # mid-register
+    lin(torch.ones(1, 2))  # raised TypeError before
+    assert calls == [[]]
+    handle.remove()
