@@ -620,3 +620,33 @@ def test_the_students_link_carries_the_class_language():
     assert at.session_state["lang"] == "tr" and at.session_state["_live_code"] == code
     _run(at.radio(key="lang").set_value("en"))  # the student's own choice
     assert at.session_state["lang"] == "en" and at.session_state["_live_code"] == code
+
+
+def test_a_result_the_teacher_runs_reaches_every_students_page(monkeypatch, tmp_path):
+    """Issue 50 point 3: when step 9 asked the teacher to run an experiment, the result appeared on the teacher's
+    screen only (the students' pages had no reason to run again). The run is on the shared pool and cache; once it
+    ends, the teacher's page pushes the same state again (a new version, nothing else changed), so each following
+    student's poll draws its page again and finds the result."""
+    from conftest import press_heavy
+
+    monkeypatch.setenv("DIKKAT_AHEAD_ROOT", str(tmp_path / "ahead"))
+    shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
+    teacher, code = _teacher("en")
+    student = _app("tr", room=code)
+    teacher.switch_page("views/experiments.py")
+    teacher.session_state["exp_which"] = "clark"
+    _run(teacher)
+    _run(student)
+    state = _store().get_state(code)
+    assert state["page"] == "experiments" and not any("This run took" in c.value for c in teacher.caption)
+    press_heavy(teacher, "exp_run_clark")
+    assert not teacher.exception and any("This run took" in c.value for c in teacher.caption)
+    after = _store().get_state(code)
+    assert after["version"] == state["version"] + 1  # told once ...
+    assert (after["page"], after["params"]) == (state["page"], state["params"])  # ... with the same state
+    _run(teacher)
+    assert _store().version(code) == after["version"]  # not again on the teacher's next runs
+    _run(student)
+    took = json.loads((Path(APP).parent / "assets/i18n/experiments.json").read_text(encoding="utf-8"))["exp_took"]["tr"]
+    assert any(took.split("{")[0].strip() in c.value for c in student.caption), [c.value for c in student.caption]
+    shared.CACHE.discard(("experiments", "clark", "minilm-l6"))

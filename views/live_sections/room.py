@@ -232,6 +232,17 @@ def broadcast(name: str) -> None:
     _push(name, params)
 
 
+def redraw_class() -> None:
+    """Make every following student's page run again on the state it already shows (the same page and link, a new
+    version): a result the teacher ran on the shared pool (a pruning curve, an experiment) is then on their pages
+    (issue 50 point 3: it appeared on the teacher's screen only). Nothing when this session leads no class, has pushed
+    nothing yet, or does not broadcast."""
+    sent = st.session_state.get("_live_sent")
+    if not is_teacher() or sent is None or not st.session_state.get("live_broadcast", True):
+        return
+    _push(*sent)
+
+
 UNSENT = "_live_unsent"  # the teacher's page the store could not take (it was down): pushed when it answers again
 
 

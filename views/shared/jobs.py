@@ -123,7 +123,8 @@ def kept_run(kind: str, params: Hashable, *, cache_key: Hashable, ahead_job, loa
     starter or the teacher pressed Stop), keeps the result on disk for ``ahead_job`` (:func:`~.cache.run_and_keep`)
     and in :data:`~.cache.CACHE` under ``cache_key`` (dropped first when ``again``). The session remembers what it
     asked for; while that job is queued or running its place or progress and Stop are shown (:func:`follow`), and
-    the page runs again when it ends.
+    the page runs again when it ends; a teacher's finished result makes the class's pages run again
+    (:func:`views.live_sections.room.redraw_class`), so it shows on every student's screen.
 
     Args:
         kind: ``"pruning_curve"`` or ``"experiment"``. params: hashable, naming the result fully (model, texts ...).
@@ -165,4 +166,12 @@ def kept_run(kind: str, params: Hashable, *, cache_key: Hashable, ahead_job, loa
             message(f"{type(job.error).__name__}: {job.error}"))
         return None
     stopped_note(job)
-    return job.result if job.state == "done" else None
+    if job.state != "done":
+        return None
+    told = f"_heavy_told::{kind}"
+    if st.session_state.get(told) != job.seq:  # once per job: a teacher's result reaches the class's pages
+        st.session_state[told] = job.seq
+        if teacher():
+            from views.live_sections import room
+            room.redraw_class()
+    return job.result
