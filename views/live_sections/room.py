@@ -229,24 +229,14 @@ def broadcast(name: str) -> None:
     params = teacher_params()
     if st.session_state.get("_live_sent") == (name, params):
         return
-    _push(name, params)
-
-
-def redraw_class() -> None:
-    """Make every following student's page run again on the state it already shows (the same page and link, a new
-    version): a result the teacher ran on the shared pool (a pruning curve, an experiment) is then on their pages
-    (issue 50 point 3: it appeared on the teacher's screen only). Nothing when this session leads no class, has pushed
-    nothing yet, or does not broadcast."""
-    sent = st.session_state.get("_live_sent")
-    if not is_teacher() or sent is None or not st.session_state.get("live_broadcast", True):
-        return
-    _push(*sent)
+    push(name, params)
 
 
 UNSENT = "_live_unsent"  # the teacher's page the store could not take (it was down): pushed when it answers again
 
 
-def _push(name: str, params: dict) -> None:
+def push(name: str, params: dict) -> None:
+    """Make ``name`` with ``params`` the room's state (a new version); kept to push again while the store is down."""
     st.session_state.pop(UNSENT, None)
     try:
         store().set_state(code(), secret(), name, params)
@@ -272,7 +262,7 @@ def push_unsent() -> None:
     students stayed on the old page until the teacher's next change)."""
     unsent = st.session_state.get(UNSENT)
     if unsent is not None and is_teacher() and st.session_state.get("live_broadcast", True):
-        _push(*unsent)
+        push(*unsent)
 
 
 @contextmanager

@@ -82,6 +82,16 @@ def goto_step(index: int) -> None:
     room.go(step.page, step.query())
 
 
+def redraw_class() -> None:
+    """Make every following student's page run again on the state it already shows (the same page and link, a new
+    version): a result the teacher ran on the shared pool (a pruning curve, an experiment) is then on their pages
+    (issue 50 point 3: it appeared on the teacher's screen only). Nothing when this session leads no class, has pushed
+    nothing yet, or does not broadcast."""
+    sent = st.session_state.get("_live_sent")
+    if room.is_teacher() and sent is not None and st.session_state.get("live_broadcast", True):
+        room.push(*sent)
+
+
 def teacher_nav() -> None:
     """The teacher's lesson in the sidebar: the step's text, Previous / Next, and its question to ask."""
     found = lesson(st.session_state.get("_live_lesson"))

@@ -124,7 +124,7 @@ def kept_run(kind: str, params: Hashable, *, cache_key: Hashable, ahead_job, loa
     and in :data:`~.cache.CACHE` under ``cache_key`` (dropped first when ``again``). The session remembers what it
     asked for; while that job is queued or running its place or progress and Stop are shown (:func:`follow`), and
     the page runs again when it ends; a teacher's finished result makes the class's pages run again
-    (:func:`views.live_sections.room.redraw_class`), so it shows on every student's screen.
+    (:func:`views.live_sections.steps.redraw_class`), so it shows on every student's screen.
 
     Args:
         kind: ``"pruning_curve"`` or ``"experiment"``. params: hashable, naming the result fully (model, texts ...).
@@ -172,6 +172,6 @@ def kept_run(kind: str, params: Hashable, *, cache_key: Hashable, ahead_job, loa
     if st.session_state.get(told) != job.seq:  # once per job: a teacher's result reaches the class's pages
         st.session_state[told] = job.seq
         if teacher():
-            from views.live_sections import room
-            room.redraw_class()
+            from views.live_sections import steps
+            steps.redraw_class()
     return job.result
