@@ -42,7 +42,7 @@ def test_the_clark_experiment_runs_from_its_button_in_both_languages(minilm):
     at.radio(key="lang").set_value("tr").run()
     _clean(at)
     assert at.subheader[0].value == "3 · BERT'in kafaları nereye bakar"
-    assert "Önceki belirtece %50'den fazla veren kafalar" in _compare_rows(at)
+    assert "Önceki tokene %50'den fazla veren kafalar" in _compare_rows(at)
 
 
 def test_every_causal_lm_experiment_draws_its_result_and_the_published_numbers(smollm2):

@@ -30,7 +30,7 @@ def test_flow_page_shows_kobayashis_numbers_in_both_languages(minilm):
     at = open_linked("views/flow.py", "minilm-l6", {"lang": "tr"}, "The cat chased the mouse.")
     at.radio(key="lang").set_value("tr").run()
     _clean(at)
-    assert any("belirteç başlığı yok" in i.value for i in at.info), [i.value for i in at.info]
+    assert any("token başlığı yok" in i.value for i in at.info), [i.value for i in at.info]
     assert [h.value for h in at.header][0].startswith("1. Dikkat ağırlıkları")
 
 
