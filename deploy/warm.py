@@ -8,8 +8,9 @@ it waits until the app answers, then opens each page of :data:`VISITS` once over
 string up, ``ForwardMsg`` down until ``script_finished``), as a browser tab would, and closes it. The visits load the
 default model and the decoder the shipped lesson uses, and analyse their default sentences.
 
-``DIKKAT_WARM=0`` turns it off; ``DIKKAT_WARM="model_key=minilm-l6;model_key=gemma3-270m"`` names other visits
-(query strings, ``;``-separated; an empty one is the app's first page as a student opens it).
+``DIKKAT_WARM=0`` turns it off; ``DIKKAT_WARM="model_key=minilm-l6;why?model_key=gemma3-270m"`` names other visits
+(``[page?]query`` strings, ``;``-separated: a page's url path, then its query string; an empty one is the app's first
+page as a student opens it).
 
     python deploy/warm.py --url http://127.0.0.1:8501 [--visit "model_key=smollm2-135m"] [--timeout 600]
 
@@ -56,11 +57,13 @@ async def visit(base: str, query: str, timeout: float) -> float:
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
     url = re.sub(r"^http", "ws", base) + "/_stcore/stream"
+    page, query = split_visit(query)
     msg = BackMsg()
     msg.rerun_script.query_string = query
+    msg.rerun_script.page_name = page  # st.navigation picks the page by its url path
     info = msg.rerun_script.context_info
     info.timezone, info.timezone_offset, info.locale = "UTC", 0, "en-US"
-    info.url = f"{base}/" + (f"?{query}" if query else "")
+    info.url = f"{base}/{page}" + (f"?{query}" if query else "")
     start = time.perf_counter()
     async with websockets.connect(url, subprotocols=["streamlit"], origin=base, max_size=None, ping_interval=None,
                                   open_timeout=60) as ws:
@@ -79,15 +82,57 @@ async def visit(base: str, query: str, timeout: float) -> float:
             if kind == "delta" and fwd.delta.WhichOneof("type") == "new_element" \
                     and fwd.delta.new_element.WhichOneof("type") == "exception":
                 raise RuntimeError(f"the page raised {fwd.delta.new_element.exception.type}")
+            if kind == "page_not_found":
+                raise RuntimeError(f"no page {page!r}")
+            if kind == "navigation" and page:  # the page that runs is the one asked for (by its url path)
+                ran = {p.page_script_hash: p.url_pathname for p in fwd.navigation.app_pages}.get(
+                    fwd.navigation.page_script_hash)
+                if ran is not None and ran.strip("/") != page:
+                    raise RuntimeError(f"opened {ran!r} instead of {page!r}")
             if kind == "script_finished" and fwd.script_finished != FINISHED_EARLY_FOR_RERUN:
                 return time.perf_counter() - start
 
 
+def split_visit(visit: str) -> tuple[str, str]:
+    """``"why?model_key=x"`` -> ``("why", "model_key=x")``; a visit without a page (``"model_key=x"``, ``""``) is the
+    app's first page: ``("", query)``."""
+    head, sep, tail = visit.partition("?")
+    if sep and "=" not in head and "&" not in head:
+        return head.strip("/"), tail
+    return "", visit.lstrip("?")
+
+
+def lesson_visits(folder=None) -> list[str]:
+    """One visit per step of every shipped lesson (``lessons/*.toml``, or ``folder``'s), in lesson order: the step's
+    page and link (:meth:`live.lessons.Step.query`), the Explore page as the app's first page. A lesson that does not
+    read is left out (the Class page says why when it is picked)."""
+    from pathlib import Path
+    from urllib.parse import urlencode
+
+    root = Path(__file__).resolve().parent.parent
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from live import lessons
+
+    out = []
+    for path in sorted(Path(folder or lessons.LESSONS).glob("*.toml")):
+        try:
+            found = lessons.load_lesson(path)
+        except (lessons.LessonError, OSError, ValueError):
+            continue
+        for step in found.steps:
+            page = "" if step.page == "explore" else step.page
+            query = urlencode(step.query())
+            out.append(f"{page}?{query}" if page else query)
+    return out
+
+
 def visits_from_env(environ=None) -> list[str] | None:
-    """The visits ``DIKKAT_WARM`` asks for: None when it is ``0`` (no warm-up), :data:`VISITS` when unset."""
+    """The visits ``DIKKAT_WARM`` asks for: None when it is ``0`` (no warm-up); when unset, :data:`VISITS` and then
+    every step of the shipped lessons (:func:`lesson_visits`), each once."""
     value = (os.environ if environ is None else environ).get("DIKKAT_WARM")
     if value is None or value == "1":
-        return list(VISITS)
+        return list(dict.fromkeys([*VISITS, *lesson_visits()]))
     if value == "0":
         return None
     return [q.strip().lstrip("?") for q in value.split(";")]

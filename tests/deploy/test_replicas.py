@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import socket
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,11 @@ def test_each_replica_is_visited_once_by_the_server_itself(two_replicas):
     assert all(isinstance(s, float) and s > 0 for s in done.values()) and len(done) == 2, lines
     through_nginx = warm.warm(f"http://127.0.0.1:{port}", [""], timeout=300, say=lines.append)
     assert isinstance(through_nginx[""], float), lines
+    # a page other than the first, by its url path (the lesson steps' visits); one that is not there is said
+    pages = warm.warm(f"http://127.0.0.1:{port + 1}", ["masks?model_key=minilm-l6&masks_section=bert_gpt", "nosuch?x=1"],
+                      timeout=300, say=lines.append)
+    assert isinstance(pages["masks?model_key=minilm-l6&masks_section=bert_gpt"], float), lines
+    assert isinstance(pages["nosuch?x=1"], str), lines
     dead = warm.warm(f"http://127.0.0.1:{_free_ports(0)}", [""], timeout=1, say=lines.append)
     assert dead == {} and "did not answer" in lines[-1]
 
@@ -129,10 +135,33 @@ def test_each_replica_is_visited_once_by_the_server_itself(two_replicas):
 def test_warm_visits_come_from_the_environment():
     import warm
 
-    assert warm.visits_from_env({}) == list(warm.VISITS)
+    steps = warm.lesson_visits()
+    assert warm.visits_from_env({}) == list(dict.fromkeys([*warm.VISITS, *steps]))
     assert warm.visits_from_env({"DIKKAT_WARM": "0"}) is None
     assert warm.visits_from_env({"DIKKAT_WARM": "?model_key=a; model_key=b"}) == ["model_key=a", "model_key=b"]
     assert warm.start("http://127.0.0.1:1", {"DIKKAT_WARM": "0"}) is None
+
+
+def test_warm_opens_every_step_of_the_shipped_lessons_on_its_page():
+    """Issue 50 point 1: the warm-up loaded the default model and the lesson's decoder only, so the Whisper step took
+    72 s and Head pruning on smollm2 about a minute for the first class that reached them. Every step of every shipped
+    lesson is now a visit: its page (by url path) and its link."""
+    import warm
+    from live import lessons
+
+    shipped = [lessons.load_lesson(p) for p in sorted(lessons.LESSONS.glob("*.toml"))]
+    steps = warm.lesson_visits()
+    assert len(steps) == sum(len(lesson.steps) for lesson in shipped)
+    first = shipped[0].steps
+    for visit, step in zip(steps, first):
+        page, query = warm.split_visit(visit)
+        assert page == ("" if step.page == "explore" else step.page)
+        assert dict(urllib.parse.parse_qsl(query)) == step.query()
+    assert {"whisper-base", "smollm2-135m"} <= {dict(urllib.parse.parse_qsl(warm.split_visit(v)[1])).get("model_key")
+                                                  for v in steps}
+    assert warm.split_visit("model_key=a&x=1") == ("", "model_key=a&x=1")
+    assert warm.split_visit("?model_key=a") == ("", "model_key=a") and warm.split_visit("") == ("", "")
+    assert warm.split_visit("why?model_key=a") == ("why", "model_key=a")
 
 
 def test_scripts_are_sent_gzipped_through_nginx(two_replicas):
