@@ -80,7 +80,8 @@ def _pruning_page(folder: str, lang: str) -> AppTest:
     return at
 
 
-def test_the_pruning_curve_runs_once_on_the_pool_and_its_starter_stops_it(tiny_folder, monkeypatch, tmp_path):
+def test_the_pruning_curve_runs_once_on_the_pool_and_its_starter_stops_it(tiny_folder, monkeypatch, tmp_path,
+                                                                         request):
     """Issue 44 point 5: the curve ran inside the pressing session's script, once per student who pressed; now two
     sessions pressing it are one job on the pool, only the starter sees Stop, a Stop ends it without keeping a
     half-made curve (said in the session's language), and pressed again it runs to the end for both."""
@@ -88,8 +89,13 @@ def test_the_pruning_curve_runs_once_on_the_pool_and_its_starter_stops_it(tiny_f
     from views import shared
 
     monkeypatch.setenv("DIKKAT_AHEAD_ROOT", str(tmp_path / "ahead"))
-    for key in [k for k in shared.CACHE.sizes() if isinstance(k, tuple) and k and k[0] == "prune_curve"]:
-        shared.CACHE.discard(key)
+
+    def forget_curves():  # before, and after: a later test of the same tiny model expects no curve yet
+        for key in [k for k in shared.CACHE.sizes() if isinstance(k, tuple) and k and k[0] == "prune_curve"]:
+            shared.CACHE.discard(key)
+
+    forget_curves()
+    request.addfinalizer(forget_curves)
     gate, calls, real = threading.Event(), [], pruning.gradient_importance
 
     def counted(*args, **kwargs):
@@ -124,7 +130,7 @@ def test_the_pruning_curve_runs_once_on_the_pool_and_its_starter_stops_it(tiny_f
     assert len(calls) == 2  # the stopped run and the whole one: never one per session
 
 
-def test_a_session_running_an_experiment_cannot_start_a_curve_too(tiny_folder, monkeypatch, tmp_path):
+def test_a_session_running_an_experiment_cannot_start_a_curve_too(tiny_folder, monkeypatch, tmp_path, request):
     """One heavy job per session (issue 44 point 5), whatever the page: the curve asked while this session's
     experiment runs is refused with the experiment named, in the session's language."""
     from models import experiments as E
@@ -143,6 +149,7 @@ def test_a_session_running_an_experiment_cannot_start_a_curve_too(tiny_folder, m
     at.run()
     from views import shared
     shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
+    request.addfinalizer(lambda: shared.CACHE.discard(("experiments", "clark", "minilm-l6")))  # later tests start clean
     at.run()
     at.button(key="exp_run_clark").click().run()
     assert [b.key for b in at.button if b.key == "exp_stop_clark"] == ["exp_stop_clark"]
