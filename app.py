@@ -16,6 +16,7 @@ import pagestate  # noqa: E402  (after set_page_config; every page and its link'
 from views import hosting, shared  # noqa: E402
 from views.live_sections import room as live_room  # noqa: E402
 from views.live_sections.panel import live_panel  # noqa: E402
+from views.live_sections.stage import stage as live_stage  # noqa: E402
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")
@@ -28,5 +29,6 @@ PAGES = [st.Page(p.file, title=shared.t(p.title), icon=p.icon, default=p.default
 
 page = st.navigation(PAGES)
 live_room.follow(page)  # a student following a live class (issue 29): the teacher's page, as it is now
+live_stage()  # the lesson's step, its question and the teacher's controls at the top of the main area (issue 50)
 with live_room.broadcasting(page):  # a teacher's page, once it has run, goes to the class
     shared.run_page(page)  # page.run(), its namespace emptied of what the run computed (views/shared/pagerun.py)

@@ -43,7 +43,12 @@ names = list(presets)
 
 
 def _on_preset() -> None:
-    _fill(presets[st.session_state["kv_preset"]])
+    # Streamlit keeps a selectbox's value as its label (SelectboxSerde): when the options change under it (the
+    # model switched with this page open, e.g. a lesson's next step), the value comes back as the old model's label,
+    # which is no preset; the page then starts from the new model's own values (``first`` below).
+    chosen = presets.get(st.session_state.get("kv_preset"))
+    if chosen is not None:
+        _fill(chosen)
 
 
 first = st.session_state.get("kv_preset") not in presets

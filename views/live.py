@@ -18,7 +18,7 @@ import streamlit as st
 
 import live
 from views import shared
-from views.live_sections import asking, builder, room, steps
+from views.live_sections import builder, room, steps
 from views.shared import t
 
 st.title(t("live_title"))
@@ -103,8 +103,7 @@ def _desk() -> None:
         return
     if state.get("question"):
         link = _link(_address(), room.code(), _link_key(room.code()), shared.lang())
-        st.markdown(t("live_code_line", code=room.code(), link=link))
-        asking.teacher(state, st.container(), where="main")
+        st.markdown(t("live_code_line", code=room.code(), link=link))  # the question is above (live_sections/stage)
         with st.expander(t("live_show_code")):
             _room_card()
     else:
@@ -128,11 +127,7 @@ def _start() -> None:
     """No room here: the teacher opens one; a student reads how to join."""
     room.show_error()
     if room.is_student():
-        st.info(t("live_student_here", code=room.code()))
-        state = st.session_state.get("_live_state") or {}
-        if state.get("question"):
-            asking.prompt(state["question"])
-            asking.results(state, columns=2)
+        st.info(t("live_student_here", code=room.code()))  # the question and its results are above (stage.py)
     else:
         st.markdown(t("live_how_to_join"))
     st.subheader(t("live_teach"))

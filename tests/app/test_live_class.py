@@ -132,11 +132,32 @@ def _answer(at: AppTest, value: str) -> None:
     _run(at.button(key="live_send").click())
 
 
+def _stage(at: AppTest):
+    """The block of the class's lines at the top of the main area (views/live_sections/stage.py), or None."""
+    def walk(node):
+        if getattr(getattr(node, "proto", None), "id", "").endswith("live_stage"):
+            return node
+        for child in getattr(node, "children", {}).values():
+            found = walk(child)
+            if found is not None:
+                return found
+        return None
+
+    return walk(at.main)
+
+
+def _stage_markdown(at: AppTest) -> list[str]:
+    """Every markdown of the class's lines (the step, the question, the answers)."""
+    block = _stage(at)
+    assert block is not None, "no class's lines on the main page"
+    return [str(e.value) for e in block.get("markdown")]
+
+
 def _bars(at: AppTest) -> dict[str, int]:
     """The revealed figure's bars: label -> count (plotly JSON of the chart; tests/plotly_json.py decodes arrays)."""
     from plotly_json import decode
 
-    charts = [json.loads(c.proto.spec) for c in at.sidebar.get("plotly_chart")]
+    charts = [json.loads(c.proto.spec) for c in _stage(at).get("plotly_chart")]
     assert charts, "no results chart"
     fig = charts[-1]
     bar = fig["data"][0]
@@ -263,7 +284,7 @@ def test_a_lesson_steps_in_each_students_language_and_saves_as_a_lesson(monkeypa
         _run(student)
         assert _title(student, step.page)
         _answer(student, question["choices"][0])
-    _run(teacher.button(key="live_reveal_side").click())
+    _run(teacher.button(key="live_reveal_main").click())
     assert _store().results(code, question["id"])["measured"]["answer"] == "2"  # tests/app/test_lesson_steps.py
     for student in (english, turkish):
         _run(student)
@@ -291,7 +312,7 @@ def test_no_student_session_can_act_as_the_teacher():
     assert student.session_state["_live_code"] == code
     assert "_live_secret" not in student.session_state and student.session_state["_live_student"] != "someone-else"
     assert not [b for b in student.get("toggle") if b.key == "live_broadcast"]
-    for key in ("live_reveal_side", "live_previous", "live_next", "live_ask_step"):
+    for key in ("live_reveal_main", "live_previous", "live_next", "live_ask_step"):
         assert not [b for b in student.button if b.key == key], key
     assert _title(student, "explore")  # it followed the teacher there
     _run(student.checkbox(key="hide_special").check())
@@ -442,18 +463,18 @@ def test_prompts_and_answers_are_shown_as_text():
     qid = _store().ask(code, teacher.session_state["_live_secret"],
                        {"prompt": {"en": PAYLOAD, "tr": PAYLOAD}, "choices": ["a", "b"], "labels": labels})
     _run(student)
-    # the radio's options as sent to the browser (its format_func applied), and every markdown of the sidebar
+    # the radio's options as sent to the browser (its format_func applied), and every markdown of the class's lines
     shown = [str(o) for o in student.radio(key=f"live_pick_{qid}").options]
-    shown += [str(e.value) for e in student.sidebar.get("markdown")]
+    shown += _stage_markdown(student)
     _answer(student, "a")
     _store().reveal(code, teacher.session_state["_live_secret"], qid, {"answer": "a", "value": 1.0, "unit": "weight"})
     _run(student)
-    shown += [str(e.value) for e in student.sidebar.get("markdown")]
+    shown += _stage_markdown(student)
     assert any("beacon" in s for s in shown)
     for text in shown:
         for pattern in (r"(?<!\\)\]\(", r"(?<!\\)<b>", r"(?<!\\)://(beacon|evil)", r"(?<!\\)\$x", r"(?<!\\)\*\*loud"):
             assert not re.search(pattern, text), (pattern, text)
-    ticks = json.loads(student.sidebar.get("plotly_chart")[-1].proto.spec)["layout"]["yaxis"]["ticktext"]
+    ticks = json.loads(_stage(student).get("plotly_chart")[-1].proto.spec)["layout"]["yaxis"]["ticktext"]
     assert all("<i>" not in t and "<b>bold" not in t for t in ticks) and any("&lt;i&gt;" in t for t in ticks)
 
 

@@ -3,7 +3,8 @@ Chromium page as the teacher and two as students, each its own browser session. 
 Class page; one student arrives by the link's ``?room=`` (the QR code's), the other types the code; the teacher
 starts the shipped lesson and steps through it, and the students' pages follow by the sidebar's poll (a fragment,
 every second) with no click of theirs; a detached student stays, and Rejoin jumps to the teacher's page; the step's
-question is answered by both and revealed, with the class's answers beside the model's.
+question is answered by both and revealed, with the class's answers beside the model's, at the top of the main
+page (views/live_sections/stage.py).
 
 Screenshots at 1280 x 720: ``docs/screenshots/live-{en,tr}-1280.png`` (a student's screen after the reveal, in
 English and in Turkish) and ``live-teacher-en-1280.png`` (the teacher's desk with the class code and QR code)."""
@@ -90,7 +91,7 @@ def _click(page, name: str) -> None:
 
 
 def _answer(page, label: str, send: str) -> None:
-    page.locator("[data-testid=stSidebar] [role=radiogroup] label").filter(has_text=label).first.click()
+    page.locator(".st-key-live_stage [role=radiogroup] label").filter(has_text=label).first.click()
     _click(page, send)
 
 
@@ -140,7 +141,6 @@ def test_a_teacher_and_two_students(app_url):
         _click(teacher, "Next ▶")
         _shows(teacher, "step 2 of")
         _settled(teacher)
-        teacher.locator(".st-key-live_panel").evaluate("e => e.scrollIntoView({block: 'start'})")
         teacher.screenshot(path=str(RESULTS / "live-teacher-step-en-1280.png"))
         _click(teacher, "Next ▶")
         _title_is(teacher, "explore", "en")
@@ -167,9 +167,8 @@ def test_a_teacher_and_two_students(app_url):
         _click(teacher, "Reveal the answer")
         for page, lang, said in ((turkish, "tr", "Model:"), (english, "en", "The model:")):
             _shows(page, said)
-            page.locator("[data-testid=stSidebar] [data-testid=stPlotlyChart]").first.wait_for(timeout=WAIT)
+            page.locator(".st-key-live_stage [data-testid=stPlotlyChart]").first.wait_for(timeout=WAIT)
             _settled(page)
-            page.locator(".st-key-live_panel").evaluate("e => e.scrollIntoView({block: 'start'})")
             page.screenshot(path=str(SHOTS / f"live-{lang}-1280.png"))
         # the teacher's desk puts the revealed question first, for the projector
         teacher.locator("[data-testid=stSidebarNav] a").filter(has_text="Class").first.click()

@@ -110,9 +110,9 @@ def prompt(question: dict, container=None) -> None:
     (container or st).markdown(f"**{t('live_question')}** {md(_text(question.get('prompt')))}")
 
 
-def results(state: dict, container=None, *, columns: int = 1) -> None:
-    """The revealed question: the class's answers as bars beside the model's (:func:`viz.live.answers_figure`),
-    and the model's answer with the number behind it."""
+def results(state: dict, container=None) -> None:
+    """The revealed question: the class's answers as bars beside the model's (:func:`viz.live.answers_figure`) on
+    the left, and the count and the model's answer with the number behind it on the right."""
     question, where = state.get("question"), container or st
     if not question or not state.get("revealed"):
         return
@@ -128,11 +128,12 @@ def results(state: dict, container=None, *, columns: int = 1) -> None:
     fig = answers_figure([label(question, v) for v in values], counts, model_index=index,
                          model_label=t_plain("live_model"), count_title=t_plain("live_students_axis"),
                          lang=shared.lang())
-    shared.plotly_chart(fig, container=where, columns=columns, key=f"live_results_{question['id']}_{columns}",
+    chart, words = where.columns([3, 2], vertical_alignment="center")
+    shared.plotly_chart(fig, container=chart, columns=2, key=f"live_results_{question['id']}",
                         config={"displayModeBar": False})
-    where.caption(t("live_answered_total", n=int(res.get("total", 0))))
+    words.caption(t("live_answered_total", n=int(res.get("total", 0))))
     if index is not None:
-        where.markdown(t("live_model_said", answer=label(question, said["answer"]),
+        words.markdown(t("live_model_said", answer=label(question, said["answer"]),
                          value=nb.number(float(said.get("value", 0.0)), 3, shared.lang()),
                          unit=_unit(str(said.get("unit", "")))))
 
@@ -170,7 +171,7 @@ def student(state: dict) -> None:
     values = list(question.get("choices") or [])
     if f"live_pick_{qid}" not in st.session_state and sent in values:
         st.session_state[f"live_pick_{qid}"] = sent
-    st.radio(t("live_your_answer"), values, index=None, key=f"live_pick_{qid}",
+    st.radio(t("live_your_answer"), values, index=None, key=f"live_pick_{qid}", horizontal=True,
              format_func=lambda v: md(label(question, v)))
     st.button(t("live_change") if sent is not None else t("live_send"), key="live_send", on_click=_send,
               args=(qid,), type="primary")
@@ -181,7 +182,7 @@ def student(state: dict) -> None:
         st.caption(t("live_sent", answer=label(question, sent)))
 
 
-def teacher(state: dict, container=None, *, where: str = "side") -> None:
+def teacher(state: dict, container=None) -> None:
     """The current question for the teacher: its prompt, Reveal (the count of answers is the panel's, live), and
     after the reveal the results."""
     question, box = state.get("question"), container or st
@@ -189,9 +190,9 @@ def teacher(state: dict, container=None, *, where: str = "side") -> None:
         return
     prompt(question, box)
     if state.get("revealed"):
-        results(state, box, columns=1 if where == "side" else 2)
+        results(state, box)
         return
-    if box.button(t("live_reveal"), key=f"live_reveal_{where}", type="primary"):
+    if box.button(t("live_reveal"), key="live_reveal_main", type="primary"):
         reveal(question["id"])
         st.rerun()
 

@@ -133,8 +133,8 @@ def _student() -> None:
         room.show_error()
         if state.get("page") is None:
             st.caption(t("live_waiting"))
-        asking.student(state)  # the question first: it is what a student acts on
-        steps.show_step((state.get("params") or {}).get(room.STEP))
+        elif (state.get("question") or {}) and not state.get("revealed"):  # the question is on the main page
+            st.caption(t("live_question_above"))
         st.button(t("live_leave"), key="live_leave", on_click=room.leave, type="tertiary")
 
 
@@ -183,16 +183,7 @@ def _teacher() -> None:
         _teacher_counts()
         st.toggle(t("live_broadcast"), key="live_broadcast", help=t("live_broadcast_help"))
         room.show_error()
-        steps.teacher_nav()
-        try:
-            state = room.store().get_state(room.code()) or {}
-        except live.LiveUnavailable:  # the counts above say the class is paused
-            return
-        except live.LiveError as exc:
-            room.keep_error(exc)
-            return
-        asking.teacher(state, where="side")
-        if not state.get("question"):
+        if steps.current() is None:  # a lesson's step, its question and Reveal are on the main page (stage.py)
             st.caption(t("live_teacher_hint"))
         if room.one_process():
             st.caption(t("live_one_process"))

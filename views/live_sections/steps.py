@@ -52,13 +52,19 @@ def parse_step(value: str | None) -> tuple[L.Lesson, int] | None:
 
 
 def show_step(value: str | None, container=None) -> None:
-    """The step's chapter and text in the viewer's language, as plain text."""
+    """The step's place in its lesson, chapter and text in the viewer's language, as plain text."""
     found = parse_step(value)
     if found is None:
         return
     found_lesson, index = found
-    step, box = found_lesson.steps[index], container or st
+    box = container or st
     box.caption(t("live_step_of", title=_text(found_lesson.title), n=index + 1, total=len(found_lesson.steps)))
+    _body(found_lesson.steps[index], box)
+
+
+def _body(step: L.Step, container=None) -> None:
+    """A step's chapter (bold) and text, escaped (:func:`views.shared.md`)."""
+    box = container or st
     if step.chapter:
         box.markdown(f"**{md(_text(step.chapter))}**")
     box.markdown(md(_text(step.text)))
@@ -92,21 +98,27 @@ def redraw_class() -> None:
         room.push(*sent)
 
 
-def teacher_nav() -> None:
-    """The teacher's lesson in the sidebar: the step's text, Previous / Next, and its question to ask."""
+def current() -> tuple[L.Lesson, int] | None:
+    """The teacher's lesson and the index of its step on screen, or None (no lesson started in this session)."""
     found = lesson(st.session_state.get("_live_lesson"))
     step_at = st.session_state.get("_live_step")
     if found is None or step_at is None or step_at[0] != found.id:
-        return
-    index = step_at[1]
-    show_step(f"{found.id}:{index}")
-    left, right = st.columns(2)
-    left.button(t("live_previous"), key="live_previous", on_click=goto_step, args=(index - 1,),
+        return None
+    return found, step_at[1]
+
+
+def teacher_nav(found: L.Lesson, index: int) -> None:
+    """The teacher's lesson on the main page (:mod:`views.live_sections.stage`): one line with the step's place and
+    Previous / Next / Ask this step's question, then the step's text."""
+    where, back, ahead, ask = st.columns([4, 1.3, 1.3, 2.4], vertical_alignment="center")
+    where.caption(t("live_step_of", title=_text(found.title), n=index + 1, total=len(found.steps)))
+    back.button(t("live_previous"), key="live_previous", on_click=goto_step, args=(index - 1,),
                 disabled=index == 0, width="stretch")
-    right.button(t("live_next"), key="live_next", on_click=goto_step, args=(index + 1,),
+    ahead.button(t("live_next"), key="live_next", on_click=goto_step, args=(index + 1,),
                  disabled=index + 1 >= len(found.steps), width="stretch")
     step = found.steps[index]
-    if step.question is not None and st.button(t("live_ask_step"), key="live_ask_step", width="stretch"):
+    _body(step)
+    if step.question is not None and ask.button(t("live_ask_step"), key="live_ask_step", width="stretch"):
         state = dict(step.query())
         sent = st.session_state.get("_live_sent")
         if sent and sent[0] == step.page:  # the page as it is now, changed live or not
