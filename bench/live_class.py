@@ -34,7 +34,7 @@ Measured:
                       ``script_finished``: the page is pushed to the room at the end of the run) to the student's
                       run that shows the teacher's state finishing: the student's page is the teacher's page (its
                       page hash), the sentence box holds the teacher's sentence, for a head switched off the page's
-                      link holds it (``off=``), for a lesson step the sidebar shows "step n of 16"; median and p95
+                      link holds it (``off=``), for a lesson step the lesson box shows "step n of 16"; median and p95
                       over all pairs, also for asking and revealing the question. A pair not seen within
                       ``--timeout`` s counts as missed. "click->page" is the same from the teacher's click
     answers           sent (students whose Send run finished), counted (the revealed bars on the teacher's page),

@@ -1,0 +1,58 @@
+"""The shipped lesson as the room meets it, timed (issue 50): a server started as ``make serve`` starts it (one
+process, classroom mode, ``deploy/launch.py --classroom``: the computed-ahead job and the warm-up visit of every
+lesson step running from its start), a teacher and three students in real browsers (Chromium: a projector at
+1280 x 720, a laptop, a phone at 390 x 844, a late joiner), the whole lesson in Turkish
+(tests/browser/lesson_walk.py: every step's controls in the first screen, no stale question, exact counts).
+
+Two passes on the same server: the first lesson right after a fresh start (``--wait`` seconds after the server is
+healthy, default 0: the class arriving at once), then the same lesson again with every cache filled. Per step, the
+seconds from the teacher's click to every page settled (the teacher's and the three students'), and p50 / p95 per
+pass. Goal (issue 50): p95 <= 1.5 s.
+
+Usage::
+
+    .venv/bin/python bench/lesson_room.py [--wait 0] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests" / "browser"), str(ROOT)]
+
+import lesson_walk  # noqa: E402  (tests/browser/lesson_walk.py: the walk through the lesson)
+import live_class as LC  # noqa: E402  (bench/live_class.py: a server as make serve starts it)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--wait", type=float, default=0.0, help="seconds between the server's start and the class")
+    ap.add_argument("--json", type=Path, help="write both passes' steps and summaries to this file")
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
+    # make serve: deploy/launch.py --classroom with the computed-ahead job (DIKKAT_AHEAD=1) and the warm-up visits
+    server = LC.start(1, {"DIKKAT_AHEAD": "1"})
+    passes = {}
+    try:
+        print(f"server healthy after {time.perf_counter() - started:.1f} s", flush=True)
+        time.sleep(args.wait)
+        for name in ("first lesson after a fresh start", "again, caches filled"):
+            steps = lesson_walk.walk(server.base, LC.TOKEN)
+            passes[name] = {"steps": steps, **lesson_walk.summary(steps)}
+            print(f"{name}: " + " ".join(f"{s['step']}:{s['settled_s']}" for s in steps), flush=True)
+    finally:
+        LC.stop(server)
+    print("\n| pass | steps | p50 s | p95 s | max s |\n|---|---|---|---|---|")
+    for name, p in passes.items():
+        print(f"| {name} | {p['n']} | {p['p50_s']} | {p['p95_s']} | {p['max_s']} |")
+    if args.json:
+        args.json.write_text(json.dumps(passes, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
