@@ -138,10 +138,28 @@ def visits_from_env(environ=None) -> list[str] | None:
     return [q.strip().lstrip("?") for q in value.split(";")]
 
 
+def _readiness():
+    """live/readiness.py (the progress the teacher's panel reads), with the repository on ``sys.path``."""
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from live import readiness
+
+    return readiness
+
+
 def warm(base: str, visits: list[str], timeout: float = 600, say=print) -> dict[str, float | str]:
     """Every visit of ``visits`` (query strings) in turn once the app at ``base`` answers; returns query ->
-    seconds, or the reason it failed (a failure is reported, never raised: the app serves on without it)."""
+    seconds, or the reason it failed (a failure is reported, never raised: the app serves on without it). The
+    progress is written for the app's teacher panel after each visit (:mod:`live.readiness`, by the app's port)."""
+    from urllib.parse import urlsplit
+
     out: dict[str, float | str] = {}
+    port, started = urlsplit(base).port or 80, time.time()
+    progress = _readiness()
+    progress.write(port, 0, len(visits), started=started)
     if not wait_healthy(base, timeout):
         say(f"warm: {base} did not answer within {timeout:.0f} s")
         return out
@@ -152,6 +170,7 @@ def warm(base: str, visits: list[str], timeout: float = 600, say=print) -> dict[
         except (OSError, RuntimeError) as exc:
             out[query] = str(exc)
             say(f"warm: {query or '(first page)'} failed: {exc}")
+        progress.write(port, len(out), len(visits), sum(not isinstance(v, float) for v in out.values()), started)
     return out
 
 

@@ -18,7 +18,7 @@ import streamlit as st
 
 import live
 from views import shared
-from views.live_sections import builder, room, steps
+from views.live_sections import builder, panel, room, steps
 from views.shared import t
 
 st.title(t("live_title"))
@@ -134,6 +134,7 @@ def _start() -> None:
     if not room.teaching_possible():
         st.info(t("live_no_token"))
         return
+    panel.readiness_line()  # whether every lesson step was opened ahead (make serve's warm-up)
     resuming = None if room.is_student() else room.linked_teach()
     if resuming:  # the sidebar asks for the token (one field): lead this class again there, or open a new one here
         st.info(t("live_resume_here", code=resuming))

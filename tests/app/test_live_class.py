@@ -14,6 +14,7 @@ every second in a browser and every full run runs inline first: here ``AppTest.r
 from __future__ import annotations
 
 import json
+import time
 import tomllib
 from pathlib import Path
 
@@ -671,3 +672,26 @@ def test_a_result_the_teacher_runs_reaches_every_students_page(monkeypatch, tmp_
     took = json.loads((Path(APP).parent / "assets/i18n/experiments.json").read_text(encoding="utf-8"))["exp_took"]["tr"]
     assert any(took.split("{")[0].strip() in c.value for c in student.caption), [c.value for c in student.caption]
     shared.CACHE.discard(("experiments", "clark", "minilm-l6"))
+
+
+def test_the_teacher_sees_whether_every_lesson_step_was_opened_ahead(tmp_path, monkeypatch):
+    """Issue 50 point 1: make serve's warm-up (deploy/warm.py) writes its progress for the app's port
+    (live/readiness.py); the teacher's panel says "k of n" while it runs and "ready" when done, in the teacher's
+    language; without a warm-up it says nothing."""
+    from live import readiness
+
+    monkeypatch.setenv("DIKKAT_CLASS_DATA", str(tmp_path))
+    teacher, _ = _teacher("tr")
+    nothing = ("Derslerin sayfaları hazırlanıyor", "Dersin her adımı hazır")
+    assert not any(x in _said(teacher) for x in nothing)  # no warm-up for this server: nothing said
+    port = 8501  # AppTest's server.port option: the default
+    readiness.write(port, 3, 17)
+    _run(teacher)
+    assert "Derslerin sayfaları hazırlanıyor: 17 sayfadan 3 tanesi hazır" in _said(teacher)
+    readiness.write(port, 17, 17, failed=1, started=time.time() - 95)
+    _run(teacher)
+    said = _said(teacher)
+    assert "Dersin her adımı hazır: 17 sayfa 95 sn içinde" in said and "1 tanesi önceden açılamadı" in said
+    (tmp_path / "warm-8501.json").write_text("{not json", encoding="utf-8")
+    _run(teacher)
+    assert not any(x in _said(teacher) for x in nothing)  # a file that does not read: nothing said, nothing raised

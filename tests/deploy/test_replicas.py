@@ -109,11 +109,16 @@ def test_nginx_conf_lists_every_backend():
     assert "proxy_next_upstream error timeout http_404;" in conf  # a download link is asked of every replica
 
 
-def test_each_replica_is_visited_once_by_the_server_itself(two_replicas):
+def test_each_replica_is_visited_once_by_the_server_itself(two_replicas, tmp_path, monkeypatch):
     """deploy/warm.py (issue 27): the class's first visit (model load, first analysis) made by the server, on each
     replica and through nginx; a visit that cannot be made is reported, never raised. The test run sets
-    DIKKAT_WARM=0 and DIKKAT_AHEAD=0, so the fixture's cluster started neither in the background."""
+    DIKKAT_WARM=0 and DIKKAT_AHEAD=0, so the fixture's cluster started neither in the background. Its progress is
+    written for the replica's teacher panel (live/readiness.py, issue 50 point 1)."""
     import warm
+
+    from live import readiness
+
+    monkeypatch.setenv("DIKKAT_CLASS_DATA", str(tmp_path))
 
     port, cluster = two_replicas
     assert cluster.warm == [] and cluster.ahead is None
@@ -121,6 +126,9 @@ def test_each_replica_is_visited_once_by_the_server_itself(two_replicas):
     done = warm.warm(f"http://127.0.0.1:{port + 1}", ["", "model_key=minilm-l6&lang=tr"], timeout=300,
                      say=lines.append)
     assert all(isinstance(s, float) and s > 0 for s in done.values()) and len(done) == 2, lines
+    ready = readiness.read(port + 1)
+    assert (ready.done, ready.total, ready.failed, ready.ready) == (2, 2, 0, True)
+    assert 0 < ready.seconds < 300
     through_nginx = warm.warm(f"http://127.0.0.1:{port}", [""], timeout=300, say=lines.append)
     assert isinstance(through_nginx[""], float), lines
     # a page other than the first, by its url path (the lesson steps' visits); one that is not there is said
@@ -128,8 +136,11 @@ def test_each_replica_is_visited_once_by_the_server_itself(two_replicas):
                       timeout=300, say=lines.append)
     assert isinstance(pages["masks?model_key=minilm-l6&masks_section=bert_gpt"], float), lines
     assert isinstance(pages["nosuch?x=1"], str), lines
-    dead = warm.warm(f"http://127.0.0.1:{_free_ports(0)}", [""], timeout=1, say=lines.append)
+    assert (readiness.read(port + 1).done, readiness.read(port + 1).failed) == (2, 1)
+    nobody = _free_ports(0)
+    dead = warm.warm(f"http://127.0.0.1:{nobody}", [""], timeout=1, say=lines.append)
     assert dead == {} and "did not answer" in lines[-1]
+    assert (readiness.read(nobody).done, readiness.read(nobody).ready) == (0, False)  # preparing, not ready
 
 
 def test_warm_visits_come_from_the_environment():

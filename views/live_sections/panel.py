@@ -16,6 +16,7 @@ from __future__ import annotations
 import streamlit as st
 
 import live
+from live import readiness
 from views.shared import t
 
 from . import asking, room, steps
@@ -167,6 +168,21 @@ def _teacher_counts() -> None:
     if answered is not None:
         line += " · " + t("live_answered_count", n=answered)
     st.markdown(line)
+    readiness_line()
+
+
+def readiness_line() -> None:
+    """Whether the server has opened every lesson step ahead (``deploy/warm.py`` writes its progress for this
+    process's port, :mod:`live.readiness`): "preparing k of n" with a bar, then "ready". Nothing without a warm-up."""
+    ready = readiness.read(st.get_option("server.port"))
+    if ready is None:
+        return
+    if ready.ready:
+        line = t("live_ready", n=ready.total, s=round(ready.seconds))
+        st.caption(line + (" " + t("live_ready_failed", n=ready.failed) if ready.failed else ""))
+    else:
+        st.caption(t("live_preparing", done=ready.done, total=ready.total))
+        st.progress(ready.done / ready.total)
 
 
 def _teacher() -> None:
