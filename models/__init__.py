@@ -54,6 +54,7 @@ from .errors import (
     UnknownLanguageError,
     UnknownModelError,
     UnsupportedOperationError,
+    UndefinedError,
     WordMismatchError,
 )
 from .loading import LoadedModel, clear_cache, is_hub_id, load
@@ -88,6 +89,7 @@ __all__ = [
     "AtlasFilesGoneError", "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubDownloadTooLargeError", "HubUnreachableError", "InvalidArgumentError",
     "IndexOutOfRangeError", "InvalidAudioError", "InvalidCorpusError", "InvalidHeadError", "InvalidMaskError", "ModelNotAllowedError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
     "NoUsableModelError", "UnknownLanguageError", "UnknownModelError", "UnsupportedOperationError",
+    "UndefinedError",
     "WordMismatchError",
     "LoadedModel", "clear_cache", "is_hub_id", "load", "MaskMode", "parse_mask", "AttentionStack", "MaskStack",
 ]

@@ -109,6 +109,11 @@ class AttentionTooLargeError(DikkatError, MemoryError):
     index a layer, a head or a block of rows instead (``a.attentions[stack][layer, head]``)."""
 
 
+class UndefinedError(DikkatError, ValueError):
+    """A number that does not exist for these values (Spearman's ρ when one ranking is constant, a share of an
+    empty row): raised with the reason instead of returning NaN, so that no page shows a bare "nan"."""
+
+
 class WordMismatchError(DikkatError, ValueError):
     """The two sentences of the word-order experiment (:func:`models.lessons.positions.word_order_experiment`)
     do not consist of the same words."""

@@ -381,9 +381,14 @@ if st.session_state.get(imp_key):
                                diverging=diverging, lang=shared.lang())
             shared.plotly_chart(fig, container=col, key=key, selection_mode="points", width="stretch",
                              on_select=functools.partial(_on_grid_click, name, stacks, grid_stack, key))
-        rho = pruning.rank_correlation(ablation.flat(), gradient.flat())
-        rho_abs = pruning.rank_correlation(np.abs(ablation.flat()), gradient.flat())
-        st.markdown(t("prune_spearman", rho=rho, rho_abs=rho_abs, neg=int((ablation.flat() < 0).sum()), total=total))
+        try:
+            rho = pruning.rank_correlation(ablation.flat(), gradient.flat())
+            rho_abs = pruning.rank_correlation(np.abs(ablation.flat()), gradient.flat())
+        except models.UndefinedError as exc:  # a constant score: no ρ, and the reason instead of "nan"
+            st.caption(shared.error_text(exc))
+        else:
+            st.markdown(t("prune_spearman", rho=rho, rho_abs=rho_abs, neg=int((ablation.flat() < 0).sum()),
+                          total=total))
         st.caption(t("prune_importance_time", seconds=ablation.seconds, passes=ablation.forward_passes, heads=total))
 
 # ---------------------------------------------------------------- pruning curve

@@ -100,7 +100,12 @@ class Atlas:
         pooled over the corpus with ``<metric>_lo`` / ``<metric>_hi`` (95 % bootstrap interval over texts),
         ``induction_repeat`` (the induction metric on the repeated random sequences, with its interval; NaN
         without them) and ``texts`` (how many were read). Empty before the first part is written; computed
-        again only when new parts arrive."""
+        again only when new parts arrive.
+
+        Raises:
+            InvalidArgumentError: ``draws`` not a whole number from 1 to 100,000 (code ``arg_whole``).
+        """
+        draws = checks.whole("draws", draws, 1, 100_000)
         key = ("table", self._parts(), draws)
         with self._lock:
             if key in self._cache:

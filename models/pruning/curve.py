@@ -52,6 +52,9 @@ class PruningCurve:
         return self.random.mean(axis=0)
 
 
+MAX_RANDOM_ORDERS = 100  # each order adds len(shares) rows per text: 100 orders is 100x the work of the pruned order
+
+
 @checks.needs_model
 def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadScores | np.ndarray, *,
                   shares: Sequence[float] = DEFAULT_SHARES, random_orders: int = 3, seed: int = 0,
@@ -69,8 +72,9 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
         importance: :class:`HeadScores` or a float array in :func:`head_list` order (any shape that
             flattens to ``total_heads``); higher = more important.
         shares: shares to evaluate, each in [0, 1].
-        random_orders: how many random permutations to evaluate. seed: their numpy seed.
-        batch_size: rows per forward pass (see :func:`evaluate`).
+        random_orders: how many random permutations to evaluate, 0 to :data:`MAX_RANDOM_ORDERS`. seed: their
+            numpy seed (>= 0).
+        batch_size: rows per forward pass (see :func:`evaluate`), >= 1.
         max_tokens: cut each text to this many tokens.
         progress: called with the fraction done, in [0, 1], after each text.
 
@@ -78,11 +82,15 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
         :class:`PruningCurve` (metric in nats for the loss kinds, ``1 - cos`` for ``embedding_distance``).
 
     Raises:
-        InvalidArgumentError: importance of the wrong size or a share outside [0, 1].
+        InvalidArgumentError: importance of the wrong size, a share outside [0, 1], or ``random_orders``, ``seed``
+            or ``batch_size`` not a whole number in range (code ``arg_whole``; refused before any work).
         EmptyTextError, ModelOutOfMemoryError, UnsupportedOperationError (as :func:`prepare`).
     """
     import time
 
+    random_orders = checks.whole("random_orders", random_orders, 0, MAX_RANDOM_ORDERS)
+    seed = checks.whole("seed", seed, 0)
+    batch_size = checks.whole("batch_size", batch_size, 1)
     texts = _texts(texts)
     start = time.perf_counter()
     heads = head_list(loaded)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .. import checks
-from ..errors import InvalidArgumentError, UnsupportedOperationError
+from ..errors import InvalidArgumentError, UndefinedError, UnsupportedOperationError
 from ..loading.model import LoadedModel
 from .core import (
     _STACK_ORDER, HeadId, Prepared, _float, _forward, _row_metric, _texts, _unit_embedding, check_batch, evaluate,
@@ -235,13 +235,15 @@ def _embedding_sensitivity(loaded: LoadedModel, prep: Prepared, batch_size: int)
 
 def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rank correlation ρ of two score arrays of equal size (flattened): the Pearson
-    correlation of their ranks, ties given their average rank (Spearman 1904). NaN if either is constant.
+    correlation of their ranks, ties given their average rank (Spearman 1904).
 
     Returns:
-        float in [-1, 1], or NaN.
+        float in [-1, 1].
 
     Raises:
         InvalidArgumentError: arrays of different sizes.
+        UndefinedError: code ``rank_constant``: either array is constant (or empty): its ranks do not vary, and ρ
+            (a ratio 0 / 0) does not exist.
     """
     a = np.asarray(a, dtype=np.float64).reshape(-1)
     b = np.asarray(b, dtype=np.float64).reshape(-1)
@@ -252,7 +254,10 @@ def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
     ra -= ra.mean()
     rb -= rb.mean()
     denom = math.sqrt(float((ra * ra).sum() * (rb * rb).sum()))
-    return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
+    if not denom > 0:
+        raise UndefinedError("Spearman's rank correlation is undefined: one of the score arrays is constant (all "
+                             "its values equal), so its ranks do not vary.", code="rank_constant", n=int(a.size))
+    return float((ra * rb).sum() / denom)
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

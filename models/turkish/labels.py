@@ -8,6 +8,9 @@ geçmiş zaman`` ...); the suffix in parentheses is its archiphonemic form (A = 
 
 from __future__ import annotations
 
+from .. import checks
+from ..errors import InvalidArgumentError
+
 LABELS: dict[str, dict[str, str]] = {
     # parts of speech (the stem)
     "Noun": {"en": "noun", "tr": "ad (isim)"},
@@ -125,9 +128,12 @@ def label_name(label: str, lang: str = "en") -> str:
     (-(y)I)``); the label itself when the table lacks it.
 
     Raises:
-        ValueError: ``lang`` is neither ``en`` nor ``tr``.
+        InvalidArgumentError: ``lang`` is neither ``en`` nor ``tr`` (code ``arg_choice``), or ``label`` is not a
+            string (code ``arg_text``).
     """
-    if lang not in ("en", "tr"):
-        raise ValueError(f"lang must be 'en' or 'tr', got {lang!r}")
+    checks.choice("lang", lang, ("en", "tr"))
+    if not isinstance(label, str):
+        raise InvalidArgumentError(f"The label must be a string, got {type(label).__name__}.", code="arg_text",
+                                   name="label", value=type(label).__name__)
     entry = LABELS.get(label)
     return entry[lang] if entry else label

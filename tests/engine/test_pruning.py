@@ -276,7 +276,10 @@ def test_rank_correlation():
     # ties get average ranks: ranks (1, 2.5, 2.5, 4) vs (1, 2, 3, 4)
     tied = np.array([0.0, 5.0, 5.0, 9.0])
     assert pruning.rank_correlation(tied, a) == pytest.approx(np.corrcoef([1, 2.5, 2.5, 4], [1, 2, 3, 4])[0, 1])
-    assert np.isnan(pruning.rank_correlation(np.ones(4), a))
+    for constant in ((np.ones(4), a), (a, np.full(4, 2.5)), (np.array([]), np.array([]))):  # undefined: said why
+        with pytest.raises(models.UndefinedError, match="constant") as exc:
+            pruning.rank_correlation(*constant)
+        assert exc.value.code == "rank_constant"
 
 
 def test_rank_sentences_and_embed(tiny):
