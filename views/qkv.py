@@ -16,6 +16,9 @@ from viz import qkv as vq
 
 t = shared.t
 L = shared.lang()
+# built once for every session with the same arguments (views/shared/figures.py; issue 48: a student's cached rerun)
+vector_strips, rope_before_after, weight_bars, weighted_values = (
+    shared.shared_figure(f) for f in (vq.vector_strips, vq.rope_before_after, vq.weight_bars, vq.weighted_values))
 MAX_ROWS = 48  # keys drawn as strips; longer inputs show the keys with the largest weights
 
 
@@ -76,7 +79,7 @@ if steps.kv_heads < steps.heads:
     first = steps.kv_head * group
     st.info(t("qkv_gqa", head=head, kv=steps.kv_head, heads=steps.heads, kv_heads=steps.kv_heads,
               first=first, last=first + group - 1))
-fig = vq.vector_strips(np.vstack([steps.queries[qi][None], steps.keys[shown]]),
+fig = vector_strips(np.vstack([steps.queries[qi][None], steps.keys[shown]]),
                        [f"q{qi} · {q_labels[qi]}"] + shown_labels, highlight=[0],
                        title=t("qkv_strips_title", head=head, layer=layer),
                        dim_title=t("teach_dimension"), value_title=t("teach_value"), lang=L)
@@ -88,7 +91,7 @@ if steps.rope:
     st.subheader(t("qkv_rope_title"))
     st.markdown(t("qkv_rope_text"))
     few = shown[-min(len(shown), 6):]
-    shared.plotly_chart(vq.rope_before_after(
+    shared.plotly_chart(rope_before_after(
         np.vstack([steps.queries_unrotated[qi][None], steps.keys_unrotated[few]]),
         np.vstack([steps.queries[qi][None], steps.keys[few]]),
         [f"q{qi} · {q_labels[qi]}"] + [f"k{j} · {k_labels[j]}" for j in few],
@@ -135,7 +138,7 @@ URL.bind("qkv_temperature")
 temperature = s2.select_slider(t("qkv_temperature"), temperatures, key="qkv_temperature", format_func=lambda v: nb.num(v, 1, L))
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
 adjusted = qkv.softmax_row(row, allowed, temperature=temperature)
-shared.plotly_chart(vq.weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
+shared.plotly_chart(weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
                                names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight"), lang=L),
                 key="qkv_bars")
 n_allowed = int(allowed.sum())
@@ -156,7 +159,7 @@ st.caption(t("qkv_entropy_note", n=n_allowed))
 # ---- 4. weighted sum of values ------------------------------------------------------------------------
 st.header(t("qkv_s4"))
 st.markdown(t("qkv_s4_text"))
-shared.plotly_chart(vq.weighted_values(steps.values[shown], weights[shown], steps.output[qi],
+shared.plotly_chart(weighted_values(steps.values[shown], weights[shown], steps.output[qi],
                                    [k_labels[j] for j in shown], sum_label=t("qkv_sum_label"),
                                    dim_title=t("teach_dimension"), value_title=t("teach_value"), lang=L),
                 key="qkv_values")

@@ -23,6 +23,11 @@ from viz import why as vw
 t = shared.t
 tp = shared.t_plain
 L = shared.lang()
+# every figure built once for every session with the same arguments (views/shared/figures.py; issue 48: a cached
+# rerun of this page cost 134 ms, most of it plotly building the same figures again for each student)
+neuron_figure, terms_figure, sides_figure, head_grid, rope_figure, rope_keys_figure, composition_figure = (
+    shared.shared_figure(f) for f in (vw.neuron_figure, vw.terms_figure, vw.sides_figure, vp.head_grid, vw.rope_figure,
+                                      vw.rope_keys_figure, vw.composition_figure))
 MAX_TOKENS = 256  # as the Information flow page: the two pages share one analysis of a text
 URL = shared.UrlState("why")
 PARTS = URL.options("why_parts")  # parts per side drawn in the term matrix
@@ -177,7 +182,7 @@ qi, kj = vtext.plotly_text(labels[i]), vtext.plotly_text(labels[j])
 # ---- 1. the neuron view -----------------------------------------------------------------------------------------------
 st.header(t("why_s1"))
 st.markdown(t("why_s1_text"))
-shared.plotly_chart(vw.neuron_figure(
+shared.plotly_chart(neuron_figure(
     nv.query, nv.key, nv.product, names=(tp("why_q"), tp("why_k"), tp("why_qk")),
     title=tp("why_neuron_title", layer=layer, head=head, i=i, qi=qi, j=j, kj=kj), dim_title=tp("why_dim"),
     value_title=tp("why_value"), lang=L), key="why_neuron")
@@ -206,13 +211,13 @@ st.markdown(t("why_top_terms", score=_signed(terms.raw)) + "\n\n"
             + "\n".join(f"{rank}. {line}" for rank, line in enumerate(lines, start=1)))
 URL.bind("why_parts")
 parts = st.select_slider(t("why_parts"), PARTS, key="why_parts")
-shared.plotly_chart(vw.terms_figure(
+shared.plotly_chart(terms_figure(
     terms.matrix, qnames, knames, top=parts, rest_name=tp("why_rest"), sum_name=tp("why_sum"),
     title=tp("why_terms_title", i=i, qi=qi, j=j, kj=kj), query_title=tp("why_query_side", i=i),
     key_title=tp("why_key_side", j=j), term_title=tp("why_term_unit"), plot_px=shared.fewer(560), lang=L),
     key="why_terms")
 st.caption(t("why_sums_note", score=_signed(terms.raw)))
-shared.plotly_chart(vw.sides_figure(
+shared.plotly_chart(sides_figure(
     terms.query_side, terms.key_side, qnames, knames, top=parts, rest_name=tp("why_rest"),
     titles=(tp("why_query_side", i=i), tp("why_key_side", j=j)), title=tp("why_sides_title"),
     term_title=tp("why_term_unit"), row_px=round(26 * shared.factor()), lang=L), key="why_sides")
@@ -234,7 +239,7 @@ else:
     for col, side in ((g1, "key"), (g2, "query")):
         grid = row.by_head(side, at_j)
         title = tp(f"why_heads_{side}", layer=layer, head=head)
-        fig = vp.head_grid(grid, off_grid, title=title, score_title=tp("why_term_unit"), layer_title=tp("layer"),
+        fig = head_grid(grid, off_grid, title=title, score_title=tp("why_term_unit"), layer_title=tp("layer"),
                            head_title=tp("head"), off_title=tp("flow_off"), diverging=True,
                            height=max(280, 120 + 22 * layer), lang=L)
         fig.update_traces(colorbar_title_side="right", selector=dict(type="heatmap"))  # clear of the top tick
@@ -264,13 +269,13 @@ else:
     r3.metric(t("why_positional_share"), nb.percent(float(split.share[j]), 0, L), border=True)
     r4.metric(t("why_positional_head"), nb.percent(split.weighted_share, 0, L), border=True,
               help=t("why_positional_head_help"))
-    shared.plotly_chart(vw.rope_figure(
+    shared.plotly_chart(rope_figure(
         split.distances, split.curve, actual=i - j, actual_score=float(split.raw[j]),
         title=tp("why_rope_title", i=i, qi=qi, j=j, kj=kj), distance_title=tp("why_distance"),
         score_title=tp("why_score_axis"), actual_name=tp("why_actual", d=i - j), lang=L), key="why_rope")
     if i - j < 0:
         st.caption(t("why_rope_after", d=i - j))
-    shared.plotly_chart(vw.rope_keys_figure(
+    shared.plotly_chart(rope_keys_figure(
         split.content, split.positional, labels, j=j, names=(tp("why_content_short"), tp("why_positional_short")),
         title=tp("why_rope_keys_title", i=i, qi=qi), key_title=tp("key"), score_title=tp("why_score_axis"),
         max_ticks=shared.fewer(40), lang=L), key="why_rope_keys")
@@ -287,7 +292,7 @@ with st.expander(t("why_s5"), expanded=bool(st.session_state.get("why_comp"))):
             with st.spinner(t("why_comp_running")):
                 comp = _or_stop(_composition, sel.model, stack, layer)
             scores = comp.for_head(layer, head)
-            shared.plotly_chart(vw.composition_figure(
+            shared.plotly_chart(composition_figure(
                 scores, layer, titles=(tp("why_comp_q"), tp("why_comp_k"), tp("why_comp_v")),
                 title=tp("why_comp_title", layer=layer, head=head), layer_title=tp("layer"), head_title=tp("head"),
                 score_title=tp("why_comp_unit"), row_px=round(18 * shared.factor()), lang=L), key="why_comp_fig")

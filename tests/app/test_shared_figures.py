@@ -4,6 +4,7 @@ builds nothing and sends the browser exactly what the builder made; a caller's c
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -73,3 +74,40 @@ def test_the_model_view_keeps_what_it_drew():
     assert _sent(again) == _sent(vmv.model_view(w, selected=(1, 2))[0])
     cached(w, selected=(0, 0))
     assert len(calls) == 2
+
+
+def test_the_why_page_draws_its_figures_once_for_every_session(monkeypatch):
+    """Issue 48: a cached rerun of Why cost 134 ms, most of it plotly building the same figures for each student. A
+    second session builds none of them and sends exactly the charts the first one sent, and those a session
+    building every figure itself would send."""
+    from streamlit.testing.v1 import AppTest
+
+    from views.shared import cache
+
+    def session():
+        at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=600)
+        for key, value in {"lang": "tr", "model_key": "minilm-l6", "text": "Kedi fareyi kovaladı.", "why_layer": 2,
+                           "why_head": 5}.items():
+            at.session_state[key] = value
+        at.switch_page("views/why.py")
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+    import functools
+
+    from viz import pruning as vp
+    from viz import why as vw
+
+    built = []
+    for module, name in ((vw, "neuron_figure"), (vw, "terms_figure"), (vw, "sides_figure"), (vp, "head_grid")):
+        real = getattr(module, name)
+        counted = functools.wraps(real)(lambda *a, _real=real, **k: built.append(_real.__name__) or _real(*a, **k))
+        monkeypatch.setattr(module, name, counted)  # the same name and module: the same figures in the cache
+    first = session()
+    built.clear()
+    second = session()
+    assert built == [] and len(second) >= 5  # every chart of the page from the shared cache, none built again
+    assert second == first
+    monkeypatch.setattr(cache.CACHE, "get_or_create", lambda key, make: make())  # no cache: each figure built
+    assert session() == first and len(built) >= 5
