@@ -42,9 +42,11 @@ def test_a_figure_is_built_once_and_is_the_builders_own():
     assert _sent(second) == _sent(direct)
     assert isinstance(second.data[0].z, np.ndarray) and np.array_equal(second.data[0].z, direct.data[0].z)
     first.update_layout(title_text="changed")  # one session's styling reaches no other session's figure
-    first.data[0].z[0, 0] = 9.0
+    first.data[0].z[0, 0] = 9.0  # nor a change of an array in place (plotly's figure holds copies of the kept dict's)
+    first.layout.xaxis.tickvals = [0]
     third = cached(w, LABELS, LABELS, title="katman 0", lang="tr")
     assert third.layout.title.text == direct.layout.title.text and third.data[0].z[0, 0] == direct.data[0].z[0, 0]
+    assert third.layout.xaxis.tickvals == direct.layout.xaxis.tickvals
     cached(w, LABELS, LABELS, title="katman 0", lang="en")  # another language, another figure
     w2 = w.copy()
     w2[2] = [0.1, 0.1, 0.8]
