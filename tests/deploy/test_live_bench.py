@@ -42,3 +42,42 @@ def test_a_small_live_class_follows_the_teacher_counts_every_answer_and_keeps_ro
     assert answers["students_seeing_counts"] == 2, answers
     # no tab (teacher or student) drew a word of the other room
     assert result["crosstalk"] == [], result["crosstalk"]
+
+
+def test_a_student_whose_poll_timer_was_dropped_gets_it_back_and_follows_again():
+    """Issue 50: Streamlit drops the rest of a full run when a fragment's timer asks for a run just as it ends; the
+    browser has cleared its timers for that run, so when the dropped part held the poll's ``auto_rerun`` the page
+    polled no more and the student stayed on the old step for good (2 of 6 lesson walks in Chromium). Here the
+    student's tab loses its timer as a browser would, then the one fragment run that cut the full run arrives: it
+    arms the timer again (views/live_sections/panel.keep_polling), and the teacher's next change reaches the page."""
+    bench = _bench()
+    args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
+                             "--gap", "0.2", "--stagger", "0", "--timeout", "60"])
+
+    async def scenario():
+        server = bench.start(1)
+        try:
+            lesson = bench.Lesson(args, server.base, ["zebra", "quartz", "violin"], 1)
+            room = lesson.rooms[0]
+            await lesson.open_room(room)
+            student = room.students[0]
+            await lesson.join(room, student)
+            assert not lesson.missed, lesson.missed
+            await asyncio.sleep(1.5)  # the poll's timer is armed by the full run
+            assert len(student.timers) == 1, student.timers
+            poll = next(iter(student.timers))
+            student._stop_timer(poll)  # the full run's auto_rerun dropped: no timer in the browser
+            fragment_runs = student.fragment_runs
+            await student.send(fragment=poll)  # the tick that cut the full run, delivered
+            for _ in range(100):
+                if student.fragment_runs > fragment_runs and poll in student.timers:
+                    break
+                await asyncio.sleep(0.1)
+            assert poll in student.timers, "the fragment's own run did not arm its timer again"
+            await lesson.change(room, 0, "text")  # the teacher's next change reaches the student's page
+            assert not lesson.missed and [p["kind"] for p in lesson.pairs] == ["text"], lesson.missed
+            await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
+        finally:
+            bench.stop(server)
+
+    asyncio.run(scenario())
