@@ -102,15 +102,16 @@ def _step_shown(page, step: L.Step, n: int, total: int, title: str, who: str) ->
         raise AssertionError(f"step {n}: the {who}'s page ({page.url}) shows {shown!r}") from exc
 
 
-def walk(app_url: str, token: str, shots: Path | None = None, reloads: frozenset[int] = frozenset({1})) -> list[dict]:
+def walk(app_url: str, token: str, shots: Path | None = None, reloads: frozenset[int] = frozenset({1}),
+         on_room=None) -> list[dict]:
     """Walk the shipped lesson ``attention-intro`` on the app at ``app_url`` (its teacher token ``token``) as
     the module says, asserting what the room sees; the laptop reloads and changes its answer on the steps numbered
     in ``reloads`` (from 1; a step without a question is passed over); screenshots of each step for the teacher and
-    the phone in ``shots`` (JPEG) when given. Returns one ``{"step", "page", "settled_s"}`` per step.
+    the phone in ``shots`` (JPEG) when given; ``on_room(code)`` is called once the class is open (a benchmark's
+    students over the protocol join then). Returns one ``{"step", "page", "settled_s"}`` per step.
 
-    Known (issue 50, left open): a student that reloaded and changed its answer while a step's page was drawn has
-    twice stayed on that step when the teacher moved on (step 3 -> 4: its poll, an ``st.fragment(run_every=1)``,
-    ran no more), in 2 of 6 walks with a reload on every question; with the reload on step 1 only, 0 of 4.
+    Found by it (issue 50): a student stayed on step 3 for good when the teacher moved to step 4 (3 of 7 walks, with
+    or without a reload): its poll had lost its timer in the browser (views/live_sections/panel.keep_polling).
 
     Raises:
         AssertionError: a page that does not show what the room should see (the page's screenshot in
@@ -131,6 +132,8 @@ def walk(app_url: str, token: str, shots: Path | None = None, reloads: frozenset
         teacher.locator(".live-code").wait_for(timeout=WAIT)
         code = teacher.locator(".live-code").inner_text().replace("\u2009", "").strip()
         link = f"{app_url}/?room={code}&lang=tr"
+        if on_room is not None:
+            on_room(code)
         laptop, phone = _page(browser, 1280, 720), _page(browser, 390, 844, phone=True)
         late = None
         for student in (laptop, phone):

@@ -170,6 +170,8 @@ def _teacher_counts() -> None:
     session that no longer leads the room (closed, or led from another tab now) draws the whole app again, which
     says so (:func:`~views.live_sections.room.still_teacher`)."""
     keep_polling(2)
+    if room.run_lost():  # the teacher's last full run never fully reached the browser: draw the page again
+        st.rerun()
     room.push_unsent()  # a change the store could not take while it was down
     try:
         leads = room.store().teaches(room.code(), room.secret()) if room.in_fragment_run() else True

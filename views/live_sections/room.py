@@ -27,7 +27,6 @@ wraps the page's run in ``app.py``; when the page has run (or stopped), the teac
 from __future__ import annotations
 
 import secrets
-import time
 from contextlib import contextmanager
 
 import streamlit as st
@@ -42,14 +41,15 @@ from live import rules as live_rules
 from live.base import teacher_elsewhere
 from views import hosting, shared
 
+from . import redraw
+from .redraw import REDRAW_AFTER_S, SHOWN, in_fragment_run  # noqa: F401  (room.SHOWN, room.in_fragment_run ...)
+
 ROOM = "room"  # the query parameter of a student's link: the room code, nothing else of a class
 TEACH = "teach"  # the query parameter of the teacher's own page: the room code (a reload offers to lead it again)
 STEP = live_rules.LESSON_STEP  # a broadcast parameter only: "<lesson id>:<step index from 0>"
-SHOWN = "live_v"  # a student's link: the version of the room's state its last full run drew (mark_drawn)
 KEY = "key"  # the room's link key beside ROOM in the teacher's link: a join that no wrong-code flood locks out
 SEAT = "seat"  # a joined student's own link: their student id, so a reload or a second tab is the same student
 OWN = (*pagestate.OWN, ROOM, KEY, SEAT, TEACH, SHOWN)  # each viewer's own: never broadcast or taken from the teacher
-REDRAW_AFTER_S = 3.0  # a full run whose end the student's browser has not shown after this long is made again
 DEFAULT_PAGE = "explore"  # app.py's default page, whose url_path is ""
 DESK = "live"  # the Class page: the teacher's desk, not broadcast
 FOLLOWED = frozenset(pagestate.FOLLOWED)  # the pages a class follows (app.py: views/<page>.py)
@@ -353,7 +353,7 @@ def poll() -> bool:
     """
     if not is_student():
         return False
-    if _run_lost():
+    if run_lost():
         return True
     room, student = code(), st.session_state.get("_live_student")
     try:
@@ -424,45 +424,27 @@ def send_pending(rooms: live.RoomStore | None = None) -> None:
 
 
 def mark_drawn() -> None:
-    """At the end of a student's full run: put the version of the room's state it drew in the link (:data:`SHOWN`),
-    the run's last message, so that the browser's next request says whether the whole run reached it
-    (:func:`_run_lost`)."""
-    version = st.session_state.get("_live_seen")
-    if not is_student() or version is None:
+    """At the end of a full run: the version of the room's state a student's run drew, or the number of the
+    teacher's full run, put in the link (:func:`.redraw.mark`), so that a run the browser never fully got is found."""
+    if is_student():
+        version = st.session_state.get("_live_seen")
+    elif is_teacher():
+        version = st.session_state["_live_runs"] = int(st.session_state.get("_live_runs", 0)) + 1
+    else:
         return
-    if st.query_params.get(SHOWN) != str(version):
-        st.query_params[SHOWN] = str(version)
-    st.session_state["_live_drawn"] = (version, time.monotonic())
+    if version is not None:
+        redraw.mark(version)
 
 
-def _run_lost() -> bool:
-    """Whether the last full run drawn for this student never fully reached its browser; if so, draw it again (and,
-    following, make the move to the teacher's page again).
-
-    Streamlit 1.67 can drop the rest of a run's messages: when the poll's timer asks for a run after a full run's
-    script has ended but before all its messages were sent, the new script runner starts and the old one's queue is
-    ignored ("Ignoring event from non-current ScriptRunner"; bench/live_class.py counted 3-17 such runs in a
-    30-student lesson). The script did run, so the session's state says the page was drawn, but the browser shows a
-    half-drawn or old page until the teacher's next change. The browser sends the link it holds with every request;
-    :func:`mark_drawn` sets the version in it as the run's last message, so a link without it
-    :data:`REDRAW_AFTER_S` seconds after that run (time for its messages to arrive) means the run was cut."""
-    drawn = st.session_state.get("_live_drawn")  # (version, monotonic time) of the last full run's state
-    # only a fragment's run carries the browser's own link: in a full run the link is the one this run is setting
-    if drawn is None or not in_fragment_run() or st.query_params.get(SHOWN) == str(drawn[0]):
+def run_lost() -> bool:
+    """Whether the last full run drawn for this viewer never fully reached its browser (:func:`.redraw.lost`); for a
+    following student, the move to the teacher's page is then made again."""
+    if not redraw.lost():
         return False
-    if time.monotonic() - drawn[1] < REDRAW_AFTER_S:
-        return False
-    st.session_state["_live_drawn"] = (drawn[0], time.monotonic())  # at most one redraw per REDRAW_AFTER_S
     applied = st.session_state.get("_live_applied")
     if following() and applied is not None:
         st.session_state["_live_goto"] = applied
     return True
-
-
-def in_fragment_run() -> bool:
-    """Whether this run redraws fragments only (a fragment's timer or widget), not the whole page."""
-    ctx = get_script_run_ctx()
-    return bool(ctx is not None and ctx.fragment_ids_this_run)
 
 
 def go(name: str, params: dict[str, str]) -> None:
