@@ -256,7 +256,7 @@ def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
     denom = math.sqrt(float((ra * ra).sum() * (rb * rb).sum()))
     if not denom > 0:
         raise UndefinedError("Spearman's rank correlation is undefined: one of the score arrays is constant (all "
-                             "its values equal), so its ranks do not vary.", code="rank_constant", n=int(a.size))
+                             "its values equal), so its ranks do not vary.", code="rank_constant")
     return float((ra * rb).sum() / denom)
 
 
