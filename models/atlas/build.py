@@ -22,6 +22,7 @@ from ..errors import UnsupportedOperationError
 from ..loading.model import LoadedModel
 from . import store
 from .corpus import Corpus, check_language
+from .eta import Eta
 from .metrics import SUMS, TOP_KEYS, TextSums
 
 #: the longest text read, in tokens, unless asked otherwise (Neuronpedia's ``--seq-len``)
@@ -73,7 +74,8 @@ def check_settings(loaded: LoadedModel, max_tokens, limit, repeats, repeat_lengt
 
 
 def folder_for(loaded: LoadedModel, corpus: Corpus, settings: Settings, root: Path | None = None) -> Path:
-    """The atlas folder of (model, corpus, settings) (see :mod:`models.atlas.store`)."""
+    """The atlas folder of (model, corpus, settings) (see :mod:`models.atlas.store`); of ``loaded`` only its
+    ``name`` is read, of ``corpus`` its ``name`` and ``digest``."""
     root = store.atlas_root() if root is None else Path(root)
     return root / store.safe(loaded.name) / f"{store.safe(corpus.name)}-{corpus.digest}-{settings.tag}"
 
@@ -81,21 +83,52 @@ def folder_for(loaded: LoadedModel, corpus: Corpus, settings: Settings, root: Pa
 def _items(loaded: LoadedModel, corpus: Corpus, settings: Settings) -> tuple[list[tuple[str, int, str]], str]:
     """``(grp, index, text)`` of every text to read, and why there are no repeated sequences ("" if there are)."""
     texts = corpus.texts[: settings.limit] if settings.limit else corpus.texts
-    items = [("corpus", i, t) for i, t in enumerate(texts)]
-    why = ""
-    if corpus.audio:
-        return items, "a speech model reads clips: no repeated random tokens."
-    if settings.repeats and loaded.family == "decoder":
-        from ..experiments.induction import repeated_text
+    repeats, why = repeat_items(loaded, corpus.audio, settings)
+    return [("corpus", i, t) for i, t in enumerate(texts)] + repeats, why
 
-        try:
-            for seed in range(settings.repeats):
-                items.append(("repeat", seed, repeated_text(loaded, settings.repeat_length, seed)[0]))
-        except UnsupportedOperationError as exc:
-            why = str(exc)
-    elif settings.repeats:
-        why = f"repeated random tokens are read by decoders only; '{loaded.name}' is an {loaded.family}."
-    return items, why
+
+def repeat_items(loaded: LoadedModel, audio: bool, settings: Settings) -> tuple[list[tuple[str, int, str]], str]:
+    """The ``("repeat", seed, text)`` items of the repeated random sequences, and why there are none ("" if
+    there are)."""
+    if audio:
+        return [], "a speech model reads clips: no repeated random tokens."
+    if not settings.repeats:
+        return [], ""
+    if loaded.family != "decoder":
+        return [], f"repeated random tokens are read by decoders only; '{loaded.name}' is an {loaded.family}."
+    from ..experiments.induction import repeated_text
+
+    items = []
+    try:
+        for seed in range(settings.repeats):
+            items.append(("repeat", seed, repeated_text(loaded, settings.repeat_length, seed)[0]))
+    except UnsupportedOperationError as exc:
+        return items, str(exc)
+    return items, ""
+
+
+def new_manifest(model: dict, corpus, settings: Settings, counts: dict, no_repeats: str, language: dict) -> dict:
+    """The manifest of an atlas not started yet (:mod:`models.atlas.store`). ``model``: :func:`model_facts`;
+    ``counts``: items per group (``corpus``, ``repeat``)."""
+    return {"version": store.VERSION, **model,
+            "corpus": {"name": corpus.name, "digest": corpus.digest, "texts": len(corpus), "language": corpus.language,
+                       "source": corpus.source, "licence": corpus.licence},
+            "settings": asdict(settings), "items": counts, "no_repeats": no_repeats, "tokenizer": language,
+            "complete": False, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def model_facts(loaded: LoadedModel) -> dict:
+    """What an atlas's manifest says of its model: ``model`` (name), ``family``, ``capture_path``, ``stacks``."""
+    return {"model": loaded.name, "family": loaded.family, "capture_path": loaded.capture_path,
+            "stacks": {s: list(v) for s, v in loaded.stacks.items()}}
+
+
+def finish(folder: Path, manifest: dict, count: int, total: int) -> None:
+    """Mark the atlas complete once ``count`` of its ``total`` items are written."""
+    if count == total and not manifest.get("complete"):
+        manifest["complete"] = True
+        manifest["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        store.write_manifest(folder, manifest)
 
 
 def text_sums(loaded: LoadedModel, text: str, max_tokens: int, language: str | None = None
@@ -147,6 +180,23 @@ def _rows(model: str, corpus: str, grp: str, index: int, accs: dict[str, TextSum
     return sums, examples
 
 
+def read_item(loaded: LoadedModel, corpus, grp: str, index: int, text: str, max_tokens: int
+              ) -> tuple[dict, dict, dict]:
+    """One item of a build read: the ``sums``, ``examples`` and ``texts`` rows of its part (see
+    :mod:`models.atlas.store`); ``texts`` holds ``tokens`` (read), ``truncated`` (tokens cut from the end, 0 if
+    none) and ``seconds`` (wall time of the analysis). ``corpus``: the :class:`Corpus` (or a streamed
+    :class:`models.atlas.stream.CorpusFile`) the item is from."""
+    start = time.perf_counter()
+    language = corpus.languages[index] if corpus.audio and grp == "corpus" else None
+    accs, tokens, truncated = text_sums(loaded, text, max_tokens, language)
+    sums, examples = _rows(loaded.name, corpus.name, grp, index, accs)
+    texts = {"grp": [grp], "text": [index], "content": [Path(text).name if corpus.audio else text],
+             "tokens": [len(tokens)], "starts": [[t.start for t in tokens]], "ends": [[t.end for t in tokens]],
+             "special": [[t.special for t in tokens]], "truncated": [truncated],
+             "seconds": [time.perf_counter() - start]}
+    return sums, examples, texts
+
+
 def _extend(into: dict, part: dict) -> None:
     for key, values in part.items():
         into.setdefault(key, []).extend(values)
@@ -166,8 +216,9 @@ def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None =
     twice in ``max_tokens``).
 
     Args:
-        progress: called after each text with ``(done, total, seconds_left)`` (None until one text is timed;
-            the estimate scales the seconds per character so far by the characters left).
+        progress: called after each text with ``(done, total, seconds_left)`` (None until two texts are read;
+            :class:`models.atlas.eta.Eta`: the tokens left estimated from their characters, at the throughput
+            measured since the first text).
         stop: called after each text; True stops the build after writing what is done (resumable).
         root: the folder of atlases (default :func:`models.atlas.store.atlas_root`).
 
@@ -198,22 +249,13 @@ def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None =
     if (folder / "manifest.json").is_file():
         manifest = store.read_manifest(folder)
     else:
-        manifest = {
-            "version": store.VERSION, "model": loaded.name, "family": loaded.family,
-            "capture_path": loaded.capture_path, "stacks": {s: list(v) for s, v in loaded.stacks.items()},
-            "corpus": {"name": corpus.name, "digest": corpus.digest, "texts": len(corpus), "language": corpus.language,
-                       "source": corpus.source, "licence": corpus.licence},
-            "settings": asdict(settings), "items": {"corpus": sum(1 for g, *_ in items if g == "corpus"),
-                                                    "repeat": sum(1 for g, *_ in items if g == "repeat")},
-            "no_repeats": no_repeats, "tokenizer": language, "complete": False,
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
+        counts = {g: sum(1 for it in items if it[0] == g) for g in ("corpus", "repeat")}
+        manifest = new_manifest(model_facts(loaded), corpus, settings, counts, no_repeats, language)
         store.write_manifest(folder, manifest)
     done = store.done_texts(folder)
     todo = [it for it in items if (it[0], it[1]) not in done]
     writer = store.PartWriter(folder)
-    chars_left = sum(len(t) for *_, t in todo)
-    chars_done, seconds = 0, 0.0
+    eta = Eta([len(t) for *_, t in todo], settings.max_tokens, language.get("tokens_per_char", 0.0))
     part: tuple[dict, dict, dict] = ({}, {}, {})
     count = len(items) - len(todo)
 
@@ -223,30 +265,19 @@ def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None =
             writer.write(*part)
         part = ({}, {}, {})
 
-    for grp, index, text in todo:
-        start = time.perf_counter()
-        language = corpus.languages[index] if corpus.audio else None
-        accs, tokens, truncated = text_sums(loaded, text, settings.max_tokens, language)
-        sums, examples = _rows(loaded.name, corpus.name, grp, index, accs)
-        took = time.perf_counter() - start
-        _extend(part[0], sums)
-        _extend(part[1], examples)
-        _extend(part[2], {"grp": [grp], "text": [index], "content": [Path(text).name if corpus.audio else text], "tokens": [len(tokens)],
-                          "starts": [[t.start for t in tokens]], "ends": [[t.end for t in tokens]],
-                          "special": [[t.special for t in tokens]], "truncated": [truncated], "seconds": [took]})
+    for i, (grp, index, text) in enumerate(todo):
+        read = read_item(loaded, corpus, grp, index, text, settings.max_tokens)
+        for into, rows in zip(part, read[:3]):
+            _extend(into, rows)
+        eta.add(i, read[2]["tokens"][0], read[2]["truncated"][0])
+        eta.tick()
         count += 1
-        seconds += took
-        chars_done += len(text)
-        chars_left -= len(text)
         if len(part[2]["text"]) >= PART_TEXTS:
             flush()
         if progress is not None:
-            progress(count, len(items), seconds / max(chars_done, 1) * chars_left)
+            progress(count, len(items), eta.seconds_left())
         if stop is not None and stop():
             break
     flush()
-    if count == len(items) and not manifest.get("complete"):
-        manifest["complete"] = True
-        manifest["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        store.write_manifest(folder, manifest)
+    finish(folder, manifest, count, len(items))
     return Atlas(folder)

@@ -23,6 +23,8 @@ from ..errors import InvalidCorpusError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "corpora"
 SHIPPED = ("en", "tr")
+#: the corpus files read (``.parquet`` by :mod:`models.atlas.stream`, batch by batch)
+SUFFIXES = (".txt", ".csv", ".jsonl", ".parquet")
 #: the largest corpus file read (64 MiB: some 10 million words, far past what an atlas on a laptop covers)
 MAX_FILE_BYTES = 64 << 20
 #: the most texts one corpus holds (an atlas reads them one by one; a larger corpus is cut, and says so)
@@ -99,7 +101,8 @@ def load_corpus(source: str | Path, *, column: str | None = None, name: str | No
     """A shipped corpus by its language code, or a corpus file by its path.
 
     Args:
-        source: ``"en"``/``"tr"``, or the path of a ``.txt`` / ``.csv`` / ``.jsonl`` file.
+        source: ``"en"``/``"tr"``, or the path of a ``.txt`` / ``.csv`` / ``.jsonl`` / ``.parquet`` file (a
+            larger one is read in a stream by an atlas on Ray: :mod:`models.atlas.stream`).
         column: the text column of a ``.csv``/``.jsonl`` file (default ``text``).
         name: the corpus's name (default: the file name).
 
@@ -120,8 +123,8 @@ def load_corpus(source: str | Path, *, column: str | None = None, name: str | No
             f"'{path.name}' is {size / (1 << 20):,.0f} MiB; a corpus file may be at most {MAX_FILE_BYTES >> 20} MiB.",
             code="corpus_too_large", file=path.name[-80:], mib=round(size / (1 << 20)), limit=MAX_FILE_BYTES >> 20)
     suffix = path.suffix.lower()
-    if suffix not in (".txt", ".csv", ".jsonl"):
-        raise InvalidCorpusError(f"'{path.name}': a corpus is a .txt, .csv or .jsonl file.",
+    if suffix not in SUFFIXES:
+        raise InvalidCorpusError(f"'{path.name}': a corpus is a .txt, .csv, .jsonl or .parquet file.",
                                  code="corpus_suffix", file=path.name[-80:])
     return corpus_from_bytes(path.read_bytes(), name=name or path.name, suffix=suffix, column=column,
                              source=str(path))
@@ -133,6 +136,8 @@ def corpus_from_bytes(data: bytes, *, name: str, suffix: str, column: str | None
         raise InvalidCorpusError(
             f"'{name}' is {len(data) / (1 << 20):,.0f} MiB; a corpus file may be at most {MAX_FILE_BYTES >> 20} MiB.",
             code="corpus_too_large", file=name[-80:], mib=round(len(data) / (1 << 20)), limit=MAX_FILE_BYTES >> 20)
+    if suffix.lower() == ".parquet":
+        return corpus_from_texts(_parquet_column(data, column or "text", name), name=name, source=source or name)
     if b"\x00" in data[:1 << 16]:
         raise InvalidCorpusError(f"'{name}' is a binary file, not text.", code="corpus_binary", file=name[-80:])
     try:
@@ -146,19 +151,38 @@ def corpus_from_bytes(data: bytes, *, name: str, suffix: str, column: str | None
     elif suffix in (".csv", ".jsonl"):
         texts = _column(raw, suffix, column or "text", name)
     else:
-        raise InvalidCorpusError(f"'{name}': a corpus is a .txt, .csv or .jsonl file.",
+        raise InvalidCorpusError(f"'{name}': a corpus is a .txt, .csv, .jsonl or .parquet file.",
                                  code="corpus_suffix", file=name[-80:])
     return corpus_from_texts(texts, name=name, source=source or name)
+
+
+def no_column(name: str, column: str, columns) -> InvalidCorpusError:
+    """The error for a corpus file without its text column (code ``corpus_column``); ``columns``: those it has."""
+    listed = ", ".join(columns)
+    return InvalidCorpusError(f"'{name}' has no column '{column}'; its columns: {listed or '(none)'}.",
+                              code="corpus_column", file=name[-80:], column=column[:60], columns=listed[:200] or "-")
+
+
+def _parquet_column(data: bytes, column: str, name: str) -> list[str]:
+    """The text column of a Parquet file's bytes (non-strings read as "")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+    except Exception as exc:  # pyarrow raises ArrowInvalid (and OSError) for bytes that are not Parquet
+        raise InvalidCorpusError(f"'{name}' is not a Parquet file ({type(exc).__name__}).", code="corpus_binary",
+                                 file=name[-80:]) from None
+    if column not in pf.schema_arrow.names:
+        raise no_column(name, column, pf.schema_arrow.names)
+    return [v if isinstance(v, str) else "" for v in pf.read(columns=[column]).column(0).to_pylist()]
 
 
 def _column(raw: str, suffix: str, column: str, name: str) -> list[str]:
     if suffix == ".csv":
         reader = csv.DictReader(io.StringIO(raw))
         if column not in (reader.fieldnames or []):
-            raise InvalidCorpusError(
-                f"'{name}' has no column '{column}'; its columns: {', '.join(reader.fieldnames or []) or '(none)'}.",
-                code="corpus_column", file=name[-80:], column=column[:60],
-                columns=", ".join(reader.fieldnames or [])[:200] or "-")
+            raise no_column(name, column, reader.fieldnames or [])
         return [row.get(column) or "" for row in reader]
     texts, seen = [], set()
     for number, line in enumerate(raw.splitlines(), 1):
@@ -174,9 +198,7 @@ def _column(raw: str, suffix: str, column: str, name: str) -> list[str]:
             value = row.get(column)
             texts.append(value if isinstance(value, str) else "")
     if column not in seen:
-        raise InvalidCorpusError(f"'{name}' has no column '{column}'; its columns: {', '.join(sorted(seen)) or '(none)'}.",
-                                 code="corpus_column", file=name[-80:], column=column[:60],
-                                 columns=", ".join(sorted(seen))[:200] or "-")
+        raise no_column(name, column, sorted(seen))
     return texts
 
 

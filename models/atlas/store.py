@@ -14,7 +14,9 @@ Layout of ``<cache>/atlas/<model>/<corpus>-<digest>-<settings>/``:
 * ``labels.parquet``: the causal tests (:mod:`models.atlas.labels`).
 
 A part is written to a temporary name and renamed, so an interrupted build leaves whole parts only; the next
-build reads which texts are in and goes on from there. Parquet (Apache Arrow's columnar format) keeps each
+build reads which texts are in and goes on from there. The in-process build numbers its parts ``NNNNN``; a build on
+Ray (:mod:`models.atlas.cluster`) names each part after its shard, ``rPPPPPPPPPxS`` (the shard's first item and
+its size), so a shard run again after its worker died writes the same files again instead of a second copy. Parquet (Apache Arrow's columnar format) keeps each
 column compressed and typed; DuckDB queries every part of every atlas on disk in one SQL statement
 (``read_parquet`` over a glob), which is what "find heads across models" needs, without a server.
 """
@@ -77,18 +79,34 @@ class PartWriter:
         self.next = max(numbers, default=-1) + 1
 
     def write(self, sums: dict[str, list], examples: dict[str, list], texts: dict[str, list]) -> None:
-        """Write one part of each table (columns: name -> values); the ``texts`` table last (a text counts as
-        done once it is there)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        number = f"{self.next:05d}"
-        for table, rows in (("sums", sums), ("examples", examples), ("texts", texts)):
-            target = self.folder / "parts" / f"{table}-{number}.parquet"
-            tmp = target.with_name(f".{target.name}.tmp")
-            pq.write_table(pa.Table.from_pydict(rows), tmp, compression="zstd")
-            os.replace(tmp, target)
+        """Write the next numbered part (:func:`write_part`)."""
+        write_part(self.folder, f"{self.next:05d}", sums, examples, texts)
         self.next += 1
+
+
+#: a part's name: the in-process build's number, or a Ray shard's ``r<first item>x<shard size>``
+PART_NAME = r"(\d+|r\d+x\d+)"
+
+
+def shard_part(first: int, size: int) -> str:
+    """The part name of the shard of ``size`` items starting at item ``first`` (a build on Ray)."""
+    return f"r{first:09d}x{size}"
+
+
+def write_part(folder: Path, name: str, sums: dict[str, list], examples: dict[str, list],
+               texts: dict[str, list]) -> None:
+    """Write one part of each table (columns: name -> values) as ``<table>-<name>.parquet``, each to a temporary
+    name first and renamed; the ``texts`` table last (a text counts as done once it is there). Writing a part
+    of the same name again replaces it whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (folder / "parts").mkdir(parents=True, exist_ok=True)
+    for table, rows in (("sums", sums), ("examples", examples), ("texts", texts)):
+        target = folder / "parts" / f"{table}-{name}.parquet"
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        pq.write_table(pa.Table.from_pydict(rows), tmp, compression="zstd")
+        os.replace(tmp, target)
 
 
 def complete_parts(folder: Path) -> list[str]:
@@ -96,7 +114,7 @@ def complete_parts(folder: Path) -> list[str]:
     last; a part one of whose files has gone since is not complete: its texts are read again by the next build),
     in order."""
     names = {p.name for p in (folder / "parts").glob("*.parquet")} if (folder / "parts").is_dir() else set()
-    return sorted(m.group(1) for name in names if (m := re.match(r"texts-(\d+)\.parquet$", name))
+    return sorted(m.group(1) for name in names if (m := re.match(rf"texts-{PART_NAME}\.parquet$", name))
                   and f"sums-{m.group(1)}.parquet" in names and f"examples-{m.group(1)}.parquet" in names)
 
 

@@ -1,0 +1,303 @@
+"""The atlas on Ray: a corpus of 10k-1M texts read by Ray actors that each hold the model, on one machine or a
+cluster (issue 46).
+
+Ray (https://docs.ray.io) is imported only here, and only when a build on Ray is asked for; without it the
+in-process :func:`models.atlas.build_atlas` is the default. The same code runs on this machine
+(``address="local"``: Ray starts a local instance with ``workers`` CPUs) and on a cluster (``"auto"`` on a node
+of a cluster started with ``ray start --head``, or ``"ray://HOST:10001"`` through Ray Client).
+
+How a build goes:
+
+1. The driver opens the corpus in a stream (:class:`models.atlas.stream.CorpusFile`; one pass checks it and counts
+   its texts, characters and digest before any work) and starts one actor per worker, each loading the model
+   (a GPU actor where the cluster has GPUs). The first actor checks the settings and the corpus's language and
+   makes the repeated random sequences, so the driver never loads the model.
+2. The items (the corpus's texts, then the repeated sequences) are cut into shards of ``shard_texts``
+   consecutive items; the driver keeps two shards in flight per actor and reads the file only as far as that
+   needs. An actor analyses each text as the in-process build does (:func:`models.atlas.build.read_item`) and
+   writes the shard's Parquet part itself, named after the shard (:func:`models.atlas.store.shard_part`), to a
+   temporary name first: the store is a folder every node can write (``root``).
+3. **Exactly once.** A shard whose actor dies is run again by Ray (the actor restarts and its tasks are retried:
+   ``max_restarts``, ``max_task_retries``); a shard run twice writes the same part name again, so no text is
+   counted twice. An interrupted build resumes: shards whose texts are all in complete parts are skipped, and the
+   others are read again (only their texts not yet in).
+4. **Progress** comes from the workers: each shard's texts, tokens read and tokens cut;
+   :class:`models.atlas.eta.Eta` turns them into tokens per second and the time left.
+
+The atlas written is the in-process one: same folder (model, corpus digest, settings), same parts' columns,
+DuckDB queries unchanged; its values equal the in-process build's to float tolerance (tests/engine/test_atlas_ray.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+from .. import checks
+from ..errors import DikkatError, InvalidArgumentError
+from . import store
+from .build import PART_TEXTS, REPEATS, Settings, finish, folder_for, new_manifest
+from .corpus import Corpus
+from .eta import Eta
+from .stream import CorpusFile
+
+#: the environment a worker needs from the driver (where the cache, models and atlases are; offline hub)
+_ENV_PREFIXES = ("DIKKAT_", "HF_", "TRANSFORMERS_")
+#: restarts of a dead actor, and retries of its tasks, before the build gives up (it resumes when run again)
+RETRIES = 3
+
+
+@dataclass
+class RayRun:
+    """A build on Ray as its progress callback sees it.
+
+    Attributes:
+        eta: texts, tokens, tokens per second and time left (:class:`models.atlas.eta.Eta`).
+        workers: actors. pids: each actor's process id now. restarts: actors found restarted (a new process id).
+        startup_seconds: from the call to every actor holding the model. shards: shards written this run.
+        cut: ``(grp, index, tokens cut)`` of every text cut to ``max_tokens`` this run.
+    """
+
+    eta: Eta
+    workers: int = 0
+    pids: list[int] = field(default_factory=list)
+    restarts: int = 0
+    startup_seconds: float = 0.0
+    shards: int = 0
+    cut: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+RayProgress = Callable[[int, int, "float | None", RayRun], None]
+
+
+class _Worker:
+    """A Ray actor holding the model (made a Ray actor class by :func:`_actor`)."""
+
+    def __init__(self, model: str, device: str, threads: int) -> None:
+        import torch
+
+        from ..loading.loader import load
+
+        torch.set_num_threads(max(1, threads))
+        self.loaded = load(model, device=device)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def plan(self, head: Corpus, max_tokens, limit, repeats, repeat_length) -> dict:
+        """Settings checked, the corpus's language checked on its first texts, the repeated sequences made."""
+        from .build import check_settings, model_facts, repeat_items
+        from .corpus import check_language
+
+        settings = check_settings(self.loaded, max_tokens, limit, repeats, repeat_length)
+        language = check_language(self.loaded, head)
+        items, why = repeat_items(self.loaded, head.audio, settings)
+        return {"settings": settings, "model": model_facts(self.loaded), "language": language,
+                "repeats": items, "no_repeats": why}
+
+    def run(self, folder: str, part: str, corpus: SimpleNamespace, items: list, max_tokens: int) -> dict:
+        """Read a shard's items and write its part; ``{"pid", "texts": [(grp, index, tokens, truncated)]}``."""
+        from .build import _extend, read_item
+
+        tables: tuple[dict, dict, dict] = ({}, {}, {})
+        for grp, index, text in items:
+            for into, rows in zip(tables, read_item(self.loaded, corpus, grp, index, text, max_tokens)):
+                _extend(into, rows)
+        store.write_part(Path(folder), part, *tables)
+        t = tables[2]
+        return {"pid": os.getpid(), "texts": list(zip(t["grp"], t["text"], t["tokens"], t["truncated"]))}
+
+
+def _actor(ray):
+    return ray.remote(max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
+
+
+def connect(address: str, workers: int | None) -> bool:
+    """Join (or start) Ray: ``"local"`` starts a local instance with ``workers`` CPUs (default: this machine's),
+    ``"auto"`` joins the cluster this node belongs to, ``"ray://HOST:PORT"`` a cluster through Ray Client. The
+    workers get the driver's ``DIKKAT_*``/``HF_*``/``TRANSFORMERS_*`` environment and this checkout on their
+    ``PYTHONPATH`` (on a cluster, Dikkat at the same path on every node). Returns whether this call started Ray
+    (then :func:`build_atlas_ray` shuts it down at the end); Ray already started in this process is used as it is.
+
+    Raises:
+        InvalidArgumentError: another address (code ``ray_address``).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if not isinstance(address, str) or not (address in ("local", "auto") or address.startswith("ray://")):
+        raise InvalidArgumentError(
+            f"Ray address {checks.shown(address)}: use local, auto or ray://HOST:PORT.", code="ray_address",
+            value=str(address)[:80])
+    root = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    options = {"runtime_env": {"env_vars": env}, "include_dashboard": False, "log_to_driver": False,
+               "configure_logging": False}
+    if address == "local":
+        ray.init(num_cpus=workers or os.cpu_count() or 1, **options)
+    else:
+        ray.init(address=address, **options)
+    return True
+
+
+def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, address: str = "local",
+                    workers: int | None = None, max_tokens: int | None = None, limit: int | None = None,
+                    repeats: int = REPEATS, repeat_length: int | None = None, shard_texts: int = PART_TEXTS,
+                    device: str = "auto", progress: RayProgress | None = None, stop: Callable[[], bool] | None = None,
+                    root: Path | None = None):
+    """Compute (or finish) the atlas of ``model`` on ``corpus`` on Ray and return it (module docstring).
+
+    Args:
+        model: what :func:`models.load` takes (a catalog key, a folder or a hub id), loaded by every actor.
+        corpus: a :class:`Corpus`, a :class:`CorpusFile`, or a path (opened as a :class:`CorpusFile`).
+        address: ``"local"``, ``"auto"`` or ``"ray://HOST:PORT"`` (:func:`connect`).
+        workers: actors (default: one per CPU of the Ray cluster, or per GPU where it has GPUs).
+        max_tokens, limit, repeats, repeat_length: as :func:`models.atlas.build_atlas`.
+        shard_texts: items per shard (and per part); a dead worker loses at most one shard's work.
+        progress: called after each shard with ``(done, total, seconds_left, run)`` (:class:`RayRun`).
+        stop: called after each shard; True stops giving out shards (those in flight are written; resumable).
+        root: the folder of atlases, one every node can write (default :func:`models.atlas.store.atlas_root`).
+
+    Returns:
+        :class:`models.atlas.Atlas` (``complete`` False when stopped); its ``ray_run`` attribute is the
+        :class:`RayRun`.
+
+    Raises:
+        InvalidArgumentError: settings out of range, ``workers``/``shard_texts`` not whole numbers from 1, a bad
+        address. InvalidCorpusError: as :class:`CorpusFile` and :func:`models.atlas.corpus.check_language`.
+        DikkatError: what a worker raised for a text (its message), or a worker dead more than :data:`RETRIES`
+        times (code ``ray_worker_died``).
+    """
+    from .atlas import Atlas
+
+    workers = checks.whole("workers", workers, 1, 4096, none=True)
+    shard_texts = checks.whole("shard_texts", shard_texts, 1, 100_000)
+    if isinstance(corpus, (str, Path)):
+        corpus = CorpusFile(Path(corpus))
+    count, _, chars = corpus.scan() if isinstance(corpus, CorpusFile) else (
+        len(corpus), corpus.digest, [len(t) for t in corpus.texts])
+    head = corpus.head() if isinstance(corpus, CorpusFile) else Corpus(
+        name=corpus.name, texts=corpus.texts[:32], audio=corpus.audio, languages=corpus.languages[:32])
+    started_at = time.perf_counter()
+    import ray
+
+    started = connect(address, workers)
+    try:
+        gpus = int(ray.cluster_resources().get("GPU", 0)) if device != "cpu" else 0
+        n = workers or (gpus or max(1, int(ray.cluster_resources().get("CPU", 1))))
+        cpus = max(1, int(ray.cluster_resources().get("CPU", n)) // n)
+        actors = [_actor(ray).options(num_cpus=1, num_gpus=1 if gpus else 0).remote(model, device, cpus)
+                  for _ in range(n)]
+        plan = ray.get(actors[0].plan.remote(head, max_tokens, limit, repeats, repeat_length))
+        settings: Settings = plan["settings"]
+        run = RayRun(eta=Eta([], settings.max_tokens), workers=n,
+                     pids=ray.get([a.pid.remote() for a in actors]))
+        run.startup_seconds = time.perf_counter() - started_at
+        texts = min(count, settings.limit) if settings.limit else count
+        folder = folder_for(SimpleNamespace(name=plan["model"]["model"]), corpus, settings, root)
+        if (folder / "manifest.json").is_file():
+            manifest = store.read_manifest(folder)
+        else:
+            manifest = new_manifest(plan["model"], corpus, settings,
+                                    {"corpus": texts, "repeat": len(plan["repeats"])}, plan["no_repeats"],
+                                    plan["language"])
+            store.write_manifest(folder, manifest)
+        total = texts + len(plan["repeats"])
+        lengths = list(chars[:texts]) + [len(t) for *_, t in plan["repeats"]]
+        run.eta = Eta(lengths, settings.max_tokens, plan["language"].get("tokens_per_char", 0.0))
+        done = store.done_texts(folder)
+        for position, (grp, index) in enumerate(_keys(texts, plan["repeats"])):
+            if (grp, index) in done:
+                run.eta.skip(position)
+        meta = SimpleNamespace(name=corpus.name, audio=corpus.audio, languages=tuple(corpus.languages))
+        shards = _shards(_stream(corpus, texts, plan["repeats"]), shard_texts, done)
+        count_done = len(done)
+        free = {i: 2 for i in range(n)}
+        flying: dict = {}
+        stopping = False
+        while True:
+            while not stopping and any(free.values()):
+                shard = next(shards, None)
+                if shard is None:
+                    break
+                i = max(free, key=free.__getitem__)
+                first, placed = shard
+                ref = actors[i].run.remote(str(folder), store.shard_part(first, shard_texts), meta,
+                                           [item for _, item in placed], settings.max_tokens)
+                flying[ref] = (i, first, placed)
+                free[i] -= 1
+            if not flying:
+                break
+            ready, _ = ray.wait(list(flying), num_returns=1)
+            i, first, placed = flying.pop(ready[0])
+            free[i] += 1
+            try:
+                result = ray.get(ready[0])
+            except ray.exceptions.RayActorError as exc:
+                raise DikkatError(f"A Ray worker died more than {RETRIES} times reading the shard at item {first}; "
+                                  "what is written stays, and running the build again resumes it.",
+                                  code="ray_worker_died") from exc
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.as_instanceof_cause()
+                raise (cause if isinstance(cause, DikkatError) else DikkatError(str(exc).splitlines()[-1][:300]))
+            if result["pid"] != run.pids[i]:
+                run.pids[i] = result["pid"]
+                run.restarts += 1
+            position = {(item[0], item[1]): p for p, item in placed}
+            for grp, index, tokens, truncated in result["texts"]:
+                run.eta.add(position[(grp, index)], tokens, truncated)
+                if truncated:
+                    run.cut.append((grp, index, int(truncated)))
+            run.eta.tick()
+            count_done += len(result["texts"])
+            run.shards += 1
+            if progress is not None:
+                progress(count_done, total, run.eta.seconds_left(), run)
+            if stop is not None and stop():
+                stopping = True
+        if not stopping:
+            finish(folder, manifest, len(store.done_texts(folder)), total)
+        atlas = Atlas(folder)
+        atlas.ray_run = run
+        return atlas
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _keys(texts: int, repeats: list):
+    """``(grp, index)`` of every item, in order."""
+    for i in range(texts):
+        yield "corpus", i
+    for grp, index, _ in repeats:
+        yield grp, index
+
+
+def _stream(corpus, texts: int, repeats: list):
+    """Every item ``(grp, index, text)`` in order, the corpus's read as they are needed."""
+    source = corpus.texts() if isinstance(corpus, CorpusFile) else iter(corpus.texts)
+    for i, text in zip(range(texts), source):
+        yield "corpus", i, text
+    yield from repeats
+
+
+def _shards(items, size: int, done: set):
+    """``(first item's position, [(position, item)] of its items not done)`` of every shard of ``size`` items
+    that has any left."""
+    batch: list = []
+    first = 0
+    for position, item in enumerate(items):
+        if position % size == 0:
+            if batch:
+                yield first, batch
+            batch, first = [], position
+        if (item[0], item[1]) not in done:
+            batch.append((position, item))
+    if batch:
+        yield first, batch
