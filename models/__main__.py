@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -35,14 +36,19 @@ def main(argv: list[str] | None = None) -> int:
     an.add_argument("--out", default=None, help="write all attentions to this .npz file")
     at = sub.add_parser("atlas", help="build (or resume) a head atlas and print its top heads as JSON")
     at.add_argument("--model", default="minilm-l6", help="catalog key, Hugging Face id or folder")
-    at.add_argument("--corpus", default="en", help="en | tr | a .txt/.csv/.jsonl file")
-    at.add_argument("--column", default=None, help="text column of a .csv/.jsonl corpus (default: text)")
+    at.add_argument("--corpus", default="en", help="en | tr | a .txt/.csv/.jsonl/.parquet file")
+    at.add_argument("--column", default=None, help="text column of a .csv/.jsonl/.parquet corpus (default: text)")
     at.add_argument("--max-tokens", type=int, default=None)
     at.add_argument("--limit", type=int, default=None, help="only the first N texts")
     at.add_argument("--repeats", type=int, default=16, help="repeated random sequences (decoders)")
     at.add_argument("--labels", action="store_true", help="also run the causal tests of the labels")
     at.add_argument("--top", default="previous", help="metric to rank the heads by in the output")
     at.add_argument("--device", default="auto")
+    at.add_argument("--ray", default=None, metavar="local|auto|ray://HOST:PORT",
+                    help="build on Ray: actors holding the model read the corpus in a stream, in shards")
+    at.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per CPU, or per GPU)")
+    at.add_argument("--shard-texts", type=int, default=16, help="texts per shard on Ray")
+    at.add_argument("--root", default=None, help="the atlases' folder (on a cluster: one every node can write)")
     ah = sub.add_parser("ahead", help="compute the experiments and pruning curves of the bundled models ahead")
     ah.add_argument("--model", action="append", default=[], help="only this catalog model (repeatable)")
     ah.add_argument("--force", action="store_true", help="compute again what is on disk already")
@@ -94,35 +100,63 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _atlas(args) -> int:
-    """``python -m models atlas``: progress (texts, time left) on stderr, the top heads as JSON on stdout."""
+    """``python -m models atlas``: progress (texts, tokens per second, time left) on stderr; the top heads, the
+    texts cut to the token limit and the run's figures as JSON on stdout."""
     import time
 
     from . import DikkatError, atlas, load
 
-    def progress(done: int, total: int, left) -> None:
+    def progress(done: int, total: int, left, run=None) -> None:
+        rate = "" if run is None or not run.eta.tokens_per_second() else f", {run.eta.tokens_per_second():,.0f} tokens/s"
         eta = "" if left is None else f", about {left:,.0f} s left"
-        print(f"\ratlas: {done}/{total} texts{eta}   ", end="", file=sys.stderr, flush=True)
+        print(f"\ratlas: {done:,}/{total:,} texts{rate}{eta}   ", end="", file=sys.stderr, flush=True)
 
+    root = Path(args.root) if args.root else None
+    run = None
     try:
         atlas.atlas._check_metric(args.top)
-        loaded = load(args.model, device=args.device)
-        corpus = atlas.load_corpus(args.corpus, column=args.column)
         start = time.perf_counter()
-        a = atlas.build_atlas(loaded, corpus, max_tokens=args.max_tokens, limit=args.limit, repeats=args.repeats,
-                              progress=progress)
+        if args.ray:
+            from .atlas import cluster, stream
+
+            corpus = stream.open_corpus(args.corpus, column=args.column)
+            a = cluster.build_atlas_ray(args.model, corpus, address=args.ray, workers=args.workers,
+                                        max_tokens=args.max_tokens, limit=args.limit, repeats=args.repeats,
+                                        shard_texts=args.shard_texts, device=args.device, progress=progress,
+                                        root=root)
+            run = a.ray_run
+        else:
+            loaded = load(args.model, device=args.device)
+            corpus = atlas.load_corpus(args.corpus, column=args.column)
+            a = atlas.build_atlas(loaded, corpus, max_tokens=args.max_tokens, limit=args.limit,
+                                  repeats=args.repeats, progress=progress, root=root)
         print(file=sys.stderr)
         seconds = time.perf_counter() - start
         labels = None
-        if args.labels:
+        if args.labels and args.ray:
+            labels = cluster.causal_labels_ray(args.model, a, address=args.ray, workers=args.workers,
+                                               device=args.device)
+        elif args.labels:
             labels = atlas.causal_labels(loaded, a)
         top = a.rank(args.top, top=10)
+        cut = a.cut_texts()
     except DikkatError as exc:
         print(f"\nerror: {exc}".encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
         return 2
+    shown = ["stack", "layer", "head", args.top, f"{args.top}_lo", f"{args.top}_hi", "verdict", "effect",
+             "effect_lo", "effect_hi"]
     out = {"folder": str(a.folder), "model": a.model, "corpus": a.corpus, "complete": a.complete,
            "texts": a.done()[0], "seconds": round(seconds, 1),
-           "top": json.loads(top[["stack", "layer", "head", args.top, f"{args.top}_lo", f"{args.top}_hi"]]
-                             .to_json(orient="records"))}
+           "top": json.loads(top[shown].to_json(orient="records")),
+           "cut": {"texts": len(cut), "tokens": int(cut["truncated"].sum()),
+                   "listed": json.loads(cut.head(50).to_json(orient="records"))}}
+    if run is not None:
+        out["ray"] = {"workers": run.workers, "startup_seconds": round(run.startup_seconds, 1),
+                      "restarts": run.restarts, "tokens": run.eta.tokens,
+                      "tokens_per_second": round(run.eta.tokens_per_second() or 0.0, 1)}
+    if cut.shape[0]:
+        print(f"atlas: {len(cut):,} texts cut to the token limit ({int(cut['truncated'].sum()):,} tokens left "
+              "unread); listed in the output's \"cut\"", file=sys.stderr)
     if labels is not None:
         out["labels"] = json.loads(labels.to_json(orient="records"))
     print(json.dumps(out, ensure_ascii=False, indent=1))

@@ -15,6 +15,8 @@ from .. import checks
 from ..errors import AtlasFilesGoneError, InvalidArgumentError, InvalidHeadError
 from . import store
 from .metrics import METRICS, SUMS, bootstrap, pooled
+from .verdict import COLUMNS as VERDICT_COLUMNS
+from .verdict import LABEL_OF, verdicts
 
 #: metrics that need queries and keys from the same sequence (NaN for cross-attention)
 POSITIONAL = ("self", "previous", "distance", "distance_var", "induction", "same_word")
@@ -99,14 +101,17 @@ class Atlas:
         """One row per head: ``stack``, ``layer``, ``head``, each metric of :data:`models.atlas.metrics.METRICS`
         pooled over the corpus with ``<metric>_lo`` / ``<metric>_hi`` (95 % bootstrap interval over texts),
         ``induction_repeat`` (the induction metric on the repeated random sequences, with its interval; NaN
-        without them) and ``texts`` (how many were read). Empty before the first part is written; computed
-        again only when new parts arrive.
+        without them), ``texts`` (how many were read), and each head's causal verdict with its effect interval
+        (:func:`models.atlas.verdict.verdicts`: ``verdict`` proven / pattern_only / untested, ``verdict_label``,
+        ``effect``, ``effect_lo``, ``effect_hi``, ``effect_quantity``). Empty before the first part is written;
+        computed again only when new parts arrive or the labels change.
 
         Raises:
             InvalidArgumentError: ``draws`` not a whole number from 1 to 100,000 (code ``arg_whole``).
         """
         draws = checks.whole("draws", draws, 1, 100_000)
-        key = ("table", self._parts(), draws)
+        labels = self.folder / "labels.parquet"
+        key = ("table", self._parts(), draws, labels.stat().st_mtime_ns if labels.is_file() else 0)
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
@@ -140,6 +145,7 @@ class Atlas:
             frames.append(df)
         out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             columns=["stack", "layer", "head", *METRICS, "texts"])
+        out = verdicts(self.labels(), out)
         with self._lock:
             self._cache = {key: out}
         return out
@@ -160,11 +166,16 @@ class Atlas:
         return out
 
     def rank(self, metric: str, *, top: int | None = None, ascending: bool = False) -> pd.DataFrame:
-        """The heads sorted by ``metric`` (largest first unless ``ascending``), NaN last; ``top`` rows."""
+        """The heads sorted by ``metric`` (largest first unless ``ascending``), NaN last; ``top`` rows. The
+        verdict columns (:meth:`table`) are those of the label whose pattern ``metric`` is, if it is one
+        (:data:`models.atlas.verdict.LABEL_OF`)."""
         _check_metric(metric)
         top = checks.whole("top", top, 1, none=True)
         df = self.table().sort_values(metric, ascending=bool(ascending), na_position="last", kind="stable")
-        return df.head(top) if top else df
+        df = df.head(top) if top else df
+        if metric in LABEL_OF:
+            df = verdicts(self.labels(), df.drop(columns=VERDICT_COLUMNS), metric)
+        return df
 
     def _check_head(self, stack: str, layer: int, head: int) -> None:
         """Raises InvalidHeadError (code ``atlas_head``) unless ``(stack, layer, head)`` is a head of the atlas."""
@@ -244,6 +255,21 @@ class Atlas:
         with store.reading(self.folder):
             return [(int(i), c) for i, c in store.duck().execute(sql).fetchall()]
 
+    def cut_texts(self) -> pd.DataFrame:
+        """The texts cut to the token limit: ``grp``, ``text`` (index), ``tokens`` (read), ``truncated`` (tokens
+        left unread), ``start`` (their first 80 characters), most cut first.
+
+        Raises:
+            AtlasFilesGoneError: a part went while it was read.
+        """
+        if not self._parts():
+            return pd.DataFrame(columns=["grp", "text", "tokens", "truncated", "start"])
+        sql = (f"SELECT grp, text, tokens, truncated, left(content, 80) AS start "
+               f"FROM read_parquet({store.part_files(self.folder, 'texts')}) WHERE truncated > 0 "
+               f"ORDER BY truncated DESC, grp, text")
+        with store.reading(self.folder):
+            return store.duck().execute(sql).fetchdf()
+
     def labels(self) -> pd.DataFrame | None:
         """The causal tests (:func:`models.atlas.causal_labels`) stored with this atlas, or None."""
         path = self.folder / "labels.parquet"
@@ -295,7 +321,8 @@ def find_heads(metric: str, *, model: str | None = None, corpus: str | None = No
 
     Returns:
         columns ``model``, ``corpus``, ``stack``, ``layer``, ``head``, ``value``, ``texts``, ``atlas`` (its folder's
-        name: the same model and corpus under other settings is another atlas); ``top`` rows.
+        name: the same model and corpus under other settings is another atlas) and each head's verdict in its
+        atlas (:func:`models.atlas.verdict.verdicts`, for ``metric``'s label); ``top`` rows.
 
     Raises:
         InvalidArgumentError: an unknown metric (code ``atlas_metric``) or ``top`` < 1. AtlasFilesGoneError: an
@@ -327,7 +354,7 @@ def _find(folders: list[Path], name: str, grp: str, model, corpus, top: int, asc
     parts = {f: store.part_files(f, "sums") for f in folders}
     folders = [f for f in folders if parts[f] != "[]"]
     if not folders:
-        return pd.DataFrame(columns=["model", "corpus", "stack", "layer", "head", "value", "texts", "atlas"])
+        return pd.DataFrame(columns=["model", "corpus", "stack", "layer", "head", "value", "texts", "atlas", *VERDICT_COLUMNS])
     value = (f'sum("{num}") / nullif(sum("{den}"), 0)' if name != "distance_var" else
              'sum("distance_sq") / nullif(sum("positions"), 0) - pow(sum("distance") / nullif(sum("positions"), 0), 2)')
     where = ["grp = ?"]
@@ -349,7 +376,21 @@ def _find(folders: list[Path], name: str, grp: str, model, corpus, top: int, asc
            f"GROUP BY model, corpus, atlas, stack, layer, head HAVING value IS NOT NULL "
            f"ORDER BY value {'ASC' if ascending else 'DESC'}, model, atlas, stack, layer, head LIMIT {top}")
     with store.reading(Path("."), "atlases"):
-        return store.duck().execute(sql, params).fetchdf()
+        found = store.duck().execute(sql, params).fetchdf()
+    return _with_verdicts(found, {f.name: f for f in folders}, "induction_repeat" if grp == "repeat" else name)
+
+
+def _with_verdicts(found: pd.DataFrame, folders: dict[str, Path], metric: str) -> pd.DataFrame:
+    """``found`` (rows of several atlases, column ``atlas``) with each head's verdict in its own atlas."""
+    out = verdicts(None, found)
+    for name in found["atlas"].unique():
+        path = folders[name] / "labels.parquet"
+        if path.is_file():
+            rows = (found["atlas"] == name).to_numpy()
+            with store.reading(folders[name]):
+                mine = verdicts(pd.read_parquet(path), found[rows], metric)
+            out.loc[rows, VERDICT_COLUMNS] = mine[VERDICT_COLUMNS].to_numpy()
+    return out
 
 
 def _ratio_columns(name: str) -> tuple[str, str]:

@@ -112,6 +112,14 @@ class _Worker:
         return {"pid": os.getpid(), "texts": list(zip(t["grp"], t["text"], t["tokens"], t["truncated"]))}
 
 
+    def labels(self, folder: str, heads: list, options: dict):
+        """The causal tests of the candidates among ``heads`` (:func:`models.atlas.causal_labels`, not saved)."""
+        from .atlas import Atlas
+        from .labels import causal_labels
+
+        return causal_labels(self.loaded, Atlas(folder), save=False, heads=heads, **options)
+
+
 def _actor(ray):
     return ray.remote(max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
 
@@ -189,15 +197,12 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
 
     started = connect(address, workers)
     try:
-        gpus = int(ray.cluster_resources().get("GPU", 0)) if device != "cpu" else 0
-        n = workers or (gpus or max(1, int(ray.cluster_resources().get("CPU", 1))))
-        cpus = max(1, int(ray.cluster_resources().get("CPU", n)) // n)
-        actors = [_actor(ray).options(num_cpus=1, num_gpus=1 if gpus else 0).remote(model, device, cpus)
-                  for _ in range(n)]
-        plan = ray.get(actors[0].plan.remote(head, max_tokens, limit, repeats, repeat_length))
+        actors = _actors(ray, model, device, workers)
+        n = len(actors)
+        plan = _get(ray, actors[0].plan.remote(head, max_tokens, limit, repeats, repeat_length))
         settings: Settings = plan["settings"]
         run = RayRun(eta=Eta([], settings.max_tokens), workers=n,
-                     pids=ray.get([a.pid.remote() for a in actors]))
+                     pids=_get(ray, [a.pid.remote() for a in actors]))
         run.startup_seconds = time.perf_counter() - started_at
         texts = min(count, settings.limit) if settings.limit else count
         folder = folder_for(SimpleNamespace(name=plan["model"]["model"]), corpus, settings, root)
@@ -237,15 +242,7 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
             ready, _ = ray.wait(list(flying), num_returns=1)
             i, first, placed = flying.pop(ready[0])
             free[i] += 1
-            try:
-                result = ray.get(ready[0])
-            except ray.exceptions.RayActorError as exc:
-                raise DikkatError(f"A Ray worker died more than {RETRIES} times reading the shard at item {first}; "
-                                  "what is written stays, and running the build again resumes it.",
-                                  code="ray_worker_died") from exc
-            except ray.exceptions.RayTaskError as exc:
-                cause = exc.as_instanceof_cause()
-                raise (cause if isinstance(cause, DikkatError) else DikkatError(str(exc).splitlines()[-1][:300]))
+            result = _get(ray, ready[0])
             if result["pid"] != run.pids[i]:
                 run.pids[i] = result["pid"]
                 run.restarts += 1
@@ -269,6 +266,76 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
     finally:
         if started:
             ray.shutdown()
+
+
+def _get(ray, refs):
+    """``ray.get(refs)``; a worker's DikkatError raised as itself, another error of a task as a DikkatError with
+    its last line (code ``ray_task``), an actor dead more than :data:`RETRIES` times as code
+    ``ray_worker_died``."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayActorError as exc:
+        raise DikkatError(f"A Ray worker died more than {RETRIES} times; what is written stays, and running the "
+                          "build again resumes it.", code="ray_worker_died", retries=RETRIES) from exc
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.as_instanceof_cause()
+        if isinstance(cause, DikkatError):
+            raise cause from None
+        detail = str(exc).strip().splitlines()[-1][:300]
+        raise DikkatError(f"A Ray worker failed: {detail}", code="ray_task", detail=detail) from None
+
+
+def _actors(ray, model: str, device: str, workers: int | None) -> list:
+    """One actor per worker (default: one per GPU of the cluster, else one per CPU), each holding the model on
+    a GPU of its own where the cluster has GPUs (and ``device`` is not ``cpu``), with the cluster's CPUs shared
+    out as torch threads."""
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0)) if device != "cpu" else 0
+    n = workers or gpus or max(1, int(resources.get("CPU", 1)))
+    threads = max(1, int(resources.get("CPU", n)) // n)
+    return [_actor(ray).options(num_cpus=1, num_gpus=1 if gpus else 0).remote(model, device, threads)
+            for _ in range(n)]
+
+
+def causal_labels_ray(model: str, atlas, *, address: str = "local", workers: int | None = None,
+                      device: str = "auto", **options):
+    """:func:`models.atlas.causal_labels` on Ray: the candidate heads split into one group per worker, each group
+    tested by an actor holding the model (one job per head group), the rows gathered, ordered as the in-process
+    run orders them (by head, label, quantity) and stored with the atlas.
+
+    Args:
+        model: as :func:`build_atlas_ray` (the atlas's model). atlas: a :class:`models.atlas.Atlas` in a folder
+            the workers can read. address, workers, device: as :func:`build_atlas_ray`. options: ``texts``,
+            ``sequences``, ``length``, ``k``, ``max_tokens`` of :func:`models.atlas.causal_labels`.
+
+    Returns:
+        The tests (:data:`models.atlas.labels.COLUMNS`), as :func:`models.atlas.causal_labels` returns them.
+
+    Raises:
+        What :func:`models.atlas.causal_labels` raises (from the worker that raised it); InvalidArgumentError for
+        a bad address or ``workers``.
+    """
+    import pandas as pd
+
+    from .labels import COLUMNS, candidates, save_labels
+
+    workers = checks.whole("workers", workers, 1, 4096, none=True)
+    heads = sorted({c[3] for c in candidates(atlas.table(), options.get("k", 3))})
+    import ray
+
+    started = connect(address, workers)
+    try:
+        actors = _actors(ray, model, device, workers)
+        groups = [heads[i::len(actors)] for i in range(len(actors))]
+        refs = [a.labels.remote(str(atlas.folder), g, options) for a, g in zip(actors, groups) if g]
+        frames = _get(ray, refs)
+    finally:
+        if started:
+            ray.shutdown()
+    out = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS))
+    out = out.sort_values(["stack", "layer", "head", "label", "quantity"], kind="stable", ignore_index=True)
+    save_labels(atlas, out)
+    return out
 
 
 def _keys(texts: int, repeats: list):

@@ -18,6 +18,7 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, NoReturn
 
 from ..errors import InvalidCorpusError
 
@@ -156,10 +157,11 @@ def corpus_from_bytes(data: bytes, *, name: str, suffix: str, column: str | None
     return corpus_from_texts(texts, name=name, source=source or name)
 
 
-def no_column(name: str, column: str, columns) -> InvalidCorpusError:
-    """The error for a corpus file without its text column (code ``corpus_column``); ``columns``: those it has."""
+def no_column(name: str, column: str, columns) -> NoReturn:
+    """Raise the error of a corpus file without its text column (InvalidCorpusError, code ``corpus_column``);
+    ``columns``: those it has."""
     listed = ", ".join(columns)
-    return InvalidCorpusError(f"'{name}' has no column '{column}'; its columns: {listed or '(none)'}.",
+    raise InvalidCorpusError(f"'{name}' has no column '{column}'; its columns: {listed or '(none)'}.",
                               code="corpus_column", file=name[-80:], column=column[:60], columns=listed[:200] or "-")
 
 
@@ -174,18 +176,43 @@ def _parquet_column(data: bytes, column: str, name: str) -> list[str]:
         raise InvalidCorpusError(f"'{name}' is not a Parquet file ({type(exc).__name__}).", code="corpus_binary",
                                  file=name[-80:]) from None
     if column not in pf.schema_arrow.names:
-        raise no_column(name, column, pf.schema_arrow.names)
+        no_column(name, column, pf.schema_arrow.names)
     return [v if isinstance(v, str) else "" for v in pf.read(columns=[column]).column(0).to_pylist()]
 
 
 def _column(raw: str, suffix: str, column: str, name: str) -> list[str]:
     if suffix == ".csv":
-        reader = csv.DictReader(io.StringIO(raw))
+        return list(csv_texts(io.StringIO(raw, newline=""), column, name))
+    return list(jsonl_texts(raw.splitlines(), column, name))
+
+
+def csv_texts(lines, column: str, name: str) -> Iterator[str]:
+    """The ``column`` of a CSV file's lines (a file object or ``io.StringIO``), in order ("" where empty); a
+    field may be as long as the largest file read.
+
+    Raises:
+        InvalidCorpusError: no such column (``corpus_column``), a line the CSV reader cannot read (``corpus_csv``).
+    """
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_FILE_BYTES))
+    reader = csv.DictReader(lines)
+    try:
         if column not in (reader.fieldnames or []):
-            raise no_column(name, column, reader.fieldnames or [])
-        return [row.get(column) or "" for row in reader]
-    texts, seen = [], set()
-    for number, line in enumerate(raw.splitlines(), 1):
+            no_column(name, column, reader.fieldnames or [])
+        for row in reader:
+            yield row.get(column) or ""
+    except csv.Error as exc:
+        raise InvalidCorpusError(f"'{name}' line {reader.line_num} cannot be read as CSV ({exc}).",
+                                 code="corpus_csv", file=name[-80:], line=reader.line_num) from None
+
+
+def jsonl_texts(lines, column: str, name: str) -> Iterator[str]:
+    """The ``column`` of a JSON-lines file's lines, in order ("" where not a string; blank lines skipped).
+
+    Raises:
+        InvalidCorpusError: a line not JSON (``corpus_json``), no line with the column (``corpus_column``).
+    """
+    seen: set[str] = set()
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
@@ -194,12 +221,12 @@ def _column(raw: str, suffix: str, column: str, name: str) -> list[str]:
             raise InvalidCorpusError(f"'{name}' line {number} is not JSON.", code="corpus_json", file=name[-80:],
                                      line=number) from None
         if isinstance(row, dict):
-            seen.update(row)
+            if column not in seen:
+                seen.update(row)
             value = row.get(column)
-            texts.append(value if isinstance(value, str) else "")
+            yield value if isinstance(value, str) else ""
     if column not in seen:
-        raise no_column(name, column, sorted(seen))
-    return texts
+        no_column(name, column, sorted(seen))
 
 
 def corpus_from_texts(texts, *, name: str = "texts", source: str = "", language: str = "") -> Corpus:

@@ -40,6 +40,7 @@ from .. import checks
 from ..analysis import analyze
 from ..loading.model import LoadedModel
 from .atlas import Atlas
+from .verdict import RULES
 
 #: label -> minimum of its pattern metric
 THRESHOLDS = {"induction": 0.3, "previous": 0.4, "sink": 0.5, "special": 0.3, "self": 0.4, "local": 1.5}
@@ -60,8 +61,7 @@ def candidates(table: pd.DataFrame, k: int = CANDIDATES) -> list[tuple[str, str,
     t = table.copy()
     t["special_other"] = t["special"] - t["first"]
     has_repeat = bool(t["induction_repeat"].notna().any())
-    rules = {"induction": "induction_repeat" if has_repeat else "induction", "previous": "previous",
-             "sink": "first", "special": "special_other", "self": "self", "local": "distance"}
+    rules = {**RULES, "induction": "induction_repeat" if has_repeat else "induction"}
     out = []
     for label, metric in rules.items():
         col = t[metric]
@@ -136,7 +136,7 @@ def second_copy_effects(loaded: LoadedModel, *, sequences: int = 8, length: int 
 @checks.needs_model
 def causal_labels(loaded: LoadedModel, atlas: Atlas, *, texts: int = 16, sequences: int = 8, length: int = 40,
                   k: int = CANDIDATES, max_tokens: int | None = None, progress: Callable[[float], None] | None = None,
-                  save: bool = True) -> pd.DataFrame:
+                  save: bool = True, heads: list | None = None) -> pd.DataFrame:
     """Test every candidate label of the atlas's heads (module docstring) and store the result with the atlas
     (``labels.parquet``, read back by :meth:`Atlas.labels`).
 
@@ -144,6 +144,8 @@ def causal_labels(loaded: LoadedModel, atlas: Atlas, *, texts: int = 16, sequenc
         loaded: the atlas's model. texts: corpus texts for the loss and first-token tests. sequences, length:
             repeated random sequences (decoders) for the induction and previous-token tests. k: candidates
             per label. max_tokens: each text cut to this many tokens (default 256, or the model's limit). progress: called with the fraction done.
+            save: store the result with the atlas. heads: only the candidates among these ``(stack, layer, head)``
+            (one group of a distributed run, :func:`models.atlas.cluster.causal_labels_ray`; None: all).
 
     Returns:
         One row per (head, label, quantity): :data:`COLUMNS`; ``delta`` the mean change when the head is
@@ -168,6 +170,9 @@ def causal_labels(loaded: LoadedModel, atlas: Atlas, *, texts: int = 16, sequenc
     max_tokens = _limit(loaded, max_tokens)
     table = atlas.table()
     cands = candidates(table, k)
+    if heads is not None:
+        wanted = {(str(s), int(layer), int(h)) for s, layer, h in heads}
+        cands = [c for c in cands if c[3] in wanted]
     corpus = [t for _, t in atlas.texts(limit=texts)]
     kind = metric_kind(loaded)
     rows = []
@@ -234,10 +239,15 @@ def causal_labels(loaded: LoadedModel, atlas: Atlas, *, texts: int = 16, sequenc
     tick()
     out = pd.DataFrame(rows, columns=COLUMNS)
     if save:
-        tmp = atlas.folder / ".labels.parquet.tmp"
-        out.to_parquet(tmp, index=False)
-        tmp.replace(atlas.folder / "labels.parquet")
+        save_labels(atlas, out)
     return out
+
+
+def save_labels(atlas: Atlas, labels: pd.DataFrame) -> None:
+    """Store ``labels`` with the atlas (``labels.parquet``, written to a temporary name and renamed)."""
+    tmp = atlas.folder / ".labels.parquet.tmp"
+    labels.to_parquet(tmp, index=False)
+    tmp.replace(atlas.folder / "labels.parquet")
 
 
 def _limit(loaded: LoadedModel, max_tokens) -> int:

@@ -13,10 +13,7 @@ counts its texts, their characters and its digest; the build then streams the te
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -24,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import InvalidCorpusError
-from .corpus import MAX_TEXT_CHARS, SHIPPED, SUFFIXES, Corpus, no_column, shipped_corpus
+from .corpus import MAX_TEXT_CHARS, SHIPPED, SUFFIXES, Corpus, csv_texts, jsonl_texts, no_column, shipped_corpus
 
 #: Parquet rows read at once
 BATCH_ROWS = 4096
@@ -76,7 +73,7 @@ class CorpusFile:
                 raise InvalidCorpusError(f"'{name}' is not a Parquet file ({type(exc).__name__}).",
                                          code="corpus_binary", file=name[-80:]) from None
             if column not in pf.schema_arrow.names:
-                raise no_column(name, column, pf.schema_arrow.names)
+                no_column(name, column, pf.schema_arrow.names)
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[column]):
                 for value in batch.column(0).to_pylist():
                     yield value if isinstance(value, str) else ""
@@ -91,35 +88,12 @@ class CorpusFile:
                     for line in fh:
                         yield line
                 elif suffix == ".csv":
-                    reader = csv.DictReader(fh)
-                    if column not in (reader.fieldnames or []):
-                        raise no_column(name, column, reader.fieldnames or [])
-                    for row in reader:
-                        yield row.get(column) or ""
+                    yield from csv_texts(fh, column, name)
                 else:
-                    yield from self._jsonl(fh, column, name)
+                    yield from jsonl_texts(fh, column, name)
         except UnicodeDecodeError as exc:
             raise InvalidCorpusError(f"'{name}' is not UTF-8 text (byte {exc.start}).", code="corpus_binary",
                                      file=name[-80:]) from None
-
-    @staticmethod
-    def _jsonl(fh: io.TextIOBase, column: str, name: str) -> Iterator[str]:
-        seen: set[str] = set()
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise InvalidCorpusError(f"'{name}' line {number} is not JSON.", code="corpus_json",
-                                         file=name[-80:], line=number) from None
-            if isinstance(row, dict):
-                if column not in seen:
-                    seen.update(row)
-                value = row.get(column)
-                yield value if isinstance(value, str) else ""
-        if column not in seen:
-            raise no_column(name, column, sorted(seen))
 
     def texts(self) -> Iterator[str]:
         """The texts, cleaned as :func:`~models.atlas.corpus.corpus_from_texts` cleans them, in order."""

@@ -122,3 +122,19 @@ def test_a_workers_error_reaches_the_caller_as_its_dikkat_error(tmp_path):
         cluster.build_atlas_ray("minilm-l6", corpus_of(4, "en4"), workers=1, max_tokens=10**6, root=tmp_path)
     assert info.value.code == "arg_whole"
     assert not list(tmp_path.glob("*/*/parts/*.parquet"))
+
+
+def test_causal_labels_on_ray_equal_the_in_process_ones(minilm, tmp_path):
+    """The candidate heads split over 2 actors (one job per head group): every (head, label, quantity) row and
+    verdict of the in-process run, effects to 1e-5 (batches of other heads), stored with the atlas."""
+    a = atlas.build_atlas(minilm, corpus_of(12, "en12"), root=tmp_path)
+    here = atlas.causal_labels(minilm, a, texts=4, k=2, save=False)
+    there = cluster.causal_labels_ray("minilm-l6", a, workers=2, texts=4, k=2)
+    key = ["stack", "layer", "head", "label", "quantity"]
+    here = here.sort_values(key, ignore_index=True)
+    assert len(here) >= 4 and there[key].equals(here[key])
+    assert list(there["passed"]) == list(here["passed"])
+    np.testing.assert_allclose(there[["delta", "lo", "hi"]].to_numpy(float), here[["delta", "lo", "hi"]].to_numpy(float),
+                               atol=1e-5, rtol=1e-4)
+    assert a.labels()[key].equals(there[key])
+    assert (a.table()["verdict"] != "untested").sum() == len(set(map(tuple, here[["stack", "layer", "head"]].values)))
