@@ -198,6 +198,8 @@ ATLAS = (
     _choice("atlas_corpus", ("en", "tr", "upload")), Param("atlas_column", "text", default=""),
     _whole("atlas_max_tokens", (2, BIG)), _whole("atlas_limit", (0, 100_000), 0),
     _whole("atlas_repeats", (0, 1000)),
+    _choice("atlas_engine", ("here", "ray_local", "ray_cluster"), "here"), Param("atlas_ray_address", "text", default=""),
+    _whole("atlas_workers", (0, 4096), 0),
     _choice("atlas_metric", _atlas_metrics, "previous"), _flag("atlas_lowest"),
     _choice("atlas_stack", _stack_options(False)),
     _layer("atlas_layer"), _head("atlas_head"),

@@ -22,7 +22,7 @@ from models.atlas.build import PART_TEXTS, REPEATS, check_settings
 from views import hosting, shared
 from views.shared import jobs as heavy
 from views.atlas_sections.build import corpus_and_settings, status
-from views.atlas_sections.common import (URL, VERSION_KEY, atlas_at, atlas_object_clear, corpus_name, files_gone,
+from views.atlas_sections.common import (URL, VERSION_KEY, add_verdicts, atlas_at, atlas_object_clear, corpus_name, files_gone,
                                          heads_frame, interval, on_grid, on_row, stack_name, t, tp)
 from views.atlas_sections.head import head_section
 from viz import atlas as va
@@ -70,10 +70,12 @@ def _ranking(atlas: A.Atlas, metric: str, lowest: bool, container) -> None:
         return
     shown, heads = heads_frame(df, len(atlas.stacks) > 1, metric, tp("atlas_col_value"))
     shown[tp("atlas_col_interval")] = [interval(lo, hi) for lo, hi in zip(df[f"{metric}_lo"], df[f"{metric}_hi"])]
+    add_verdicts(shown, df)
     key = f"atlas_rank_{st.session_state.get(VERSION_KEY, 0)}"
     shared.dataframe(shown, decimals={tp("atlas_col_value"): 3}, container=container, hide_index=True, key=key,
                      on_select=functools.partial(on_row, key, heads), selection_mode="single-row")
     container.caption(t("atlas_ranking_help"))
+    container.caption(t("atlas_verdict_help"))
 
 
 def _show(name: str, atlas: A.Atlas, metric: str, lowest: bool) -> None:
@@ -119,7 +121,7 @@ def _find(metric: str, lowest: bool) -> None:
     if found.empty:
         st.caption(t("atlas_find_none"))
         return
-    shared.dataframe(pd.DataFrame({
+    shared.dataframe(add_verdicts(pd.DataFrame({
         tp("atlas_col_model"): [hosting.scrub(str(m)) for m in found["model"]],
         tp("atlas_col_corpus"): [corpus_name(str(c)) for c in found["corpus"]],
         tp("atlas_col_stack"): [stack_name(str(s)) for s in found["stack"]],
@@ -127,7 +129,7 @@ def _find(metric: str, lowest: bool) -> None:
         tp("atlas_col_head"): found["head"].to_numpy(dtype=int),
         tp("atlas_col_value"): found["value"].to_numpy(dtype=float),
         tp("atlas_col_texts"): found["texts"].to_numpy(dtype=int),
-    }), decimals={tp("atlas_col_value"): 3}, hide_index=True)
+    }), found), decimals={tp("atlas_col_value"): 3}, hide_index=True)
 
 
 def _opened(folder) -> tuple[A.Atlas | None, bool]:
@@ -166,7 +168,7 @@ def _page() -> None:
     if not loaded.reads_text:
         st.info(t("atlas_speech", model=shared.model_name(loaded)))
         st.stop()
-    corpus, (max_tokens, limit, repeats), row = corpus_and_settings(loaded, spec)
+    corpus, (max_tokens, limit, repeats, engine), row = corpus_and_settings(loaded, spec)
     atlas = job = None
     running = False
     if corpus is not None:
@@ -191,7 +193,7 @@ def _page() -> None:
                 help=t("atlas_build_help"), width="stretch"):
             try:
                 job = jobs.start(loaded, corpus, owner=heavy.owner(), max_tokens=settings.max_tokens,
-                                 limit=settings.limit, repeats=settings.repeats)
+                                 limit=settings.limit, repeats=settings.repeats, ray=engine)
                 running = True
             except models.DikkatError as exc:
                 heavy.refused(exc)  # at most one heavy job per session, a full queue, or the engine's reason

@@ -31,7 +31,12 @@ DuckDB queries unchanged; its values equal the in-process build's to float toler
 from __future__ import annotations
 
 import os
+import secrets
+import subprocess
+import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -124,34 +129,102 @@ def _actor(ray):
     return ray.remote(max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
 
 
-def connect(address: str, workers: int | None) -> bool:
-    """Join (or start) Ray: ``"local"`` starts a local instance with ``workers`` CPUs (default: this machine's),
-    ``"auto"`` joins the cluster this node belongs to, ``"ray://HOST:PORT"`` a cluster through Ray Client. The
-    workers get the driver's ``DIKKAT_*``/``HF_*``/``TRANSFORMERS_*`` environment and this checkout on their
-    ``PYTHONPATH`` (on a cluster, Dikkat at the same path on every node). Returns whether this call started Ray
-    (then :func:`build_atlas_ray` shuts it down at the end); Ray already started in this process is used as it is.
+def check_address(address) -> str:
+    """``address`` if Ray can take it (``local``, ``auto``, ``ray://HOST:PORT``).
 
     Raises:
-        InvalidArgumentError: another address (code ``ray_address``).
+        InvalidArgumentError: another value (code ``ray_address``).
     """
-    import ray
-
-    if ray.is_initialized():
-        return False
     if not isinstance(address, str) or not (address in ("local", "auto") or address.startswith("ray://")):
         raise InvalidArgumentError(
             f"Ray address {checks.shown(address)}: use local, auto or ray://HOST:PORT.", code="ray_address",
             value=str(address)[:80])
+    return address
+
+
+#: Ray's authentication settings (environment)
+_AUTH = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+_ONE = threading.Lock()
+#: the token of the local instances this process starts (one per process: Ray keeps the token it read)
+_TOKEN = secrets.token_hex(32)
+#: the local head's process: starts Ray, prints the address to join, and holds Ray until its stdin closes (the
+#: driver ended, or died)
+_HEAD = """
+import sys, ray
+ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, configure_logging=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+@contextmanager
+def session(address: str, workers: int | None):
+    """Ray joined for the block: ``"local"`` starts a local instance of ``workers`` CPUs (default: this machine's)
+    that ends with the block, ``"auto"`` joins the cluster this node belongs to, ``"ray://HOST:PORT"`` a cluster
+    through Ray Client. Ray already joined in this process is used as it is (and left joined).
+
+    The local instance is started by a process of its own (:data:`_HEAD`), not by ``ray.init`` here: Ray forks its
+    servers with a Python ``preexec_fn``, which can crash in a process with many threads (the app's: a
+    segmentation fault in the forked child, seen on the Atlas page); this process only joins it. The workers get
+    the driver's ``DIKKAT_*``/``HF_*``/``TRANSFORMERS_*`` environment and this checkout on their ``PYTHONPATH``
+    (on a cluster: Dikkat at the same path on every node).
+
+    Raises:
+        InvalidArgumentError: another address (code ``ray_address``). DikkatError: the local instance did not
+        start (code ``ray_start``).
+    """
+    check_address(address)
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
     root = str(Path(__file__).resolve().parents[2])
     env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    options = {"runtime_env": {"env_vars": env}, "include_dashboard": False, "log_to_driver": False,
-               "configure_logging": False}
-    if address == "local":
-        ray.init(num_cpus=workers or os.cpu_count() or 1, **options)
-    else:
-        ray.init(address=address, **options)
-    return True
+    options = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "configure_logging": False}
+    with _ONE:  # Ray is joined once per process: a second build waits for the first
+        head, saved = None, {k: os.environ.get(k) for k in _AUTH}
+        try:
+            if address == "local":
+                # token authentication (Ray's default for a local cluster since 2.52), with a token of this
+                # instance's own: the head listens on the node's address, where anyone could otherwise run code
+                auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _TOKEN}
+                head = subprocess.Popen([sys.executable, "-c", _HEAD, str(workers or os.cpu_count() or 1)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        env={**os.environ, **env, **auth}, text=True)
+                address = (head.stdout.readline() if head.stdout else "").strip()
+                if not address:
+                    raise DikkatError("Ray did not start on this machine.", code="ray_start")
+                _set_auth(auth)
+            ray.init(address=address, **options)
+            yield
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+            if head is not None:
+                if head.stdin:
+                    head.stdin.close()
+                try:
+                    head.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    head.kill()
+                _set_auth(saved)
+
+
+def _set_auth(values: dict) -> None:
+    """Ray's authentication settings of this process (None: unset), read again by Ray (its configuration is
+    read once, at import: ``authentication_token_setup._enable_token_auth`` reads it again the same way)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, address: str = "local",
@@ -164,7 +237,7 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
     Args:
         model: what :func:`models.load` takes (a catalog key, a folder or a hub id), loaded by every actor.
         corpus: a :class:`Corpus`, a :class:`CorpusFile`, or a path (opened as a :class:`CorpusFile`).
-        address: ``"local"``, ``"auto"`` or ``"ray://HOST:PORT"`` (:func:`connect`).
+        address: ``"local"``, ``"auto"`` or ``"ray://HOST:PORT"`` (:func:`session`).
         workers: actors (default: one per CPU of the Ray cluster, or per GPU where it has GPUs).
         max_tokens, limit, repeats, repeat_length: as :func:`models.atlas.build_atlas`.
         shard_texts: items per shard (and per part); a dead worker loses at most one shard's work.
@@ -184,6 +257,7 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
     """
     from .atlas import Atlas
 
+    check_address(address)
     workers = checks.whole("workers", workers, 1, 4096, none=True)
     shard_texts = checks.whole("shard_texts", shard_texts, 1, 100_000)
     if isinstance(corpus, (str, Path)):
@@ -195,8 +269,7 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
     started_at = time.perf_counter()
     import ray
 
-    started = connect(address, workers)
-    try:
+    with session(address, workers):
         actors = _actors(ray, model, device, workers)
         n = len(actors)
         plan = _get(ray, actors[0].plan.remote(head, max_tokens, limit, repeats, repeat_length))
@@ -263,9 +336,6 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
         atlas = Atlas(folder)
         atlas.ray_run = run
         return atlas
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _get(ray, refs):
@@ -319,19 +389,16 @@ def causal_labels_ray(model: str, atlas, *, address: str = "local", workers: int
 
     from .labels import COLUMNS, candidates, save_labels
 
+    check_address(address)
     workers = checks.whole("workers", workers, 1, 4096, none=True)
     heads = sorted({c[3] for c in candidates(atlas.table(), options.get("k", 3))})
     import ray
 
-    started = connect(address, workers)
-    try:
+    with session(address, workers):
         actors = _actors(ray, model, device, workers)
         groups = [heads[i::len(actors)] for i in range(len(actors))]
         refs = [a.labels.remote(str(atlas.folder), g, options) for a, g in zip(actors, groups) if g]
         frames = _get(ray, refs)
-    finally:
-        if started:
-            ray.shutdown()
     out = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS))
     out = out.sort_values(["stack", "layer", "head", "label", "quantity"], kind="stable", ignore_index=True)
     save_labels(atlas, out)

@@ -22,7 +22,7 @@ class Job:
 
     Attributes:
         folder: the atlas folder. heavy: the pool's job. done, total: texts read / to read. seconds_left: the estimate
-        (None until one text is timed). error: the exception that ended it, or None. finished: it has ended
+        (None until two texts are timed). tokens_per_second: on Ray, the workers' throughput (else None). error: the exception that ended it, or None. finished: it has ended
         (complete, stopped, or failed). owner: the session that started it.
     """
 
@@ -32,6 +32,7 @@ class Job:
     done = property(lambda self: int(self.heavy.detail.get("done", 0)))
     total = property(lambda self: int(self.heavy.detail.get("total", 0)))
     seconds_left = property(lambda self: self.heavy.detail.get("left"))
+    tokens_per_second = property(lambda self: self.heavy.detail.get("rate"))
     error = property(lambda self: self.heavy.error)
     finished = property(lambda self: self.heavy.finished)
     owner = property(lambda self: self.heavy.owner)
@@ -58,22 +59,39 @@ def start(loaded: LoadedModel, corpus: Corpus, owner: str = "", **settings) -> J
     """Start the build of (model, corpus, settings) on the heavy-work pool, or return the one queued or running.
 
     ``owner``: the session asking (at most one heavy job per session, :meth:`models.jobs.Pool.submit`).
-    ``settings``: ``max_tokens``, ``limit``, ``repeats``, ``repeat_length`` as :func:`models.atlas.build_atlas`
+    ``settings``: ``max_tokens``, ``limit``, ``repeats``, ``repeat_length`` as :func:`models.atlas.build_atlas`;
+    ``ray``: ``(address, workers)`` to build on Ray (:func:`models.atlas.cluster.build_atlas_ray`; workers None for
+    the default), else in this process
     (checked here, in the caller's thread, so a bad value raises at once, as does a corpus in a language the
     tokenizer cannot read: :func:`models.atlas.corpus.check_language`).
 
     Raises:
-        HeavyJobBusyError, HeavyQueueFullError: as :meth:`models.jobs.Pool.submit`.
+        HeavyJobBusyError, HeavyQueueFullError: as :meth:`models.jobs.Pool.submit`. InvalidArgumentError: a Ray
+        address Ray cannot take (code ``ray_address``).
     """
     check_language(loaded, corpus)
     s = check_settings(loaded, settings.get("max_tokens"), settings.get("limit"),
                        settings.get("repeats", 16), settings.get("repeat_length"))
     folder = folder_for(loaded, corpus, s, settings.get("root"))
 
-    def run(job: heavy_jobs.Job) -> None:
-        def progress(done: int, total: int, left: float | None) -> None:
-            job.progress(done / total if total else 0.0, done=done, total=total, left=left)
+    ray = settings.get("ray")
+    if ray is not None:
+        from .cluster import check_address
 
+        check_address(ray[0])
+
+    def run(job: heavy_jobs.Job) -> None:
+        def progress(done: int, total: int, left: float | None, run=None) -> None:
+            rate = run.eta.tokens_per_second() if run is not None else None
+            job.progress(done / total if total else 0.0, done=done, total=total, left=left, rate=rate)
+
+        if ray is not None:
+            from .cluster import build_atlas_ray
+
+            build_atlas_ray(loaded.name, corpus, address=ray[0], workers=ray[1], max_tokens=s.max_tokens,
+                            limit=s.limit, repeats=s.repeats, repeat_length=s.repeat_length, progress=progress,
+                            stop=job.stopped, root=settings.get("root"))
+            return
         build_atlas(loaded, corpus, max_tokens=s.max_tokens, limit=s.limit, repeats=s.repeats,
                     repeat_length=s.repeat_length, progress=progress, stop=job.stopped, root=settings.get("root"))
 

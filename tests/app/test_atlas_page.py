@@ -299,3 +299,62 @@ def test_files_of_the_atlas_that_go_are_told_and_nothing_is_lost(cache, minilm, 
     assert any(("all 4 texts read" if lang == "en" else "4 metnin hepsi okundu") in c.value for c in at.caption)
     assert len(_htmls(at)) == 4  # the examples are back
     assert (at.session_state["atlas_layer"], at.session_state["atlas_head"]) == (2, 3)
+
+
+@pytest.mark.parametrize("lang, proven, untested", [("en", "proven ✓", "not tested"), ("tr", "kanıtlandı ✓", "sınanmadı")])
+def test_the_ranking_carries_each_heads_verdict_and_effect(cache, minilm, lang, proven, untested):
+    """Issue 46, point 7: the ranked heads say which are proven (with the effect of switching them off and its
+    interval) and which are not tested, in the ranking and in the finder across atlases."""
+    import pandas as pd
+
+    data = DATA + b"A line for the verdicts' own atlas.\n"
+    built = atlas.build_atlas(minilm, atlas.corpus_from_bytes(data, name="verdicts.txt", suffix=".txt"))
+    top = built.rank("previous", top=1).iloc[0]
+    pd.DataFrame([("encoder", int(top["layer"]), int(top["head"]), "previous", "previous", 0.9, "loss", 0.052, 0.031,
+                   0.07, True, 16, True)],
+                 columns=["stack", "layer", "head", "label", "pattern", "pattern_value", "quantity", "delta", "lo",
+                          "hi", "passed", "texts", "primary"]).to_parquet(built.folder / "labels.parquet")
+    at = _upload(_page(lang), "verdicts.txt", data)
+    _ok(at)
+    ranking = at.dataframe[0].value
+    verdict = "Verdict" if lang == "en" else "Karar"
+    effect = ranking[[c for c in ranking.columns if c.startswith("Effect" if lang == "en" else "Kapatınca")][0]]
+    assert ranking[verdict].iloc[0] == proven and set(ranking[verdict].iloc[1:]) == {untested}
+    assert effect.iloc[0] == ("+0.052 [0.031–0.070]" if lang == "en" else "+0,052 [0,031–0,070]")
+    found = [d.value for d in at.dataframe if verdict in d.value.columns and "Model" in d.value.columns]
+    assert found and proven in set(found[0][verdict])
+
+
+def test_the_page_builds_on_ray_and_lists_the_cut_texts(cache, minilm):
+    """Outside a class the build can run on Ray on this machine (2 workers): the same atlas as in process, and
+    the texts cut to the token limit listed with how much was cut."""
+    texts = [f"Sentence {i} is about the {w}." for i, w in enumerate(["cat", "dog", "fox", "owl", "emu", "yak"])]
+    texts.append(" ".join(["a very long sentence"] * 40))
+    data = ("\n".join(texts) + "\n").encode()
+    at = _upload(_page("en"), "onray.txt", data)
+    at.session_state["atlas_max_tokens"] = 32
+    at.run()
+    at.selectbox(key="atlas_engine").set_value("ray_local").run()
+    at.number_input(key="atlas_workers").set_value(2).run()
+    _ok(at)
+    at.button(key="atlas_build").click().run()
+    _ok(at)
+    corpus = atlas.corpus_from_bytes(data, name="onray.txt", suffix=".txt")
+    job = jobs.running(atlas.folder_for(minilm, corpus, build.check_settings(minilm, 32, None, 16, None)))
+    deadline = time.monotonic() + 300
+    while job is not None and not job.finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job is not None and job.finished and job.error is None, job and job.error
+    at.run()
+    _ok(at)
+    assert any("all 7 texts read" in c.value for c in at.caption)
+    assert any(e.label.startswith("1 texts were cut to 32 tokens") for e in at.expander)
+    cut = [d.value for d in at.dataframe if "Tokens cut" in d.value.columns][0]
+    assert list(cut["Text"]) == [7] and cut["Tokens cut"].iloc[0] > 0 and cut["Starts with"].iloc[0].startswith("a very")
+    assert atlas.Atlas(job.folder).complete
+
+
+def test_in_a_class_the_build_never_runs_on_ray(cache, minilm, classroom_mode):
+    at = _page("en")
+    _ok(at)
+    assert not [s for s in at.selectbox if s.key == "atlas_engine"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +22,9 @@ from models.errors import DikkatError
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     """One local Ray instance for the module (2 CPUs: this machine's), shut down at its end."""
-    cluster.connect("local", 2)
-    yield
-    ray.shutdown()
+    with cluster.session("local", 2):
+        yield
+    assert not ray.is_initialized()
 
 
 def corpus_of(n: int, name: str):
@@ -138,3 +139,27 @@ def test_causal_labels_on_ray_equal_the_in_process_ones(minilm, tmp_path):
                                atol=1e-5, rtol=1e-4)
     assert a.labels()[key].equals(there[key])
     assert (a.table()["verdict"] != "untested").sum() == len(set(map(tuple, here[["stack", "layer", "head"]].values)))
+
+
+def test_the_command_line_builds_on_ray_and_lists_the_cut_texts(tiny_folder, tmp_path, capsys):
+    """``python -m models atlas --ray local`` on a tiny model read from its folder by the actors, a .csv corpus
+    in a stream: the top heads with their verdicts, the texts cut to 8 tokens with how much, Ray's figures; and
+    the same atlas folder as the in-process command's."""
+    from models.__main__ import main
+
+    corpus = tmp_path / "c.csv"
+    corpus.write_text("text\nab\nabcdefghijkl\nabc d\n", encoding="utf-8")
+    model = str(tiny_folder("gpt2"))
+    argv = ["atlas", "--model", model, "--corpus", str(corpus), "--max-tokens", "8", "--repeats", "0"]
+    assert main([*argv, "--ray", "local", "--workers", "2", "--shard-texts", "2",
+                 "--root", str(tmp_path / "ray")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["complete"] and out["texts"] == 3 and out["ray"]["workers"] == 2
+    assert out["cut"]["texts"] == 1 and out["cut"]["listed"][0]["text"] == 1
+    assert out["cut"]["listed"][0]["truncated"] == out["cut"]["tokens"] > 0
+    assert {"verdict", "effect"} <= set(out["top"][0]) and out["top"][0]["verdict"] == "untested"
+    assert main([*argv, "--root", str(tmp_path / "here")]) == 0
+    here = json.loads(capsys.readouterr().out)
+    assert Path(here["folder"]).name == Path(out["folder"]).name
+    assert [r["previous"] for r in here["top"]] == pytest.approx([r["previous"] for r in out["top"]], abs=1e-6)
+    assert main([*argv, "--ray", "nowhere"]) == 2 and "local, auto or ray://" in capsys.readouterr().err

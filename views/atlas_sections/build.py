@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 import models
@@ -14,7 +15,7 @@ from models.atlas import corpus as atlas_corpus
 from models.atlas import jobs
 from models.atlas.build import MAX_TOKENS, REPEATS
 from models import jobs as heavy_jobs
-from views import shared
+from views import hosting, shared
 from views.shared import jobs as heavy
 from views.shared import uploads
 
@@ -77,6 +78,8 @@ def _progress(folder: str, shown_parts: int) -> None:
         st.progress(0.0, text=t("heavy_queued", position=place, workers=heavy_jobs.pool().workers))
     elif job.total:
         text = t("atlas_progress", done=job.done, total=job.total)
+        if job.tokens_per_second:
+            text += t("atlas_progress_rate", rate=job.tokens_per_second)
         if job.seconds_left is not None:
             text += t("atlas_progress_left", left=duration(job.seconds_left))
         st.progress(min(1.0, job.done / job.total), text=text)
@@ -97,8 +100,33 @@ def _progress(folder: str, shown_parts: int) -> None:
         st.rerun()
 
 
-def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int]:
-    """The build's settings in an expander: ``(max_tokens, limit (0: all), repeats)``."""
+ENGINES = list(URL.options("atlas_engine"))
+
+
+def _engine() -> tuple[str, int | None] | None:
+    """Where the build runs (inside the settings' expander; never Ray in classroom mode, where the class shares
+    one machine): None for this server, else Ray's ``(address, workers)`` (workers None: Ray's default)."""
+    if hosting.current().classroom:
+        return None
+    URL.bind("atlas_engine", "here", options=ENGINES)
+    st.selectbox(t("atlas_engine"), ENGINES, key="atlas_engine", help=t("atlas_engine_help"),
+                 format_func={e: tp(f"atlas_engine_{e}") for e in ENGINES}.get)
+    engine = st.session_state.get("atlas_engine") or "here"
+    if engine == "here":
+        return None
+    URL.bind("atlas_workers", 0, bounds=(0, 4096))
+    st.number_input(t("atlas_workers"), min_value=0, max_value=4096, step=1, key="atlas_workers")
+    workers = int(st.session_state.get("atlas_workers") or 0) or None
+    if engine == "ray_local":
+        return "local", workers
+    URL.bind("atlas_ray_address")
+    st.text_input(t("atlas_ray_address"), key="atlas_ray_address", placeholder="auto",
+                  help=t("atlas_ray_address_help"))
+    return str(st.session_state.get("atlas_ray_address") or "").strip() or "auto", workers
+
+
+def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int, tuple | None]:
+    """The build's settings in an expander: ``(max_tokens, limit (0: all), repeats, engine)`` (:func:`_engine`)."""
     limit = max(2, int(loaded.max_positions or MAX_TOKENS))
     URL.bind("atlas_max_tokens", min(MAX_TOKENS, limit), bounds=(2, limit))
     URL.bind("atlas_limit", bounds=(0, atlas_corpus.MAX_TEXTS))
@@ -112,8 +140,9 @@ def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int]:
                         help=t("atlas_limit_help"))
         st.number_input(t("atlas_repeats"), min_value=0, max_value=URL.bounds("atlas_repeats")[1], step=1, key="atlas_repeats",
                         help=t("atlas_repeats_help"), disabled=loaded.family != "decoder")
+        engine = _engine()
     return (int(st.session_state["atlas_max_tokens"]), int(st.session_state["atlas_limit"]),
-            int(st.session_state["atlas_repeats"]))
+            int(st.session_state["atlas_repeats"]), engine)
 
 
 def status(loaded, corpus: A.Corpus, atlas: A.Atlas | None, job, running: bool) -> None:
@@ -123,6 +152,7 @@ def status(loaded, corpus: A.Corpus, atlas: A.Atlas | None, job, running: bool) 
         done, total = atlas.done()
         key = "atlas_status_complete" if atlas.complete else "atlas_status_partial"
         st.caption(t(key, model=shared.model_name(loaded), corpus=name, done=done, total=total))
+        _cut(atlas)
     elif not running:
         st.info(t("atlas_status_none", model=shared.model_name(loaded), corpus=name))
     if running:
@@ -133,6 +163,20 @@ def status(loaded, corpus: A.Corpus, atlas: A.Atlas | None, job, running: bool) 
             st.caption(t("atlas_build_failed"))
         else:
             st.error(t("atlas_build_crashed", reason=shared.message(f"{type(job.error).__name__}: {job.error}")))
+
+
+def _cut(atlas: A.Atlas) -> None:
+    """The texts cut to the token limit, with how much was cut (in an expander; a text is shown as text only)."""
+    cut = atlas.cut_texts()
+    if cut.empty:
+        return
+    with st.expander(t("atlas_cut", texts=len(cut), max_tokens=atlas.manifest["settings"]["max_tokens"],
+                       tokens=int(cut["truncated"].sum()))):
+        shared.dataframe(pd.DataFrame({
+            tp("atlas_col_text"): cut["text"].to_numpy(dtype=int) + 1,
+            tp("atlas_col_cut"): cut["truncated"].to_numpy(dtype=int),
+            tp("atlas_col_start"): [str(s) for s in cut["start"]],
+        }).head(200), hide_index=True)
 
 
 def corpus_and_settings(loaded: models.LoadedModel, spec) -> tuple[A.Corpus | None, tuple, list]:
@@ -148,6 +192,6 @@ def corpus_and_settings(loaded: models.LoadedModel, spec) -> tuple[A.Corpus | No
         return _shipped(choice), settings, row
     URL.bind("atlas_column")
     up, col = st.columns([3, 1])
-    up.file_uploader(t("atlas_upload"), type=["txt", "csv", "jsonl"], key="atlas_upload")
+    up.file_uploader(t("atlas_upload"), type=[s.lstrip(".") for s in atlas_corpus.SUFFIXES], key="atlas_upload")
     col.text_input(t("atlas_column"), key="atlas_column", placeholder="text", help=t("atlas_column_help"))
     return _uploaded(str(st.session_state.get("atlas_column") or "").strip()), settings, row

@@ -132,3 +132,15 @@ def heads_frame(df: pd.DataFrame, multi: bool, column: str, value_title: str) ->
     shown[tp("atlas_col_head")] = df["head"].to_numpy(dtype=int)
     shown[value_title] = df[column].to_numpy(dtype=float)
     return shown, [(s, int(a), int(b)) for s, a, b in zip(df["stack"], df["layer"], df["head"])]
+
+
+def add_verdicts(shown: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """``shown`` with each head's causal verdict and its effect when switched off, with the 95 % interval
+    (``df``: rows with :data:`models.atlas.verdict.COLUMNS`, in ``shown``'s order)."""
+    shown[tp("atlas_col_verdict")] = [tp(f"atlas_verdict_{v}") for v in df["verdict"]]
+    shown[tp("atlas_col_effect")] = [
+        nb.NOT_A_NUMBER if not np.isfinite(e) else f"{'+' if e > 0 else ''}{value(e)} [{interval(lo, hi)}]"
+        for e, lo, hi in zip(df["effect"].to_numpy(float), df["effect_lo"].to_numpy(float),
+                             df["effect_hi"].to_numpy(float))]
+    return shown
+
