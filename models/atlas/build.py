@@ -269,7 +269,7 @@ def build_atlas(loaded: LoadedModel, corpus: Corpus, *, max_tokens: int | None =
         read = read_item(loaded, corpus, grp, index, text, settings.max_tokens)
         for into, rows in zip(part, read[:3]):
             _extend(into, rows)
-        eta.add(i, read[2]["tokens"][0], read[2]["truncated"][0])
+        eta.add(i, read[2]["tokens"][0], read[2]["truncated"][0], read[2]["seconds"][0])
         eta.tick()
         count += 1
         if len(part[2]["text"]) >= PART_TEXTS:

@@ -31,6 +31,7 @@ DuckDB queries unchanged; its values equal the in-process build's to float toler
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import subprocess
 import sys
@@ -65,6 +66,8 @@ class RayRun:
         workers: actors. pids: each actor's process id now. restarts: actors found restarted (a new process id).
         startup_seconds: from the call to every actor holding the model. shards: shards written this run.
         cut: ``(grp, index, tokens cut)`` of every text cut to ``max_tokens`` this run.
+        peak_mib: each worker process's peak resident memory (MiB, by process id). busy_seconds: the workers'
+        time analysing texts, summed (wall time of each text's analysis).
     """
 
     eta: Eta
@@ -74,6 +77,8 @@ class RayRun:
     startup_seconds: float = 0.0
     shards: int = 0
     cut: list[tuple[str, int, int]] = field(default_factory=list)
+    peak_mib: dict[int, float] = field(default_factory=dict)
+    busy_seconds: float = 0.0
 
 
 RayProgress = Callable[[int, int, "float | None", RayRun], None]
@@ -105,7 +110,8 @@ class _Worker:
                 "repeats": items, "no_repeats": why}
 
     def run(self, folder: str, part: str, corpus: SimpleNamespace, items: list, max_tokens: int) -> dict:
-        """Read a shard's items and write its part; ``{"pid", "texts": [(grp, index, tokens, truncated)]}``."""
+        """Read a shard's items and write its part; ``{"pid", "texts": [(grp, index, tokens, truncated, seconds)],
+        "peak_mib", "seconds"}``."""
         from .build import _extend, read_item
 
         tables: tuple[dict, dict, dict] = ({}, {}, {})
@@ -114,7 +120,9 @@ class _Worker:
                 _extend(into, rows)
         store.write_part(Path(folder), part, *tables)
         t = tables[2]
-        return {"pid": os.getpid(), "texts": list(zip(t["grp"], t["text"], t["tokens"], t["truncated"]))}
+        return {"pid": os.getpid(), "texts": list(zip(t["grp"], t["text"], t["tokens"], t["truncated"], t["seconds"])),
+                "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "seconds": float(sum(t["seconds"]))}
 
 
     def labels(self, folder: str, heads: list, options: dict):
@@ -319,9 +327,11 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
             if result["pid"] != run.pids[i]:
                 run.pids[i] = result["pid"]
                 run.restarts += 1
+            run.peak_mib[result["pid"]] = max(run.peak_mib.get(result["pid"], 0.0), result["peak_mib"])
+            run.busy_seconds += result["seconds"]
             position = {(item[0], item[1]): p for p, item in placed}
-            for grp, index, tokens, truncated in result["texts"]:
-                run.eta.add(position[(grp, index)], tokens, truncated)
+            for grp, index, tokens, truncated, seconds in result["texts"]:
+                run.eta.add(position[(grp, index)], tokens, truncated, seconds)
                 if truncated:
                     run.cut.append((grp, index, int(truncated)))
             run.eta.tick()

@@ -117,6 +117,23 @@ def test_time_left_counts_the_tokens_a_text_can_give_at_the_throughput_after_war
     assert resumed.tokens_left() == 100
 
 
+def test_time_left_fits_what_a_text_of_each_length_costs():
+    """Texts whose analysis takes 0.01 + 1e-5·n² s (an atlas's work grows with the square of the tokens): read
+    short ones on 2 workers (twice as much analysis time as wall time), the estimate for the long ones left is
+    the fitted cost halved, not the short texts' rate per token (which would say 9 times less)."""
+    now = [0.0]
+    short = [10 + 3 * i for i in range(31)]  # tokens 10 .. 100; 0.25 tokens per character
+    eta = Eta([4 * n for n in short] + [512 * 4] * 10, 512, tokens_per_char=0.25, clock=lambda: now[0])
+    cost = lambda n: 0.01 + 1e-5 * n * n  # noqa: E731
+    for i, n in enumerate(short):
+        eta.add(i, n, 0, 5.0 if i == 0 else cost(n))  # the first text's warm-up is not fitted
+        now[0] += cost(n) / 2
+        eta.tick()
+    assert eta.cost() == pytest.approx([0.01, 0.0, 1e-5 * 512 ** 2], rel=1e-6, abs=1e-9)
+    assert eta.seconds_left() == pytest.approx(10 * cost(512) / 2, rel=1e-6)
+    assert eta.tokens_left() / eta.tokens_per_second() < eta.seconds_left() / 5
+
+
 def test_each_head_carries_its_verdict_and_effect_interval():
     """A passed test makes a head proven; tested and failed, pattern only; not among the candidates, untested.
     Ranked by a label's pattern metric, the verdict is that label's (a head proven as a sink is untested as
