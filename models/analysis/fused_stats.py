@@ -1,0 +1,184 @@
+"""Head statistics without the attention map: from the row log-sum-exp of a fused kernel (issue 45, step 1).
+
+For one attention call, with scores ``s_ij = scaling · q_i · k_j + m_ij`` (``m_ij`` 0 where query ``i`` may attend
+key ``j``, −inf where not), the row log-sum-exp ``lse_i = log Σ_j exp(s_ij)`` makes every weight exact on demand,
+``P_ij = exp(s_ij − lse_i)`` (Vaswani et al. 2017, eq. 1, written with the log-sum-exp as FlashAttention keeps it:
+Dao et al. 2022, §3.1), and most per-head statistics need no ``n × n`` tile at all:
+
+* ``first``, ``previous``, ``self``: ``P_i0``, ``P_i,i−1``, ``P_ii`` from one dot product each (O(n·d));
+* ``entropy``: ``H_i = −Σ_j P_ij log P_ij = lse_i − Σ_j P_ij s_ij = lse_i − scaling · q_i · (P K)_i`` (mask terms
+  are 0 on the keys attended), where ``(P K)_i`` is the attention output with the keys as the values: one more
+  fused call;
+* ``received`` (attention received per key, the column sums): ``Σ_i P_ij = Σ_i exp(s_ij − lse_i)`` is
+  ``exp(lse'_j)`` of one call with queries and keys swapped whose scores subtract the first call's ``lse``
+  (the pattern of KV-cache eviction code such as H2O, Zhang et al. 2023, without its n² map).
+
+Two implementations, equal to float tolerance: :func:`flex_stats` (PyTorch's FlexAttention with
+``return_aux=AuxRequest(lse=True)``: the fused kernel, O(n) memory when compiled; uncompiled it computes the
+scores whole, as the docs warn) and :func:`tile_stats` (blocks of query rows, each block's scores once: the
+exact tile path, O(block · n) memory, no compiler needed). Masks with finite biases (ALiBi, T5's position bias
+passed as a mask) are refused: the entropy's ``Σ P·s`` would need the bias's own weighted sum; so are
+softcapped scores (``tanh`` is not linear in ``q · k``) and learned sinks (their mass is not in these keys):
+those take the tile path of :mod:`models.capture.interface` (the weights themselves).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UnsupportedOperationError
+
+STATS = ("lse", "first", "previous", "self", "entropy", "received")
+#: query rows per block of :func:`tile_stats`
+BLOCK_ROWS = 256
+
+
+def allowed_keys(attention_mask: torch.Tensor | None, q_len: int, k_len: int) -> torch.Tensor | None:
+    """bool ``(batch, 1 or heads, q_len, k_len)``, True where a query may attend a key, from an additive mask
+    (0 where allowed, a large negative number or −inf where not); None for no mask (every key).
+
+    Raises:
+        UnsupportedOperationError: a mask with finite biases other than 0 (ALiBi, a relative position bias):
+            code ``stats_bias``.
+    """
+    if attention_mask is None:
+        return None
+    m = attention_mask.float()
+    blocked = m <= torch.finfo(m.dtype).min / 2
+    if bool(((m != 0) & ~blocked).any()):
+        raise UnsupportedOperationError(
+            "This attention adds a position bias to its scores (ALiBi or a relative bias): its statistics are "
+            "read from the weights themselves, not from the log-sum-exp.", code="stats_bias")
+    return ~blocked[..., :q_len, :k_len]
+
+
+def _repeat(key: torch.Tensor, heads: int) -> torch.Tensor:
+    """``(batch, kv_heads, n, d)`` keys as ``(batch, heads, n, d)`` (grouped-query attention, Ainslie et al. 2023:
+    each key/value head serves ``heads / kv_heads`` query heads in order, as transformers' ``repeat_kv``)."""
+    return key if key.shape[1] == heads else key.repeat_interleave(heads // key.shape[1], dim=1)
+
+
+def _at(query: torch.Tensor, key: torch.Tensor, scaling: float, lse: torch.Tensor, allowed, offset: int):
+    """``P_i,i−offset`` for every query ``i`` (0 where that key does not exist or is not attended): float32
+    ``(batch, heads, n)``."""
+    b, h, n, _ = query.shape
+    out = query.new_zeros((b, h, n), dtype=torch.float32)
+    rows = torch.arange(n, device=query.device)
+    cols = rows - offset if offset >= 0 else torch.zeros_like(rows)
+    ok = (cols >= 0) & (cols < key.shape[2])
+    rows, cols = rows[ok], cols[ok]
+    if not len(rows):
+        return out
+    s = scaling * (query[:, :, rows].float() * key[:, :, cols].float()).sum(-1)
+    p = torch.exp(s - lse[:, :, rows])
+    if isinstance(allowed, str):  # "causal": key j attended by query i when j <= i
+        p = p * (cols <= rows).float()
+    elif allowed is not None:
+        p = p * allowed[:, :, rows, cols].float()
+    out[:, :, rows] = p
+    return out
+
+
+def _finish(query, key, scaling, lse, pk, received, allowed) -> dict[str, torch.Tensor]:
+    """The statistics from ``lse`` ``(b, h, n_q)``, ``P K`` ``(b, h, n_q, d)`` and ``received`` ``(b, h, n_k)``."""
+    empty = ~torch.isfinite(lse)  # a query with no key to attend: no weights, no statistics (0)
+    lse0 = lse.masked_fill(empty, 0.0)
+    entropy = (lse0 - scaling * (query.float() * pk.float()).sum(-1)).masked_fill(empty, 0.0)
+    out = {"lse": lse, "entropy": entropy.clamp_min(0.0), "received": received}
+    out["first"] = _at(query, key, scaling, lse0, allowed, -1).masked_fill(empty, 0.0)  # key 0 for every row
+    out["previous"] = _at(query, key, scaling, lse0, allowed, 1).masked_fill(empty, 0.0)
+    out["self"] = _at(query, key, scaling, lse0, allowed, 0).masked_fill(empty, 0.0)
+    return out
+
+
+def tile_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float, *,
+               block_rows: int = BLOCK_ROWS) -> dict[str, torch.Tensor]:
+    """The statistics of one attention call (module docstring) by blocks of query rows: each block's scores
+    computed once, in float32.
+
+    Args:
+        query: ``(batch, heads, q_len, head_dim)``; key: ``(batch, kv_heads, k_len, head_dim)`` (after RoPE, as
+            the attention function receives them). attention_mask: additive ``(batch, 1 or heads, q_len,
+            k_len)`` or None. scaling: the score's factor (``head_dim ** -0.5`` unless the model says otherwise).
+
+    Returns:
+        float32 tensors: ``lse``, ``first``, ``previous``, ``self``, ``entropy`` (nats) ``(batch, heads, q_len)``
+        and ``received`` ``(batch, heads, k_len)`` (summed over queries). A query with no key to attend has
+        ``lse`` −inf and 0 for the rest.
+
+    Raises:
+        UnsupportedOperationError: a mask with finite biases (:func:`allowed_keys`).
+    """
+    b, h, q_len, _ = query.shape
+    k_len = key.shape[2]
+    allowed = allowed_keys(attention_mask, q_len, k_len)
+    key = _repeat(key, h)
+    lse = query.new_empty((b, h, q_len), dtype=torch.float32)
+    pk = query.new_empty((b, h, q_len, key.shape[-1]), dtype=torch.float32)
+    received = query.new_zeros((b, h, k_len), dtype=torch.float32)
+    kf = key.float()
+    for q0 in range(0, q_len, max(1, int(block_rows))):
+        q1 = min(q_len, q0 + max(1, int(block_rows)))
+        s = scaling * torch.matmul(query[:, :, q0:q1].float(), kf.transpose(-1, -2))
+        if allowed is not None:
+            s = s.masked_fill(~allowed[:, :, q0:q1], float("-inf"))
+        block_lse = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - block_lse.masked_fill(~torch.isfinite(block_lse), 0.0)[..., None])
+        lse[:, :, q0:q1] = block_lse
+        pk[:, :, q0:q1] = torch.matmul(p, kf)
+        received += p.sum(dim=2)
+    return _finish(query, key, scaling, lse, pk, received, allowed)
+
+
+def flex_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float, *,
+               causal: bool = False, compiled: bool = False) -> dict[str, torch.Tensor]:
+    """:func:`tile_stats` by FlexAttention (Dong et al. 2024; ``torch.nn.attention.flex_attention``): one call with
+    the keys as values gives ``lse`` and ``P K``, one call with queries and keys swapped, its scores minus the
+    first call's ``lse``, gives the attention each key receives. ``causal`` (the mask is the plain causal one)
+    uses a block mask that skips the blocks above the diagonal instead of indexing the mask; ``compiled`` runs
+    the calls through ``torch.compile`` (the fused kernel: O(n) memory; the first call compiles, tens of seconds
+    on a CPU).
+
+    Args, Returns, Raises: as :func:`tile_stats`.
+    """
+    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+
+    b, h, q_len, d = query.shape
+    k_len = key.shape[2]
+    allowed = "causal" if causal else allowed_keys(attention_mask, q_len, k_len)
+    key = _repeat(key, h)
+    attend = _compiled(flex_attention) if compiled else flex_attention
+    dev = query.device
+    if causal:
+        forward = create_block_mask(lambda bi, hi, qi, ki: qi >= ki, None, None, q_len, k_len, device=dev)
+        backward = create_block_mask(lambda bi, hi, qi, ki: qi <= ki, None, None, k_len, q_len, device=dev)
+    elif isinstance(allowed, torch.Tensor):
+        a = allowed.expand(b, h, q_len, k_len)  # a view: the mask's batch and head axes of 1 stretched
+        forward = create_block_mask(lambda bi, hi, qi, ki: a[bi, hi, qi, ki], b, h, q_len, k_len, device=dev)
+        backward = create_block_mask(lambda bi, hi, qi, ki: a[bi, hi, ki, qi], b, h, k_len, q_len, device=dev)
+    else:
+        forward = backward = None
+    qf, kf = query.float().contiguous(), key.float().contiguous()
+    pk, aux = attend(qf, kf, kf, block_mask=forward, scale=scaling, return_aux=AuxRequest(lse=True))
+    lse = aux.lse.float()
+    # flex keeps lse in base e for the scores it computed; a row with nothing to attend comes back as -inf
+    row_lse = lse.masked_fill(~torch.isfinite(lse), float("inf"))
+
+    def minus_lse(score, bi, hi, qi, ki):
+        return score - row_lse[bi, hi, ki]
+
+    _, back = attend(kf, qf, qf, score_mod=minus_lse, block_mask=backward, scale=scaling,
+                     return_aux=AuxRequest(lse=True))
+    received = torch.exp(back.lse.float()).nan_to_num(0.0)
+    return _finish(query, key, scaling, lse, pk, received, allowed)
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(fn):
+    """``torch.compile(fn)``, once per process."""
+    if "flex" not in _COMPILED:
+        _COMPILED["flex"] = torch.compile(fn, dynamic=False)
+    return _COMPILED["flex"]
+
