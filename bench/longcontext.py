@@ -14,11 +14,16 @@ For each length (512 and 2,048 tokens; 8,192 with ``--long``) it prints
     held              what the analysis holds besides tokens and predictions: overview maps and masks, MiB
     GPU peak          on a CUDA device: the most GPU memory torch allocated during analyze, above what it held
                       just before, in MiB
+    stats/plain       with ``--stats tile,flex_compiled``: time(models.analysis.stats_pass.head_statistics with that
+                      kernel: every head's per-query first/previous/self shares, entropy, lse and the attention
+                      each key receives, from the log-sum-exp, issue 45) / time(plain forward), its peak RSS, and
+                      the largest difference of its middle layer's statistics from the ones read off the exact
+                      weights of that layer
 Both runs alternate in the same loop (machine load hits both alike); the median of each is used. The
 peak is read from the kernel's high-water mark (VmHWM), reset before each analyze (/proc/self/clear_refs).
 
     python bench/longcontext.py [--repeats 3] [--long] [--lengths 512,2048] [--device cuda] [--model KEY|FOLDER]
-        [--json PATH]
+        [--json PATH] [--stats tile,flex,flex_compiled]
 
 ``--device`` is any device models.load takes (cpu, cuda, cuda:1, auto), in its default dtype (bfloat16 on a CUDA
 GPU); times on a GPU are taken after torch.cuda.synchronize(). ``--model``: another decoder with its tokenizer,
@@ -71,6 +76,46 @@ def text_of(tokenizer, n_tokens: int) -> str:
     return text
 
 
+def _reference(w: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One layer's statistics read off its weights ``(heads, n, n)`` (float64)."""
+    w = w.double()
+    n = w.shape[-1]
+    rows = torch.arange(n)
+    prev = torch.zeros(w.shape[:2], dtype=torch.float64)
+    prev[:, 1:] = w[:, rows[1:], rows[1:] - 1]
+    logw = torch.where(w > 0, w.clamp_min(1e-300).log(), torch.zeros_like(w))
+    return {"first": w[..., 0], "previous": prev, "self": w[:, rows, rows], "entropy": -(w * logw).sum(-1),
+            "received": w.sum(-2)}
+
+
+def _stats_pass(args, loaded, plain, ids, text, a, mid: int, plain_s: float) -> dict:
+    """The statistics pass with each kernel of ``--stats`` (module docstring), timed beside the plain forward."""
+    from models.analysis.stats_pass import head_statistics
+
+    out = {}
+    for kernel in [k for k in args.stats.split(",") if k]:
+        head_statistics(loaded, text[:200], kernel=kernel)  # warm-up (a compiled kernel compiles here)
+        times, plains, peaks = [], [], []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            plain(input_ids=ids)
+            t1 = time.perf_counter()
+            base = _status("VmRSS")
+            _reset_peak()
+            got = head_statistics(loaded, text, kernel=kernel)
+            times.append(time.perf_counter() - t1)
+            plains.append(t1 - t0)
+            peaks.append((_status("VmHWM") - base) / 1024)
+        want = _reference(torch.as_tensor(a.attentions["decoder"][mid]))
+        error = max(float((torch.as_tensor(got.stats[k][mid]).double() - v).abs().max()) for k, v in want.items())
+        ratio = statistics.median(times) / statistics.median(plains)
+        print(f"   stats pass ({kernel}): {statistics.median(times):.2f} s, {ratio:.2f} x plain, peak RSS "
+              f"{max(peaks):.0f} MiB, layer {mid} against its weights within {error:.1e}", flush=True)
+        out[kernel] = {"seconds": statistics.median(times), "plain_s": statistics.median(plains), "ratio": ratio,
+                       "peak_rss_mib": max(peaks), "max_abs_error_layer": error}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
@@ -79,6 +124,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto (as models.load)")
     parser.add_argument("--model", default="smollm2-135m", help="a decoder: catalog key or folder")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--stats", default="", help="kernels of the statistics pass to time (tile, flex, flex_compiled)")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else [512, 2048] + ([8192] if args.long else [])
@@ -151,7 +197,7 @@ def main() -> None:
         rows.append({"tokens": n, "analyze_s": m_an, "plain_s": m_pl, "layer_s": m_layer, "summary_s": m_sum,
                      "peak_rss_mib": max(peaks), "held_mib": held / 2 ** 20,
                      "gpu_peak_mib": max(gpu_peaks) if gpu else None,
-                     "row_sum_error": row_error})
+                     "row_sum_error": row_error, "stats": _stats_pass(args, loaded, plain, ids, text, a, mid, m_pl)})
         if args.json:  # after each length: a run stopped at its time limit keeps what it measured
             Path(args.json).write_text(json.dumps({"model": args.model, "device": str(dev), "dtype": str(loaded.dtype),
                                                    "rows": rows, "problems": problems}, indent=1) + "\n")

@@ -99,7 +99,7 @@ def rerun(
             :class:`~models.errors.ModelOutOfMemoryError` (its message, code and params). None (or an ``oom`` that
             returns): the code ``oom_recompute`` naming the device.
         **options: the rest of :func:`~models.capture.state.capture`'s keyword arguments (``sink``, ``mask_sink``,
-            ``want``, ``stop_after``, ``chunk_bytes``, ``fused``, ``rows``).
+            ``want``, ``stop_after``, ``chunk_bytes``, ``fused``, ``rows``, ``stats``).
 
     Yields:
         The pass's :class:`~models.capture.state.CaptureState`.

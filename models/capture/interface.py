@@ -98,6 +98,8 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
                                                  kwargs)
     if chosen and state.mask_sink is not None:
         state.mask_sink(site, attention_mask, q_len, k_len)
+    if chosen and state.stats is not None:
+        state.stats(site, eager, module, query, key, value, attention_mask, args, kwargs)
     sent = site if chosen and state.sink is not None else None  # weights go to the sink, block by block
     if sent is not None and state.rows is not None:  # only some rows' weights: computed apart, the output as unread
         _rows_to_sink(state, sent, eager, module, query, key, value, attention_mask, empty_rows, args, kwargs)

@@ -83,6 +83,9 @@ class CaptureState:
             softmax: for a site read there (``Site.read_at_softmax``), and for one whose heads were switched
             off there (``Site.softmax_gate``), before the gate: what its map shows, as on the interface path
             (the eager ``output_attentions`` hold the gated weights).
+        stats: when not None, ``stats(site, eager, module, query, key, value, attention_mask, args, kwargs)`` is
+            called for each wanted site's attention call with the mask after any replacement, before its output
+            is computed (:func:`models.analysis.fused_stats.head_statistics`: statistics from the log-sum-exp).
         calls: when not None, ``(stack, layer) -> (eager, module, query, key, value, attention_mask, empty_rows,
             args, kwargs)`` of each wanted site's attention call (its last), with the mask after any replacement:
             :mod:`models.flow` calls the family's eager function again on chosen query rows.
@@ -108,6 +111,7 @@ class CaptureState:
     fused: bool = False
     at_softmax: dict = field(default_factory=dict)
     calls: dict | None = None
+    stats: Callable | None = None
 
 
 class StopForward(Exception):
@@ -136,6 +140,7 @@ def capture(
     chunk_bytes: int | None = None,
     fused: bool = False,
     rows: tuple[int, int] | None = None,
+    stats: Callable | None = None,
 ) -> Iterator[CaptureState]:
     """Context in which forward passes of a model loaded with ``"dikkat"`` record weights, apply
     head gates and replace masks. State is per context (thread / asyncio task), never global. The engine opens it
@@ -157,6 +162,7 @@ def capture(
             only for models with ``LoadedModel.sdpa_ok``.
         rows: ``(r0, r1)``: the sink gets the weights of query rows ``r0 .. r1 - 1`` only (see
             :class:`CaptureState`).
+        stats: called with each wanted site's call (see :class:`CaptureState`).
 
     Yields:
         The :class:`CaptureState`; read ``state.weights`` after the forward pass.
@@ -165,7 +171,7 @@ def capture(
                          mask_sink=mask_sink, want=set(want) if want is not None else None,
                          pending=set(want) if (stop_after and want) else None,
                          chunk_bytes=CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes), fused=bool(fused),
-                         rows=rows)
+                         rows=rows, stats=stats)
     token = _STATE.set(state)
     try:
         yield state

@@ -135,12 +135,14 @@ def heads_frame(df: pd.DataFrame, multi: bool, column: str, value_title: str) ->
 
 
 def add_verdicts(shown: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """``shown`` with each head's causal verdict and its effect when switched off, with the 95 % interval
-    (``df``: rows with :data:`models.atlas.verdict.COLUMNS`, in ``shown``'s order)."""
-    shown[tp("atlas_col_verdict")] = [tp(f"atlas_verdict_{v}") for v in df["verdict"]]
-    shown[tp("atlas_col_effect")] = [
-        nb.NOT_A_NUMBER if not np.isfinite(e) else f"{'+' if e > 0 else ''}{value(e)} [{interval(lo, hi)}]"
-        for e, lo, hi in zip(df["effect"].to_numpy(float), df["effect_lo"].to_numpy(float),
-                             df["effect_hi"].to_numpy(float))]
+    """``shown`` with one column for each head's causal test: ✓ (proven) or ✗ (pattern only) with the effect of
+    switching it off and its 95 % interval, or "not tested" (``df``: rows with
+    :data:`models.atlas.verdict.COLUMNS`, in ``shown``'s order)."""
+    cells = []
+    for verdict, e, lo, hi in zip(df["verdict"], df["effect"].to_numpy(float), df["effect_lo"].to_numpy(float),
+                                  df["effect_hi"].to_numpy(float)):
+        effect = nb.NOT_A_NUMBER if not np.isfinite(e) else f"{'+' if e > 0 else ''}{value(e)} [{interval(lo, hi)}]"
+        cells.append(tp(f"atlas_verdict_{verdict}", effect=effect) if verdict != "untested"
+                     else tp("atlas_verdict_untested"))
+    shown[tp("atlas_col_causal")] = cells
     return shown
-

@@ -1,0 +1,152 @@
+"""A statistics pass: every head's per-query statistics from the log-sum-exp, in one forward pass, no attention
+map kept or written (issue 45, step 2).
+
+:func:`head_statistics` runs the model once with the capture's ``stats`` hook
+(:class:`models.capture.state.CaptureState`): each layer's attention call hands its queries and keys (after
+RoPE), its mask and the family's eager function to :func:`_Collector.__call__`, which computes
+:mod:`models.analysis.fused_stats` on them; the layer's output is then the fused sdpa kernel's (the model's own
+numbers, ~1e-6 relative in float32, as ``analyze``'s fused path). Memory grows with ``n`` (the tile path holds
+``BLOCK_ROWS × n`` scores per head at a time; FlexAttention compiled holds none), where the weights grow with
+``n²``.
+
+The score's scale is the family's own: read from one tiny call of its eager function per layer (two keys, one
+query: ``log(w_0 / w_1) = scaling · q · (k_0 − k_1)``), so a family that scales by the layer (GPT-2's
+``scale_attn_by_inverse_layer_idx``), by a configured factor or not at all needs no table. Refused, with the
+reason: the fallback capture path (no attention function to read), encoder-decoder and speech models (two
+stacks and cross-attention: the tile path of ``analyze``), softcapped scores, learned sinks, and biases in the
+mask or as extra arguments (ALiBi, T5's relative bias).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import capture, checks
+from ..capture.blocks import is_causal
+from ..errors import UnsupportedOperationError
+from ..loading.model import LoadedModel
+from .fused_stats import STATS, flex_stats, tile_stats
+
+KERNELS = ("tile", "flex", "flex_compiled")
+
+
+@dataclass
+class PassStatistics:
+    """What :func:`head_statistics` returns.
+
+    Attributes:
+        stack: the stack read (``encoder`` or ``decoder``). tokens: the token strings (``n``).
+        stats: name -> float32 ``(layers, heads, n)``: ``lse``, ``first``, ``previous``, ``self``, ``entropy``
+            (nats) per query, ``received`` per key (:mod:`models.analysis.fused_stats`).
+        truncated: tokens cut from the end (0 if none). kernel: the implementation used.
+    """
+
+    stack: str
+    tokens: list[str]
+    stats: dict[str, np.ndarray]
+    truncated: int
+    kernel: str
+
+
+class _Collector:
+    """The capture's ``stats`` hook: one layer's statistics per call."""
+
+    def __init__(self, kernel: str, layers: int, heads: int):
+        self.kernel, self.layers, self.heads = kernel, layers, heads
+        self.out: dict[int, dict[str, torch.Tensor]] = {}
+        self.causal: dict[tuple, bool] = {}
+
+    def __call__(self, site, eager, module, query, key, value, attention_mask, args, kwargs) -> None:
+        if args or any(kwargs.get(k) is not None for k in ("position_bias", "alibi")):
+            raise UnsupportedOperationError(
+                "This attention passes a position bias of its own to its scores: its statistics are read from the "
+                "weights themselves (models.analyze), not from the log-sum-exp.", code="stats_bias")
+        if kwargs.get("softcap") is not None:
+            raise UnsupportedOperationError(
+                "This model caps its attention scores (tanh softcapping): the entropy is not linear in q·k, so "
+                "its statistics are read from the weights themselves (models.analyze).", code="stats_softcap")
+        if any(kwargs.get(k) is not None for k in ("s_aux", "sinks")):
+            raise UnsupportedOperationError(
+                "This model has learned attention sinks: part of each row's weight goes to no key, so its "
+                "statistics are read from the weights themselves (models.analyze).", code="stats_sinks")
+        scaling = _scaling(eager, module, query, key, value, kwargs)
+        n = query.shape[-2]
+        mask = attention_mask
+        causal = False
+        if mask is not None and mask.shape[-1] == n and mask.shape[1] == 1:
+            found = self.causal.get((id(mask), n))
+            if found is None:
+                found = self.causal[(id(mask), n)] = is_causal(mask, n)
+            causal = found
+        if self.kernel == "tile":
+            got = tile_stats(query, key, mask, scaling)
+        else:
+            got = flex_stats(query, key, None if causal else mask, scaling, causal=causal,
+                             compiled=self.kernel == "flex_compiled")
+        self.out[site.layer] = {k: v[0].detach().cpu() for k, v in got.items()}
+
+
+def _scaling(eager, module, query, key, value, kwargs) -> float:
+    """The factor the family's eager function multiplies ``q · k`` by, read from one call on one query and two
+    keys (module docstring)."""
+    q, k, v = query[:1, :, :1], key[:1, :, :2], value[:1, :, :2]
+    sub = {name: val for name, val in kwargs.items() if not torch.is_tensor(val)}
+    _, w = eager(module, q, k, v, None, **sub)
+    heads = query.shape[1]
+    kk = k.repeat_interleave(heads // k.shape[1], dim=1).double()
+    diff = (q.double()[0, :, 0] * (kk[0, :, 0] - kk[0, :, 1])).sum(-1)  # (heads,)
+    ratio = torch.log(w.double()[0, :, 0, 0] / w.double()[0, :, 0, 1])
+    best = int(diff.abs().argmax())
+    if float(diff[best].abs()) < 1e-6:
+        return float(query.shape[-1] ** -0.5)
+    return float(ratio[best] / diff[best])
+
+
+@checks.needs_model
+def head_statistics(loaded: LoadedModel, text: str, *, max_tokens: int | None = None,
+                    kernel: str = "tile") -> PassStatistics:
+    """Every head's per-query statistics of ``text`` in one forward pass, from the log-sum-exp (module docstring).
+
+    Args:
+        loaded: a text model (encoder or decoder) on the interface capture path.
+        text: the text. max_tokens: cut to this many tokens (default the model's own limit).
+        kernel: ``tile`` (blocks of query rows), ``flex`` (FlexAttention, uncompiled: it computes the scores
+            whole) or ``flex_compiled`` (FlexAttention through ``torch.compile``: O(n) memory).
+
+    Returns:
+        :class:`PassStatistics`.
+
+    Raises:
+        InvalidArgumentError: ``kernel`` not one of :data:`KERNELS`, ``max_tokens`` out of range.
+        UnsupportedOperationError: the fallback capture path (``stats_path``), an encoder-decoder or speech model
+            (``stats_family``), softcapping (``stats_softcap``), learned sinks (``stats_sinks``), a position bias
+            (``stats_bias``). Whatever :func:`models.analyze` raises for the text.
+    """
+    from .run import _encode, default_max_tokens
+
+    kernel = checks.choice("kernel", kernel, KERNELS)
+    if loaded.capture_path != "interface":
+        raise UnsupportedOperationError(
+            f"'{loaded.name}' is read through hooks on its softmax (the fallback capture path): no attention call "
+            "hands over its queries and keys, so its statistics are read from the weights (models.analyze).",
+            code="stats_path", model=loaded.name)
+    if loaded.family not in ("encoder", "decoder") or not loaded.reads_text:
+        raise UnsupportedOperationError(
+            f"'{loaded.name}' is an {loaded.family} model: the statistics pass reads one stack of self-attention; "
+            "use models.analyze.", code="stats_family", model=loaded.name, family=loaded.family)
+    limit = max(2, loaded.max_positions)
+    max_tokens = checks.whole("max_tokens", default_max_tokens(loaded) if max_tokens is None else max_tokens, 2, limit)
+    stack = loaded.input_stack
+    layers, heads = loaded.stacks[stack]
+    tokens, _, inputs, truncated = _encode(loaded, checks.text(text, "text"), None, max_tokens)
+    collector = _Collector(kernel, layers, heads)
+    want = {(stack, layer) for layer in range(layers)}
+    with capture.rerun(loaded, record=False, fused=loaded.sdpa_ok, want=want, stats=collector):
+        loaded.model(**inputs)
+    stats = {name: np.stack([collector.out[layer][name].numpy() for layer in range(layers)]).astype(np.float32)
+             for name in STATS}
+    return PassStatistics(stack=stack, tokens=[t.text for t in tokens], stats=stats, truncated=truncated,
+                          kernel=kernel)

@@ -1,0 +1,45 @@
+"""The statistics pass on tiny models (issue 45, step 2): each family's per-query statistics from the log-sum-exp
+equal the ones read off the weights models.analyze records, by both kernels; what it cannot do is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import models
+from models.analysis.stats_pass import head_statistics
+
+TEXT = "the cat sat on the mat and the cat saw the dog"
+
+
+def from_weights(a, stack: str) -> dict[str, np.ndarray]:
+    w = np.asarray(a.attentions[stack], dtype=np.float64)  # (layers, heads, n, n)
+    n = w.shape[-1]
+    rows = np.arange(n)
+    prev = np.zeros(w.shape[:3])
+    prev[..., 1:] = w[..., rows[1:], rows[1:] - 1]
+    logw = np.where(w > 0, np.log(np.where(w > 0, w, 1.0)), 0.0)
+    return {"first": w[..., 0], "previous": prev, "self": w[..., rows, rows], "entropy": -(w * logw).sum(-1),
+            "received": w.sum(-2)}
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "bert", "mistral", "gemma3"])
+@pytest.mark.parametrize("kernel", ["tile", "flex"])
+def test_statistics_from_the_lse_equal_those_of_the_weights(tiny, arch, kernel):
+    loaded = tiny(arch)
+    got = head_statistics(loaded, TEXT, kernel=kernel)
+    a = models.analyze(loaded, TEXT, top_k=1)
+    want = from_weights(a, got.stack)
+    assert len(got.tokens) == want["first"].shape[-1]
+    for name, value in want.items():
+        np.testing.assert_allclose(got.stats[name], value, atol=3e-5, rtol=1e-4, err_msg=f"{arch} {name}")
+    assert np.isfinite(got.stats["lse"]).all()
+
+
+def test_what_the_pass_cannot_read_is_refused(tiny):
+    with pytest.raises(models.InvalidArgumentError):
+        head_statistics(tiny("gpt2"), TEXT, kernel="cuda")
+    for arch, code in (("t5", "stats_family"), ("gpt_neo", "stats_path")):
+        with pytest.raises(models.UnsupportedOperationError) as err:
+            head_statistics(tiny(arch), TEXT)
+        assert err.value.code == code
