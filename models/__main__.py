@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     at.add_argument("--ray", default=None, metavar="local|auto|ray://HOST:PORT",
                     help="build on Ray: actors holding the model read the corpus in a stream, in shards")
     at.add_argument("--workers", type=int, default=None, help="Ray actors (default: one per CPU, or per GPU)")
-    at.add_argument("--shard-texts", type=int, default=16, help="texts per shard on Ray")
+    at.add_argument("--shard-texts", type=int, default=None, help="texts per shard on Ray (default 16)")
     at.add_argument("--root", default=None, help="the atlases' folder (on a cluster: one every node can write)")
     ah = sub.add_parser("ahead", help="compute the experiments and pruning curves of the bundled models ahead")
     ah.add_argument("--model", action="append", default=[], help="only this catalog model (repeatable)")
@@ -113,6 +113,10 @@ def _atlas(args) -> int:
 
     root = Path(args.root) if args.root else None
     run = None
+    if not args.ray and (args.workers is not None or args.shard_texts is not None):
+        print("error: --workers and --shard-texts are for a build on Ray (--ray local|auto|ray://HOST:PORT).",
+              file=sys.stderr)
+        return 2
     try:
         atlas.atlas._check_metric(args.top)
         start = time.perf_counter()
@@ -122,8 +126,8 @@ def _atlas(args) -> int:
             corpus = stream.open_corpus(args.corpus, column=args.column)
             a = cluster.build_atlas_ray(args.model, corpus, address=args.ray, workers=args.workers,
                                         max_tokens=args.max_tokens, limit=args.limit, repeats=args.repeats,
-                                        shard_texts=args.shard_texts, device=args.device, progress=progress,
-                                        root=root)
+                                        shard_texts=args.shard_texts or cluster.PART_TEXTS, device=args.device,
+                                        progress=progress, root=root)
             run = a.ray_run
         else:
             loaded = load(args.model, device=args.device)
@@ -143,6 +147,9 @@ def _atlas(args) -> int:
     except DikkatError as exc:
         print(f"\nerror: {exc}".encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\natlas: interrupted; what is written stays, and the same command resumes it.", file=sys.stderr)
+        return 130
     shown = ["stack", "layer", "head", args.top, f"{args.top}_lo", f"{args.top}_hi", "verdict", "effect",
              "effect_lo", "effect_hi"]
     out = {"folder": str(a.folder), "model": a.model, "corpus": a.corpus, "complete": a.complete,
@@ -153,7 +160,7 @@ def _atlas(args) -> int:
     if run is not None:
         out["ray"] = {"workers": run.workers, "startup_seconds": round(run.startup_seconds, 1),
                       "restarts": run.restarts, "tokens": run.eta.tokens,
-                      "tokens_per_second": round(run.eta.tokens_per_second() or 0.0, 1)}
+                      "tokens_per_second": round(run.eta.tokens / max(seconds - run.startup_seconds, 1e-9), 1)}
     if cut.shape[0]:
         print(f"atlas: {len(cut):,} texts cut to the token limit ({int(cut['truncated'].sum()):,} tokens left "
               "unread); listed in the output's \"cut\"", file=sys.stderr)

@@ -25,7 +25,7 @@ How a build goes:
    :class:`models.atlas.eta.Eta` turns them into tokens per second and the time left.
 
 The atlas written is the in-process one: same folder (model, corpus digest, settings), same parts' columns,
-DuckDB queries unchanged; its values equal the in-process build's to float tolerance (tests/engine/test_atlas_ray.py).
+DuckDB queries unchanged; its values equal the in-process build's to float tolerance (tests/bundled/test_atlas_ray.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from __future__ import annotations
 import os
 import resource
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -159,7 +161,7 @@ _TOKEN = secrets.token_hex(32)
 #: driver ended, or died)
 _HEAD = """
 import sys, ray
-ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, configure_logging=False)
+ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, configure_logging=False, _temp_dir=sys.argv[2])
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()
 ray.shutdown()
@@ -180,7 +182,8 @@ def session(address: str, workers: int | None):
 
     Raises:
         InvalidArgumentError: another address (code ``ray_address``). DikkatError: the local instance did not
-        start (code ``ray_start``).
+        start (code ``ray_start``); no cluster to join at the address, or Ray Client (``ray://``) without the
+        ``ray[client]`` extra (code ``ray_connect``, with Ray's first line in the English message).
     """
     check_address(address)
     import ray
@@ -199,14 +202,26 @@ def session(address: str, workers: int | None):
                 # token authentication (Ray's default for a local cluster since 2.52), with a token of this
                 # instance's own: the head listens on the node's address, where anyone could otherwise run code
                 auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _TOKEN}
-                head = subprocess.Popen([sys.executable, "-c", _HEAD, str(workers or os.cpu_count() or 1)],
+                # its own temporary folder: Ray records the machine's current cluster in its default one, where
+                # another process's ``auto`` would find this private instance and try to join it
+                temp = tempfile.mkdtemp(prefix="dikkat-ray-")
+                head = subprocess.Popen([sys.executable, "-c", _HEAD, str(workers or os.cpu_count() or 1), temp],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                         env={**os.environ, **env, **auth}, text=True)
                 address = (head.stdout.readline() if head.stdout else "").strip()
                 if not address:
                     raise DikkatError("Ray did not start on this machine.", code="ray_start")
                 _set_auth(auth)
-            ray.init(address=address, **options)
+            if address == "auto":
+                address = _started_cluster()
+            try:
+                ray.init(address=address, **options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:  # what ray.init raises for a cluster it cannot join
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise DikkatError(f"Could not join the Ray cluster at {address}: {first}", code="ray_connect",
+                                  address=address[:120]) from None
+            if head is not None:  # Ray has read the token: the environment other programs inherit goes back
+                _set_env(saved)
             yield
         finally:
             if ray.is_initialized():
@@ -218,7 +233,33 @@ def session(address: str, workers: int | None):
                     head.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     head.kill()
+                shutil.rmtree(temp, ignore_errors=True)
                 _set_auth(saved)
+
+
+def _set_env(values: dict) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _started_cluster() -> str:
+    """The address ``auto`` means: ``RAY_ADDRESS``, else the cluster ``ray start`` last started on this node (as
+    Ray reads it), never any Ray process found running (Ray's own ``auto`` falls back to those: another build's
+    private local instance among them, which it cannot join).
+
+    Raises:
+        DikkatError: neither (code ``ray_connect``).
+    """
+    from ray._private.utils import read_ray_address
+
+    found = os.environ.get("RAY_ADDRESS") or read_ray_address()
+    if not found:
+        raise DikkatError("Could not join the Ray cluster at auto: no RAY_ADDRESS and no cluster started with "
+                          "`ray start --head` on this node.", code="ray_connect", address="auto")
+    return found
 
 
 def _set_auth(values: dict) -> None:
@@ -226,11 +267,7 @@ def _set_auth(values: dict) -> None:
     read once, at import: ``authentication_token_setup._enable_token_auth`` reads it again the same way)."""
     from ray._raylet import AuthenticationTokenLoader, Config
 
-    for key, value in values.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    _set_env(values)
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
 

@@ -209,7 +209,7 @@ def jsonl_texts(lines, column: str, name: str) -> Iterator[str]:
     """The ``column`` of a JSON-lines file's lines, in order ("" where not a string; blank lines skipped).
 
     Raises:
-        InvalidCorpusError: a line not JSON (``corpus_json``), no line with the column (``corpus_column``).
+        InvalidCorpusError: a line not JSON (``corpus_json``), objects but none with the column (``corpus_column``).
     """
     seen: set[str] = set()
     for number, line in enumerate(lines, 1):
@@ -225,7 +225,7 @@ def jsonl_texts(lines, column: str, name: str) -> Iterator[str]:
                 seen.update(row)
             value = row.get(column)
             yield value if isinstance(value, str) else ""
-    if column not in seen:
+    if seen and column not in seen:  # no object at all: the caller says the file has no text
         no_column(name, column, sorted(seen))
 
 

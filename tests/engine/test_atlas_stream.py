@@ -66,6 +66,7 @@ def test_the_stream_reads_as_far_as_it_is_asked(tmp_path):
     ("latin.txt", "çay".encode("latin-1"), None, "corpus_binary"),
     ("t.csv", b"id,body\n1,hello\n", None, "corpus_column"),
     ("t.jsonl", b'{"body": "x"}\n', None, "corpus_column"),
+    ("empty.jsonl", b"\n\n", None, "corpus_empty"),
     ("t.parquet", b"PAR1 not really", None, "corpus_binary"),
 ])
 def test_a_bad_streamed_file_is_refused_by_the_checking_pass(tmp_path, name, data, column, code):
