@@ -92,7 +92,8 @@ def _finish(query, key, scaling, lse, pk, received, allowed) -> dict[str, torch.
 
 
 def tile_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float, *,
-               block_rows: int = BLOCK_ROWS) -> dict[str, torch.Tensor]:
+               block_rows: int = BLOCK_ROWS, value: torch.Tensor | None = None,
+               causal: bool = False) -> dict[str, torch.Tensor]:
     """The statistics of one attention call (module docstring) by blocks of query rows: each block's scores
     computed once, in float32.
 
@@ -101,33 +102,48 @@ def tile_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Ten
             the attention function receives them). attention_mask: additive ``(batch, 1 or heads, q_len,
             k_len)`` or None. scaling: the score's factor (``head_dim ** -0.5`` unless the model says otherwise).
 
+        causal: ``attention_mask`` is the plain causal mask (it may then be None): each block reads only the keys
+            up to its last row, half the products of a long text.
+        value: ``(batch, kv_heads, k_len, v_dim)`` or None: with it, also the attention output ``out``
+            ``(batch, q_len, heads, v_dim)`` in ``query``'s dtype (``P V``, computed with ``P K`` in one product),
+            as the family's eager function returns it.
+
     Returns:
         float32 tensors: ``lse``, ``first``, ``previous``, ``self``, ``entropy`` (nats) ``(batch, heads, q_len)``
-        and ``received`` ``(batch, heads, k_len)`` (summed over queries). A query with no key to attend has
-        ``lse`` −inf and 0 for the rest.
+        and ``received`` ``(batch, heads, k_len)`` (summed over queries); ``out`` when ``value`` is given. A
+        query with no key to attend has ``lse`` −inf, 0 for the rest and a zero output.
 
     Raises:
         UnsupportedOperationError: a mask with finite biases (:func:`allowed_keys`).
     """
     b, h, q_len, _ = query.shape
     k_len = key.shape[2]
-    allowed = allowed_keys(attention_mask, q_len, k_len)
+    allowed = "causal" if causal else allowed_keys(attention_mask, q_len, k_len)
     key = _repeat(key, h)
+    d = key.shape[-1]
+    kf = key.float() if value is None else torch.cat([key.float(), _repeat(value, h).float()], dim=-1)
     lse = query.new_empty((b, h, q_len), dtype=torch.float32)
-    pk = query.new_empty((b, h, q_len, key.shape[-1]), dtype=torch.float32)
+    pk = query.new_empty((b, h, q_len, kf.shape[-1]), dtype=torch.float32)
     received = query.new_zeros((b, h, k_len), dtype=torch.float32)
-    kf = key.float()
+    keys = kf[..., :d]
     for q0 in range(0, q_len, max(1, int(block_rows))):
         q1 = min(q_len, q0 + max(1, int(block_rows)))
-        s = scaling * torch.matmul(query[:, :, q0:q1].float(), kf.transpose(-1, -2))
-        if allowed is not None:
+        k1 = min(q1, k_len) if causal else k_len
+        s = scaling * torch.matmul(query[:, :, q0:q1].float(), keys[:, :, :k1].transpose(-1, -2))
+        if causal:
+            later = torch.arange(q0, q1, device=s.device)[:, None] < torch.arange(k1, device=s.device)[None, :]
+            s = s.masked_fill(later, float("-inf"))
+        elif allowed is not None:
             s = s.masked_fill(~allowed[:, :, q0:q1], float("-inf"))
         block_lse = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - block_lse.masked_fill(~torch.isfinite(block_lse), 0.0)[..., None])
         lse[:, :, q0:q1] = block_lse
-        pk[:, :, q0:q1] = torch.matmul(p, kf)
-        received += p.sum(dim=2)
-    return _finish(query, key, scaling, lse, pk, received, allowed)
+        pk[:, :, q0:q1] = torch.matmul(p, kf[:, :, :k1])
+        received[..., :k1] += p.sum(dim=2)
+    out = _finish(query, key, scaling, lse, pk[..., :d], received, allowed)
+    if value is not None:
+        out["out"] = pk[..., d:].transpose(1, 2).to(query.dtype).contiguous()
+    return out
 
 
 def flex_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float, *,

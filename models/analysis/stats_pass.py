@@ -5,7 +5,9 @@ map kept or written (issue 45, step 2).
 (:class:`models.capture.state.CaptureState`): each layer's attention call hands its queries and keys (after
 RoPE), its mask and the family's eager function to :func:`_Collector.__call__`, which computes
 :mod:`models.analysis.fused_stats` on them; the layer's output is then the fused sdpa kernel's (the model's own
-numbers, ~1e-6 relative in float32, as ``analyze``'s fused path). Memory grows with ``n`` (the tile path holds
+numbers, ~1e-6 relative in float32, as ``analyze``'s fused path), or with the ``tile`` kernel the output ``P V``
+computed from the same scores as the statistics (one pass over each block, ``P·[K, V]`` in one product: exact as
+the eager function, no second attention). Memory grows with ``n`` (the tile path holds
 ``BLOCK_ROWS × n`` scores per head at a time; FlexAttention compiled holds none), where the weights grow with
 ``n²``.
 
@@ -28,6 +30,7 @@ from .. import capture, checks
 from ..capture.blocks import is_causal
 from ..errors import UnsupportedOperationError
 from ..loading.model import LoadedModel
+from ..sites.inputs import accepts as _accepts
 from .fused_stats import STATS, flex_stats, tile_stats
 
 KERNELS = ("tile", "flex", "flex_compiled")
@@ -82,11 +85,14 @@ class _Collector:
                 found = self.causal[(id(mask), n)] = is_causal(mask, n)
             causal = found
         if self.kernel == "tile":
-            got = tile_stats(query, key, mask, scaling)
+            got = tile_stats(query, key, None if causal else mask, scaling, value=value, causal=causal)
+            out = got.pop("out")
         else:
             got = flex_stats(query, key, None if causal else mask, scaling, causal=causal,
                              compiled=self.kernel == "flex_compiled")
+            out = None
         self.out[site.layer] = {k: v[0].detach().cpu() for k, v in got.items()}
+        return out  # the layer's output from the same scores (tile), or None: the fused kernel computes it
 
 
 def _scaling(eager, module, query, key, value, kwargs) -> float:
@@ -144,6 +150,10 @@ def head_statistics(loaded: LoadedModel, text: str, *, max_tokens: int | None = 
     tokens, _, inputs, truncated = _encode(loaded, checks.text(text, "text"), None, max_tokens)
     collector = _Collector(kernel, layers, heads)
     want = {(stack, layer) for layer in range(layers)}
+    if _accepts(loaded.model, "logits_to_keep"):  # no logits are read: the last position's only (not n x vocab)
+        inputs["logits_to_keep"] = 1
+    if _accepts(loaded.model, "use_cache"):  # nor the keys and values of every layer
+        inputs["use_cache"] = False
     with capture.rerun(loaded, record=False, fused=loaded.sdpa_ok, want=want, stats=collector):
         loaded.model(**inputs)
     stats = {name: np.stack([collector.out[layer][name].numpy() for layer in range(layers)]).astype(np.float32)

@@ -99,7 +99,9 @@ def dikkat_attention(module, query, key, value, attention_mask, *args, **kwargs)
     if chosen and state.mask_sink is not None:
         state.mask_sink(site, attention_mask, q_len, k_len)
     if chosen and state.stats is not None:
-        state.stats(site, eager, module, query, key, value, attention_mask, args, kwargs)
+        out = state.stats(site, eager, module, query, key, value, attention_mask, args, kwargs)
+        if out is not None and state.sink is None and not state.record:  # the pass computed the output itself
+            return _finish(state, site, module, _empty(out, None, empty_rows)[0], None, query, key, again)
     sent = site if chosen and state.sink is not None else None  # weights go to the sink, block by block
     if sent is not None and state.rows is not None:  # only some rows' weights: computed apart, the output as unread
         _rows_to_sink(state, sent, eager, module, query, key, value, attention_mask, empty_rows, args, kwargs)

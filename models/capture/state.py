@@ -85,7 +85,9 @@ class CaptureState:
             (the eager ``output_attentions`` hold the gated weights).
         stats: when not None, ``stats(site, eager, module, query, key, value, attention_mask, args, kwargs)`` is
             called for each wanted site's attention call with the mask after any replacement, before its output
-            is computed (:func:`models.analysis.fused_stats.head_statistics`: statistics from the log-sum-exp).
+            is computed (:func:`models.analysis.stats_pass.head_statistics`: statistics from the log-sum-exp); when
+            it returns a tensor ``(batch, query_len, heads, head_dim)`` (and nothing records or sinks the weights),
+            that is the call's output.
         calls: when not None, ``(stack, layer) -> (eager, module, query, key, value, attention_mask, empty_rows,
             args, kwargs)`` of each wanted site's attention call (its last), with the mask after any replacement:
             :mod:`models.flow` calls the family's eager function again on chosen query rows.

@@ -43,3 +43,25 @@ def test_what_the_pass_cannot_read_is_refused(tiny):
         with pytest.raises(models.UnsupportedOperationError) as err:
             head_statistics(tiny(arch), TEXT)
         assert err.value.code == code
+
+
+def test_the_tile_pass_computes_the_models_own_output(tiny):
+    """The tile kernel returns each layer's output from the same scores: the pass's hidden states equal those of
+    a plain eager forward (the test reads the last hidden state through the capture's outputs)."""
+    import torch
+
+    from models import capture
+    from models.analysis.fused_stats import tile_stats
+
+    loaded = tiny("llama")
+    ids = loaded.tokenizer(TEXT, return_tensors="pt")["input_ids"]
+    outs = {}
+    for name, hook in (("eager", None), ("tile", lambda site, eager, module, q, k, v, mask, args, kw:
+                                             tile_stats(q, k, mask, module.scaling, value=v)["out"])):
+        with capture.rerun(loaded, record=False, stats=hook) as state:
+            state.outputs = {}
+            logits = loaded.model(input_ids=ids).logits
+        outs[name] = (logits, state.outputs)
+    torch.testing.assert_close(outs["tile"][0], outs["eager"][0], atol=1e-5, rtol=1e-5)
+    for key, value in outs["eager"][1].items():
+        torch.testing.assert_close(outs["tile"][1][key], value, atol=1e-5, rtol=1e-5)
