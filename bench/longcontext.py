@@ -17,8 +17,8 @@ For each length (512 and 2,048 tokens; 8,192 with ``--long``) it prints
     stats/plain       with ``--stats tile,flex_compiled``: time(models.analysis.stats_pass.head_statistics with that
                       kernel: every head's per-query first/previous/self shares, entropy, lse and the attention
                       each key receives, from the log-sum-exp, issue 45) / time(plain forward), its peak RSS, and
-                      the largest difference of its middle layer's statistics from the ones read off the exact
-                      weights of that layer
+                      the largest difference of its middle layer's head 0 statistics from the ones read off the
+                      exact weights of that head (relative to the value where it is above 1: the column sums)
 Both runs alternate in the same loop (machine load hits both alike); the median of each is used. The
 peak is read from the kernel's high-water mark (VmHWM), reset before each analyze (/proc/self/clear_refs).
 
@@ -106,11 +106,14 @@ def _stats_pass(args, loaded, plain, ids, text, a, mid: int, plain_s: float) -> 
             times.append(time.perf_counter() - t1)
             plains.append(t1 - t0)
             peaks.append((_status("VmHWM") - base) / 1024)
-        want = _reference(torch.as_tensor(a.attentions["decoder"][mid]))
-        error = max(float((torch.as_tensor(got.stats[k][mid]).double() - v).abs().max()) for k, v in want.items())
+        # head 0 of the middle layer: a whole layer's weights pass the 1 GiB asked at once from ~5,400 tokens
+        want = _reference(torch.as_tensor(a.attentions["decoder"][mid, 0])[None])
+        error = max(float(((torch.as_tensor(got.stats[k][mid, :1]).double() - v).abs() / v.abs().clamp_min(1.0)).max())
+                    for k, v in want.items())
         ratio = statistics.median(times) / statistics.median(plains)
         print(f"   stats pass ({kernel}): {statistics.median(times):.2f} s, {ratio:.2f} x plain, peak RSS "
-              f"{max(peaks):.0f} MiB, layer {mid} against its weights within {error:.1e}", flush=True)
+              f"{max(peaks):.0f} MiB, layer {mid} head 0 against its weights within {error:.1e} (relative, "
+              "absolute below 1)", flush=True)
         out[kernel] = {"seconds": statistics.median(times), "plain_s": statistics.median(plains), "ratio": ratio,
                        "peak_rss_mib": max(peaks), "max_abs_error_layer": error}
     return out
