@@ -42,6 +42,7 @@ class Atlas:
             self.manifest = store.read_manifest(self.folder)
         self._lock = threading.Lock()
         self._cache: dict = {}
+        self._labels: tuple[int, pd.DataFrame] | None = None
 
     @property
     def model(self) -> str:
@@ -271,10 +272,17 @@ class Atlas:
             return store.duck().execute(sql).fetchdf()
 
     def labels(self) -> pd.DataFrame | None:
-        """The causal tests (:func:`models.atlas.causal_labels`) stored with this atlas, or None."""
+        """The causal tests (:func:`models.atlas.causal_labels`) stored with this atlas, or None; read again only
+        when the file changes (the ranking asks for them on every rerun of the page)."""
         path = self.folder / "labels.parquet"
         with store.reading(self.folder):
-            return pd.read_parquet(path) if path.is_file() else None
+            if not path.is_file():
+                return None
+            stamp = path.stat().st_mtime_ns
+            kept = self._labels
+            if kept is None or kept[0] != stamp:
+                kept = self._labels = (stamp, pd.read_parquet(path))
+            return kept[1]
 
 
 def _still_there(folders) -> list[Atlas]:
