@@ -29,6 +29,7 @@ from .. import checks
 from ..speech.audio import SAMPLE_RATE, AudioAnalysis, analyze_audio, read_wav
 from ..speech.wav import resample
 from ..errors import InvalidArgumentError, UnsupportedOperationError
+from ..loading.construct import building
 from ..loading.model import LoadedModel
 from ..speech.whisper_tokens import alignment_heads, language_token
 from .common import ASSETS, Progress, Source, Stopwatch, probe_estimate, report
@@ -61,7 +62,7 @@ def _eager_twin(loaded: LoadedModel):
     written (inference only)."""
     config = copy.deepcopy(loaded.model.config)
     config._attn_implementation = "eager"
-    with torch.device("meta"):
+    with building(), torch.device("meta"):  # one model built at a time (models/loading/construct.py)
         twin = type(loaded.model)(config)
     twin.load_state_dict(loaded.model.state_dict(), assign=True)
     twin.generation_config = copy.deepcopy(loaded.model.generation_config)

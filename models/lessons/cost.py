@@ -18,6 +18,7 @@ from .. import checks
 from .. import capture
 from ..analysis import weight_budget_tokens
 from ..errors import ModelOutOfMemoryError, UnsupportedOperationError
+from ..loading.construct import building
 from ..loading.model import LoadedModel
 
 IMPLEMENTATIONS = ("sdpa", "captured")
@@ -62,7 +63,7 @@ def default_twin(loaded: LoadedModel, implementation: str = "sdpa") -> torch.nn.
             return _TWINS[key]
         config = copy.deepcopy(loaded.model.config)
         try:
-            with torch.device("meta"):
+            with building(), torch.device("meta"):  # one model built at a time (models/loading/construct.py)
                 twin = type(loaded.model)._from_config(config, attn_implementation=implementation,
                                                       dtype=loaded.dtype)
         except (ValueError, ImportError) as exc:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ModelNotInstalledError, NoUsableModelError
+from .construct import building
 from .library_errors import GGUF_MAGIC, gguf_failure, is_gguf
 
 
@@ -53,9 +54,10 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
                                  code="gguf_not_gguf", file=str(gguf_path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf_path.parent), gguf_file=gguf_path.name, dtype="float32"
-        )
+        with building():  # transformers' loading patches the library process-wide (models/loading/construct.py)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(gguf_path.parent), gguf_file=gguf_path.name, dtype="float32"
+            )
     except BaseException as exc:  # gguf raises ValueError/KeyError/struct.error on corrupt files
         if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
             raise  # KeyboardInterrupt, SystemExit; a tokenizers (Rust) panic on a malformed vocabulary is wrapped

@@ -16,6 +16,7 @@ from ..anatomy.decoder import decoder_call
 from ..anatomy.probe import discover_sites
 from ..capture import softmax as fallback_masks
 from .catalog import CATALOG, ModelSpec, get_spec
+from .construct import building
 from .model import LoadedModel
 from .families import auto_class, family_and_head, named_class
 from ..errors import DikkatError, InvalidArgumentError, ModelOutOfMemoryError, NoUsableModelError, UnknownModelError
@@ -300,14 +301,15 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     if placement:
         kwargs.update({k: v for k, v in placement.items() if v is not None})
     try:
-        try:
-            model = auto.from_pretrained(str(folder), attn_implementation=capture.ATTN_IMPLEMENTATION, **kwargs)
-        except (ValueError, KeyError) as exc:
-            # Families with their own table of attention classes (GPT-Neo ...) reject custom names:
-            # they take the fallback path (eager + output_attentions).
-            if capture.ATTN_IMPLEMENTATION not in str(exc) and "attn_implementation" not in str(exc):
-                raise
-            model = auto.from_pretrained(str(folder), attn_implementation="eager", **kwargs)
+        with building():  # transformers' loading patches the library process-wide (models/loading/construct.py)
+            try:
+                model = auto.from_pretrained(str(folder), attn_implementation=capture.ATTN_IMPLEMENTATION, **kwargs)
+            except (ValueError, KeyError) as exc:
+                # Families with their own table of attention classes (GPT-Neo ...) reject custom names:
+                # they take the fallback path (eager + output_attentions).
+                if capture.ATTN_IMPLEMENTATION not in str(exc) and "attn_implementation" not in str(exc):
+                    raise
+                model = auto.from_pretrained(str(folder), attn_implementation="eager", **kwargs)
     except torch.OutOfMemoryError as exc:
         raise ModelOutOfMemoryError(f"Out of memory loading '{name}' on {dev}: {exc}",
                                     code="oom_loading", model=name, device=str(dev)) from exc

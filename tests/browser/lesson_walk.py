@@ -99,7 +99,10 @@ def _step_shown(page, step: L.Step, n: int, total: int, title: str, who: str) ->
         page.screenshot(path=str(RESULTS / f"lesson-stuck-{who}-{n}.png"))
         stage = page.locator(".st-key-live_stage")
         shown = stage.first.inner_text()[:300] if stage.count() else "(no lesson box)"
-        raise AssertionError(f"step {n}: the {who}'s page ({page.url}) shows {shown!r}") from exc
+        state = page.evaluate("() => [document.querySelector('[data-testid=stApp]')?.getAttribute("
+                              "'data-test-script-state'), window.__dikkatRuns, window.__dikkatWaitingFor]")
+        raise AssertionError(f"step {n}: the {who}'s page ({page.url}) shows {shown!r}; script state, runs, "
+                             f"waiting for: {state}") from exc
 
 
 def walk(app_url: str, token: str, shots: Path | None = None, reloads: frozenset[int] = frozenset({1}),

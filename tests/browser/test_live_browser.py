@@ -50,8 +50,10 @@ def app_url():
     port = _free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", DIKKAT_TEACHER_TOKEN=TOKEN)
     env.pop("DIKKAT_REDIS_URL", None)
-    proc = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    (ROOT / "test-results").mkdir(exist_ok=True)
+    log = open(ROOT / "test-results" / "live-app-server.log", "wb")  # noqa: SIM115  (for a failing test's report)
+    proc = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         replicas.wait_healthy(url, proc, timeout=90)
@@ -62,6 +64,7 @@ def app_url():
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 def _page(browser):
