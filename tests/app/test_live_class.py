@@ -493,7 +493,7 @@ def test_a_run_the_browser_never_fully_got_is_drawn_again(monkeypatch):
     _run(student)
     assert _title(student, "explore") and student.slider(key="layer").value == 4
     version = student.query_params[room.SHOWN]
-    assert version == str(student.session_state["_live_seen"]) == str(student.session_state["_live_drawn"][0])
+    assert version == str(student.session_state["_live_runs"]) == str(student.session_state["_live_drawn"][0])
     monkeypatch.setattr(redraw, "REDRAW_AFTER_S", 0.0)
     drawn_at = student.session_state["_live_drawn"][1]
     _run(student)  # the link holds the version: the run reached the browser, nothing is made again
@@ -506,8 +506,33 @@ def test_a_run_the_browser_never_fully_got_is_drawn_again(monkeypatch):
     fragment = iter([True])
     monkeypatch.setattr(redraw, "in_fragment_run", lambda: next(fragment, False))
     _run(student)
-    assert student.query_params[room.SHOWN] == version and student.session_state["_live_drawn"][1] > drawn_at
+    assert student.session_state["_live_drawn"][1] > drawn_at
+    assert student.query_params[room.SHOWN] == str(student.session_state["_live_runs"]) != version
     assert _title(student, "explore") and student.slider(key="layer").value == 4
+
+
+def test_a_second_run_for_the_same_step_cut_is_drawn_again(monkeypatch):
+    """Issue 50's lesson walk in Chromium: a student's page ran twice for one state of the room (the move to the
+    teacher's page, then the page it opened); the second run was cut after the lesson's box, and the page showed the
+    box over an empty page for 300 s. The link held the room's version, which the first run had already put there,
+    so the cut went unseen; every full run is numbered now, and the poll finds the second one's number missing."""
+    teacher, code = _teacher("en")
+    student = _app("en", room=code)
+    teacher.switch_page("views/explore.py")
+    _run(teacher)
+    _run(student)
+    first = student.query_params[room.SHOWN]
+    _run(student)  # a second full run for the same state of the room
+    assert student.query_params[room.SHOWN] != first
+    monkeypatch.setattr(redraw, "REDRAW_AFTER_S", 0.0)
+    student.query_params[room.SHOWN] = first  # it was cut: the browser's link holds the first run's number
+    fragment = iter([True])
+    monkeypatch.setattr(redraw, "in_fragment_run", lambda: next(fragment, False))
+    found, real = [], redraw.lost
+    monkeypatch.setattr(redraw, "lost", lambda: found.append(real()) or found[-1])
+    _run(student)
+    assert found[0] is True  # the poll found the cut run and drew the page again, whole
+    assert _title(student, "explore") and student.query_params[room.SHOWN] == str(student.session_state["_live_runs"])
 
 
 def test_a_teacher_run_the_browser_never_fully_got_is_drawn_again(monkeypatch):

@@ -17,7 +17,7 @@ import time
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-SHOWN = "live_v"  # a viewer's link: the number of the last full run drawn (a student's: the room state's version)
+SHOWN = "live_v"  # a viewer's link: the number of the last full run drawn (a student's or the teacher's)
 REDRAW_AFTER_S = 3.0  # a full run whose end the browser has not shown after this long is made again
 
 

@@ -268,8 +268,8 @@ def push_unsent() -> None:
 @contextmanager
 def broadcasting(page):
     """``app.py``: ``with broadcasting(page): page.run()``: after the page's run, also one that stopped early
-    (``st.stop``), the teacher's page goes to the class (:func:`broadcast`) and a student's link gets the version of
-    the room's state the run drew (:func:`mark_drawn`); a rerun asked mid-way does neither."""
+    (``st.stop``), the teacher's page goes to the class (:func:`broadcast`) and the viewer's link gets the run's
+    number (:func:`mark_drawn`); a rerun asked mid-way does neither."""
     try:
         yield
     except StopException:
@@ -424,16 +424,16 @@ def send_pending(rooms: live.RoomStore | None = None) -> None:
 
 
 def mark_drawn() -> None:
-    """At the end of a full run: the version of the room's state a student's run drew, or the number of the
-    teacher's full run, put in the link (:func:`.redraw.mark`), so that a run the browser never fully got is found."""
-    if is_student():
-        version = st.session_state.get("_live_seen")
-    elif is_teacher():
-        version = st.session_state["_live_runs"] = int(st.session_state.get("_live_runs", 0)) + 1
-    else:
+    """At the end of a full run of a student's or the teacher's page: the run's number, put in the link
+    (:func:`.redraw.mark`), so that a run the browser never fully got is found. Every full run is numbered, not
+    each version of the room's state: a student's page runs several times for one version (the move to the
+    teacher's page is a run, the page it opens another), and a cut second run left the link holding the number the
+    first had put there, so the half-drawn page was never drawn again (issue 50's lesson walk: a student's step 1
+    showed the lesson's box over an empty page for 300 s)."""
+    if not (is_student() or is_teacher()):
         return
-    if version is not None:
-        redraw.mark(version)
+    runs = st.session_state["_live_runs"] = int(st.session_state.get("_live_runs", 0)) + 1
+    redraw.mark(runs)
 
 
 def run_lost() -> bool:
