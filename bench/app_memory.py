@@ -49,8 +49,7 @@ os.environ.setdefault("DIKKAT_AHEAD", "0")  # nothing computed in the background
 os.environ.setdefault("DIKKAT_WARM", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-WORDS = ("cat mouse garden river teacher student window morning evening forest mountain city train book "
-         "letter music picture kitchen market village story summer winter bridge island doctor").split()
+WORDS = ["cat", "mouse", "garden", "river", "teacher", "student", "window", "morning", "evening", "forest", "mountain", "city", "train", "book", "letter", "music", "picture", "kitchen", "market", "village", "story", "summer", "winter", "bridge", "island", "doctor"]
 MODEL = "smollm2-135m"
 # page -> (file, session state set before the run, a second run's changes or None)
 PAGES = {

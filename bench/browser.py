@@ -90,7 +90,7 @@ class Page:
         page.on("websocket", lambda ws: ws.on("framereceived", self._count))
 
     @classmethod
-    async def open(cls, browser, url: str, who: str = "") -> "Page":
+    async def open(cls, browser, url: str, who: str = "") -> Page:
         """A fresh page of ``browser`` (a new context: cookies and session of its own), 1280 × 720 px, that counts
         its script runs; ``who`` starts its lines on stderr."""
         page = await browser.new_page(viewport={"width": 1280, "height": 720})  # a new context per page

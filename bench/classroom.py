@@ -84,11 +84,7 @@ TEXT_KEY = "text"
 FIGURES = ("iframe", "plotly_chart")
 # one word per student; each must be a whole token of minilm-l6 (lower-case wordpiece), checked against its
 # vocabulary when the package is installed, and absent from the page drawn for the default sentence
-CANDIDATES = ("horse tiger lion rabbit monkey eagle turtle whale dolphin shark spider snake frog sheep goat camel "
-              "zebra penguin parrot owl wolf fox bear deer duck goose chicken pig cow bee apple banana orange "
-              "lemon cherry grape melon potato tomato carrot onion garlic bread butter cheese coffee sugar honey "
-              "pepper rice pizza cake cookie candy soup salad violin guitar piano drum trumpet pilot farmer "
-              "doctor nurse baker sailor soldier wizard dragon knight castle").split()
+CANDIDATES = ["horse", "tiger", "lion", "rabbit", "monkey", "eagle", "turtle", "whale", "dolphin", "shark", "spider", "snake", "frog", "sheep", "goat", "camel", "zebra", "penguin", "parrot", "owl", "wolf", "fox", "bear", "deer", "duck", "goose", "chicken", "pig", "cow", "bee", "apple", "banana", "orange", "lemon", "cherry", "grape", "melon", "potato", "tomato", "carrot", "onion", "garlic", "bread", "butter", "cheese", "coffee", "sugar", "honey", "pepper", "rice", "pizza", "cake", "cookie", "candy", "soup", "salad", "violin", "guitar", "piano", "drum", "trumpet", "pilot", "farmer", "doctor", "nurse", "baker", "sailor", "soldier", "wizard", "dragon", "knight", "castle"]
 FINISHED_EARLY_FOR_RERUN = 2
 
 
@@ -240,7 +236,7 @@ async def sample_rss(pid: int, peak: list[float], stop: asyncio.Event) -> None:
         peak[0] = max(peak[0], rss_mib(pid))
         try:
             await asyncio.wait_for(stop.wait(), 0.2)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -351,7 +347,7 @@ class Student:
                 return run
             try:
                 data = await asyncio.wait_for(self.ws.recv(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 run.errors.append(f"timeout after {timeout:.0f} s")
                 return run
             except websockets.ConnectionClosed as e:

@@ -48,7 +48,7 @@ def ratio(args) -> None:
     duo = full_heads([divmod(int(i), heads) for i in pick], 64, 4)
     cases = {"plain": None, "duo 10 % full": duo, "vertical_slash:64,64": HeadMasks(default="vertical_slash:64,64")}
     times = {name: [] for name in cases}
-    for name, mask in cases.items():  # warm-up
+    for mask in cases.values():  # warm-up
         models.analyze(loaded, text, mask=mask, keep=False, max_tokens=args.tokens)
     for _ in range(args.repeats):
         for name, mask in cases.items():

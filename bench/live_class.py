@@ -289,7 +289,7 @@ class Tab(C.Student):
                 continue
             try:
                 await self.connect()
-            except (OSError, websockets.WebSocketException, asyncio.TimeoutError):
+            except (TimeoutError, OSError, websockets.WebSocketException):
                 continue
             break
         if self.closing:
@@ -517,7 +517,7 @@ class Tab(C.Student):
             async with self.finished:
                 try:
                     await asyncio.wait_for(self.finished.wait(), left)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     def click(self, key: str) -> dict[str, WidgetState]:
@@ -675,7 +675,7 @@ class Lesson:
         for s, w in watches:
             try:
                 await asyncio.wait_for(w.done.wait(), max(0.01, deadline - time.perf_counter()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if w in s.watches:
                     s.watches.remove(w)
                 what = f"change {number + 1} ({kind})" if number >= 0 else f"the question ({kind})"
@@ -722,11 +722,11 @@ class Lesson:
         deadline = t0 + max(self.args.timeout, 120)
         back: list[float] = []
         lost: list[str] = []
-        for r, s, w in watches:
+        for _r, s, w in watches:
             try:
                 await asyncio.wait_for(w.done.wait(), max(0.01, deadline - time.perf_counter()))
                 back.append(w.settled - t0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if w in s.watches:
                     s.watches.remove(w)
                 lost.append(f"{s.name}: reconnected {len(s.reconnects)}x, on {s.replica}, page {s.page_hash[:8]}, "

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 WATCH_S = 0.25  # how often the keeper looks whether redis-server still runs
@@ -108,7 +108,7 @@ def start_redis(port: int | None = None, timeout: float = 15, folder: Path | Non
     folder.mkdir(parents=True, exist_ok=True)
     config = (f"port {port}\nbind 127.0.0.1\nprotected-mode yes\ndir {json.dumps(str(folder))}\nsave \"\"\n"
               f"appendonly yes\nappendfsync everysec\nloglevel warning\nrequirepass {password}\n")
-    log = tempfile.TemporaryFile()  # its start-up lines: shown only when it fails
+    log = tempfile.TemporaryFile()  # noqa: SIM115  (the server's output file for its life) its start-up lines: shown only when it fails
     proc = subprocess.Popen([exe, "-"], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     proc.log, proc.folder = log, (folder if own_folder else None)
@@ -182,7 +182,7 @@ class KeptRedis:
     def start(self) -> str:
         """Start redis-server and its keeper; returns the url (``DIKKAT_REDIS_URL``)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.folder / "lock", "w")
+        self._lock = open(self.folder / "lock", "w")  # noqa: SIM115  (held as the lock while the keeper lives)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

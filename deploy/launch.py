@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from class_redis import KeptRedis, data_dir, free_port, start_redis, stop_redis  # noqa: E402

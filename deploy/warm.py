@@ -74,7 +74,7 @@ async def visit(base: str, query: str, timeout: float) -> float:
                 raise RuntimeError(f"no end of the run within {timeout:.0f} s")
             try:
                 data = await asyncio.wait_for(ws.recv(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise RuntimeError(f"no end of the run within {timeout:.0f} s") from None
             fwd = ForwardMsg()
             fwd.ParseFromString(data)

@@ -19,7 +19,7 @@ Errors are :class:`LiveError` subclasses with a ``code`` (``assets/i18n/live_err
 from __future__ import annotations
 
 import threading
-from typing import Mapping
+from collections.abc import Mapping
 
 from . import config
 from .base import BaseStore, RoomStore

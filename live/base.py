@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+from collections.abc import Callable
 
 from . import config, rules
 from .errors import LiveUnavailable, NoSuchRoom, NotTeacher, RateLimited

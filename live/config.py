@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 

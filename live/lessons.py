@@ -45,7 +45,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 import pagestate
 from pagestate.declared import AUDIO_LANGUAGES, CLIPS, ENCDEC_PRESETS, MASK_KINDS, MASK_MAX  # noqa: F401

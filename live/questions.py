@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

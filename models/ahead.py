@@ -37,7 +37,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -314,7 +315,7 @@ def saved_at(job: Job, loaded) -> float | None:
 
 def _lock() -> Iterator[bool]:
     """Hold ``<root>/.lock`` (one computing process per machine; replicas and a ``make ahead`` share it)."""
-    fh = open(root() / ".lock", "w")
+    fh = open(root() / ".lock", "w")  # noqa: SIM115  (closed in the finally below, after the unlock)
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -145,7 +145,7 @@ def _array_specs(raw, limit: int) -> dict[str, tuple[np.dtype, tuple[int, ...]]]
             raise BadResultFile(f"array {name} has no usable dtype") from None
         if dtype.kind not in ARRAY_KINDS or dtype.hasobject or dtype.fields is not None:
             raise BadResultFile(f"array {name} has dtype {dtype.str}, which is not kept")
-        if not (isinstance(shape, list) and len(shape) <= 8 and all(type(n) is int and 0 <= n for n in shape)):
+        if not (isinstance(shape, list) and len(shape) <= 8 and all(type(n) is int and n >= 0 for n in shape)):
             raise BadResultFile(f"array {name} has no usable shape")
         total += math.prod(shape) * dtype.itemsize
         if total > limit:

@@ -20,7 +20,8 @@ import types
 import weakref
 from collections import OrderedDict
 from dataclasses import fields, is_dataclass
-from typing import Any, Callable, Hashable
+from typing import Any
+from collections.abc import Callable, Hashable
 
 import numpy as np
 import torch
@@ -137,7 +138,7 @@ def holds_at_least(obj: Any, limit: int, skip: tuple[type, ...] = (), skip_modul
 
 # The caches whose entries can be computed again (the app's analyses and figures; not the loaded models): under memory
 # pressure (models.memory.admit) they drop their least recently used entries with :meth:`ByteLRU.shed`.
-SHEDDABLE: "weakref.WeakSet[ByteLRU]" = weakref.WeakSet()
+SHEDDABLE: weakref.WeakSet[ByteLRU] = weakref.WeakSet()
 
 
 class ByteLRU:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch

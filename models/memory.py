@@ -30,7 +30,7 @@ import time
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import budget as _budget
 from .errors import ModelOutOfMemoryError

@@ -8,7 +8,7 @@ widget. ``BIG`` bounds a number the page limits by the text's length, unknown be
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import models
 from models.analysis import kv_layout

@@ -4,7 +4,7 @@ written in a link and read back (:func:`from_link`, :func:`to_link`, :func:`type
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import models
 from models import pruning

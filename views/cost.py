@@ -80,10 +80,10 @@ def _progress_text(job) -> str:
 
 
 params = (sel.model, str(loaded.device), tuple(sorted(int(n) for n in lengths)), int(repeats))
-if st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths):
-    # thirty presses of the same measurement are one run on the pool, its result served to all (issue 44)
-    if heavy.start("cost", params, _measure(loaded, params[2], params[3])) is not None:
-        st.session_state[state_key] = params
+# thirty presses of the same measurement are one run on the pool, its result served to all (issue 44)
+if (st.button(t("cost_run"), key="cost_run", type="primary", disabled=not lengths)
+        and heavy.start("cost", params, _measure(loaded, params[2], params[3])) is not None):
+    st.session_state[state_key] = params
 asked = st.session_state.get(state_key)
 job = heavy.find("cost", asked) if asked is not None else None
 record = None

@@ -9,7 +9,7 @@ never markup: the snippet escapes every character of it (:func:`html.escape`), t
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -3,7 +3,7 @@ transcribed token reads (Whisper; Radford et al. 2022). numpy in, plotly out; no
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -3,7 +3,7 @@ and KV-cache sizes. Pure plotly."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 

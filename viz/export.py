@@ -7,7 +7,7 @@ head view's own SVG/PNG buttons or :func:`viz.head_view.head_view_svg`.)
 from __future__ import annotations
 
 import io
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -7,7 +7,7 @@ Pure builders: plain lists and numpy arrays in, plotly figures out (no torch, no
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

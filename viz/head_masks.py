@@ -7,7 +7,7 @@ Layer 0 is drawn at the top, heads left to right, as :func:`viz.pruning.head_gri
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go

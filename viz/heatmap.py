@@ -6,7 +6,7 @@ category labels ("the" twice would collapse into one row).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -5,7 +5,7 @@ trace's ``y`` labels and ``text`` as text, and HTML-like characters in them are 
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

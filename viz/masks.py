@@ -8,7 +8,7 @@ hatched and labelled (its attention row is all zero, never NaN).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -14,7 +14,7 @@ Clark et al. 2019), so every row still sums to 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -3,7 +3,7 @@ product, ALiBi slopes and bias, and the word-order experiment. Pure plotly."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

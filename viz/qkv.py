@@ -7,7 +7,7 @@ labels ("the" twice would collapse into one row).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

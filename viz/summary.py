@@ -5,7 +5,7 @@ the ones that look at the previous token, at [SEP], at punctuation, or spread th
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd

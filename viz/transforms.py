@@ -15,7 +15,7 @@ The order the Explore page applies them in (and states on the page):
 from __future__ import annotations
 
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -9,7 +9,7 @@ units; a positive term raises the score (red), a negative one lowers it (blue), 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

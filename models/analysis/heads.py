@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

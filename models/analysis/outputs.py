@@ -3,7 +3,7 @@ states; and the greedy continuation an encoder-decoder analyses when no target i
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -341,9 +341,8 @@ def _forward(model: LoadedModel, call: dict, gates: dict, masks: dict, softmax_m
         sink=collector.sink if (keep_all and not fallback) else None,
         mask_sink=None if fallback else collector.mask_sink, chunk_bytes=capture.state.CHUNK_BYTES,
         fused=not keep_all and model.sdpa_ok,
-    ) as state:
-        with fallback_masks.applying(softmax_masks):
-            outputs = model.model(**call)
+    ) as state, fallback_masks.applying(softmax_masks):
+        outputs = model.model(**call)
     return outputs, state, last_hidden[0] if last_hidden else None
 
 

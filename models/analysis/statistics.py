@@ -14,7 +14,7 @@ then frees the block. Both give the numbers their whole-matrix definitions give 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

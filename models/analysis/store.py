@@ -27,7 +27,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -302,7 +302,7 @@ class AttentionStack(LazyArray):
         """
         pairs = [(int(layer), int(head)) for layer, head in pairs]
         layers = {layer: self.block(layer) for layer in dict.fromkeys(layer for layer, _ in pairs)}
-        for layer, head in pairs:
+        for _, head in pairs:
             checked_int(head, self.shape[1], "head")
         if not pairs:
             return np.zeros((0,) + self.shape[2:], dtype=np.float32)

@@ -36,7 +36,7 @@ class Recorder:
                 self.seen[name] = (args[0].detach(), found.detach() if found is not None else None)
         return hook
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         self._hooks = [module.register_forward_hook(self._keep(name)) for name, module in self.modules.items()]
         return self
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -114,7 +114,7 @@ def new_manifest(model: dict, corpus, settings: Settings, counts: dict, no_repea
             "corpus": {"name": corpus.name, "digest": corpus.digest, "texts": len(corpus), "language": corpus.language,
                        "source": corpus.source, "licence": corpus.licence},
             "settings": asdict(settings), "items": counts, "no_repeats": no_repeats, "tokenizer": language,
-            "complete": False, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "complete": False, "started": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def model_facts(loaded: LoadedModel) -> dict:
@@ -127,7 +127,7 @@ def finish(folder: Path, manifest: dict, count: int, total: int) -> None:
     """Mark the atlas complete once ``count`` of its ``total`` items are written."""
     if count == total and not manifest.get("complete"):
         manifest["complete"] = True
-        manifest["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        manifest["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
         store.write_manifest(folder, manifest)
 
 

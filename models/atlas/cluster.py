@@ -43,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
+from collections.abc import Callable
 
 from .. import checks
 from ..errors import DikkatError, InvalidArgumentError

@@ -18,7 +18,8 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import NoReturn
+from collections.abc import Iterator
 
 from ..errors import InvalidCorpusError
 

@@ -13,7 +13,7 @@ from ..loading.model import LoadedModel
 from .build import build_atlas, check_settings, folder_for
 from .corpus import Corpus, check_language
 
-_JOBS: dict[Path, "Job"] = {}
+_JOBS: dict[Path, Job] = {}
 _LOCK = threading.Lock()
 
 

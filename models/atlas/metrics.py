@@ -38,7 +38,7 @@ same_word       ``Σ_{k != q, word(k) = word(q)} w_qk``          queries in a wo
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

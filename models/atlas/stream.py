@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -85,8 +85,7 @@ class CorpusFile:
         try:
             with open(self.path, encoding="utf-8-sig", newline="") as fh:
                 if suffix == ".txt":
-                    for line in fh:
-                        yield line
+                    yield from fh
                 elif suffix == ".csv":
                     yield from csv_texts(fh, column, name)
                 else:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, NoReturn
+from typing import NoReturn
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 

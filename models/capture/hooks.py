@@ -6,7 +6,7 @@ Each hook reads the calling context's :class:`~models.capture.state.CaptureState
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 from torch import nn
 

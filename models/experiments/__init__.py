@@ -34,7 +34,7 @@ import importlib
 import inspect
 import time
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

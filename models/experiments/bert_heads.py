@@ -4,7 +4,7 @@ types of Kovaleva et al. 2019 (:mod:`.patterns`), both from one analysis of each
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 from .. import checks
 from ..loading.model import LoadedModel

@@ -7,7 +7,7 @@ key groups are :mod:`.clark`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

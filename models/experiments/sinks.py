@@ -13,7 +13,7 @@ Two measurements on a causal LM and a long shipped text (``assets/texts/long_en.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -9,7 +9,8 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterable, NoReturn, Sequence
+from typing import NoReturn
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch

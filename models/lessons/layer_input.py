@@ -8,7 +8,7 @@ import inspect
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from ..loading.model import LoadedModel
 # id(module) -> captured call arguments; set only inside :func:`layer_capture` (per thread / task).
 _WANT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("dikkat_teach_want", default=None)
 _HOOK_LOCK = threading.Lock()
-_HOOKED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+_HOOKED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 def _input_hook(module, args, kwargs=None):

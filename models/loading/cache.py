@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 _MARKER = ".complete"
 _THREAD_LOCK = threading.Lock()

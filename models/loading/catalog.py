@@ -10,7 +10,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import ModelNotInstalledError, UnknownModelError
 

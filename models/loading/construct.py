@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 BUILD_LOCK = threading.RLock()  # re-entrant: a conversion (GGUF -> safetensors) builds inside a load
 

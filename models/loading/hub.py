@@ -94,7 +94,7 @@ def _download(hub_id: str) -> Path:
     return folder
 
 
-_FLIGHTS: dict[str, "_Flight"] = {}  # hub id -> the download under way
+_FLIGHTS: dict[str, _Flight] = {}  # hub id -> the download under way
 _FAILED: dict[str, tuple[float, BaseException]] = {}  # hub id -> (time.monotonic() of the failure, the error)
 _FLIGHT_LOCK = threading.Lock()
 

@@ -7,7 +7,7 @@ import contextvars
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -248,7 +248,7 @@ def _row_metric(loaded: LoadedModel, prep: Prepared, outputs) -> torch.Tensor:
 # states to the batch size (attention masks and rotary tables of batch 1 broadcast). The hooks are
 # installed once per model and do nothing unless the per-call ContextVar below names their block.
 _EXPAND: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("dikkat_expand", default=None)
-_BLOCKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {layer: block} or {} if unsupported
+_BLOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {layer: block} or {} if unsupported
 _BLOCKS_LOCK = threading.Lock()
 
 

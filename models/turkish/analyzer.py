@@ -301,7 +301,7 @@ def _penalty(analysis, parts: tuple[Part, ...], proper: bool, abbreviation: bool
         penalty += 6.0
     labels = [m.id_ for m, _ in analysis.morphemes]
     penalty += 2.0 * any(x in ("Interj", "Dup") for x in labels[:1])
-    for morpheme, surface in analysis.morphemes[1:]:
+    for morpheme, _surface in analysis.morphemes[1:]:
         if morpheme.id_ == "Zero":
             penalty += 4.5
         elif morpheme.derivational:

@@ -295,11 +295,9 @@ def _context(reading: Reading, proper_name: bool, previous: Reading | None, apos
     give way to ``çık+tı``, ``ye+di``, ``ye+di+ler``, ``gel+ir``); elsewhere the finite verb +1 (``yedi kedi``: the
     number; ``genç yazar kitabı yazdı``: ``yazar`` the noun)."""
     penalty = reading.penalty
-    if verb is not None:
-        if not verb and reading.finite:
-            penalty += 1.0
-        elif verb and len(reading.parts) == 1 and reading.parts[0].label in _WORDS:
-            penalty += 1.0
+    if verb is not None and (not verb and reading.finite
+                             or verb and len(reading.parts) == 1 and reading.parts[0].label in _WORDS):
+        penalty += 1.0
     if apostrophe and reading.parts[0].label not in ("Noun", "Num"):
         penalty += 1.0
     if proper_name and reading.proper:

@@ -21,7 +21,7 @@ share. With whole pieces only (every entry 0 or 1) this is exactly the word leve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -103,7 +103,7 @@ def _class_in_link(at: AppTest) -> dict:
     held = {k: v for k, v in dict(at.query_params).items() if k not in page}
     shown = held.pop(room.SHOWN, None)  # the version of the state the page was drawn for: a number, nothing else
     assert shown is None or shown.isdigit()  # a student's or the teacher's own, never broadcast
-    secret = at.session_state["_live_secret"] if "_live_secret" in at.session_state else None
+    secret = at.session_state["_live_secret"] if "_live_secret" in at.session_state else None  # noqa: SIM401  (AppTest's state has no .get)
     assert not secret or all(secret not in str(v) for v in dict(at.query_params).values())
     return held
 

@@ -66,7 +66,7 @@ def test_c07_minilm_toggle_changes_cosine_and_back(minilm):
     ranking = at.table[0].value  # a static table: long sentences wrap instead of being cut
     assert len(ranking) == 11 and "Kedi fareyi kovaladı" not in set(ranking.iloc[:, 0])  # input left out
     values = []
-    for step in range(20):
+    for _ in range(20):
         pills = at.pills[2]
         (pills.unselect(7) if 7 in (pills.value or []) else pills.select(7)).run()
         _ok(at)

@@ -77,7 +77,7 @@ def _in_first_screen(page, selector: str, height: int) -> None:
         page.screenshot(path=str(RESULTS / "lesson-missing.png"))
         raise
     assert box is not None, selector
-    assert 0 <= box["y"] and box["y"] + box["height"] <= height, (selector, box)
+    assert box["y"] >= 0 and box["y"] + box["height"] <= height, (selector, box)
 
 
 def _radios(page):

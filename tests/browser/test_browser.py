@@ -47,7 +47,7 @@ def app_url():
     """``streamlit run app.py`` on a free port, as ``make run`` starts it; yields its URL; stops it afterwards."""
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    log = open(RESULTS.parent / ".pytest_cache" / f"streamlit-{port}.log", "w") if (
+    log = open(RESULTS.parent / ".pytest_cache" / f"streamlit-{port}.log", "w") if (  # noqa: SIM115  (the server's)
         RESULTS.parent / ".pytest_cache").is_dir() else subprocess.DEVNULL
     proc = subprocess.Popen(streamlit_command(port, "127.0.0.1"), cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT)

@@ -176,7 +176,7 @@ def test_shapes_rows_and_labels(english):
     n = english.frames
     assert n == pytest.approx(english.duration_seconds / 0.02, abs=1) and english.padding_frames == 1500 - n
     T, S = len(a.target_tokens), len(a.tokens)
-    assert S == n + 1 and a.tokens[-1].special and a.tokens[-1].label == "<|padding|>"
+    assert n + 1 == S and a.tokens[-1].special and a.tokens[-1].label == "<|padding|>"
     assert a.attentions["encoder"].shape == (6, 8, S, S)
     assert a.attentions["decoder"].shape == (6, 8, T, T)
     assert a.attentions["cross"].shape == (6, 8, T, S)

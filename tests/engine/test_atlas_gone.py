@@ -50,7 +50,7 @@ def test_a_file_that_goes_while_it_is_read_is_an_atlas_files_gone_error(built, m
         assert str(built.folder) not in str(info.value) and "five" not in str(info.value)
     (built.folder / "manifest.json").unlink()
     with pytest.raises(models.AtlasFilesGoneError):
-        built.complete
+        _ = built.complete
 
 
 def test_finding_heads_lists_the_atlases_again_when_one_went_meanwhile(built, tmp_path, monkeypatch):

@@ -101,9 +101,7 @@ def _session_keys(path: Path) -> set[str]:
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             args = list(node.args)
-            if name in ("get", "setdefault", "pop") and "session_state" in ast.unparse(node.func):
-                args = args[:1]
-            elif name in ("bind", "read", "sync", "drop", "url_drop", "clamp"):
+            if name in ("get", "setdefault", "pop") and "session_state" in ast.unparse(node.func) or name in ("bind", "read", "sync", "drop", "url_drop", "clamp"):
                 args = args[:1]
             elif name == "layer_head":
                 args = args[:2]

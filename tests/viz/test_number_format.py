@@ -266,7 +266,7 @@ def test_i18n_percent_signs_sit_on_the_languages_side():
 def test_percent_placeholders_are_in_both_languages():
     """A {share:.0%} in one language is one in the other (the number reaches both through the formatter)."""
     entries = {}
-    for name, key, lang, text in _strings():
+    for _name, key, lang, text in _strings():
         entries.setdefault(key, {})[lang] = {m.group(1) for m in PLACEHOLDER.finditer(text) if m.group(2).endswith("%")}
     assert any(e.get("en") for e in entries.values())
     assert not {k: e for k, e in entries.items() if "tr" in e and "en" in e and e["tr"] != e["en"]}

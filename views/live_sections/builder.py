@@ -91,6 +91,5 @@ def builder() -> None:
         shared.show_error(exc)
         return
     st.caption(t("live_q_prompt", prompt=question.prompt[shared.lang()]))
-    if st.button(t("live_q_ask"), key="live_q_ask", type="primary"):
-        if asking.ask(question, state):
-            st.rerun()
+    if st.button(t("live_q_ask"), key="live_q_ask", type="primary") and asking.ask(question, state):
+        st.rerun()

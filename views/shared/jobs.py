@@ -7,7 +7,8 @@ Imported directly (``from views.shared import jobs as heavy``), not through ``vi
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Hashable
+from typing import Any
+from collections.abc import Callable, Hashable
 
 import streamlit as st
 
