@@ -34,7 +34,7 @@ __all__ = ["BaseStore", "InvalidAnswer", "InvalidRequest", "LiveError", "LiveUna
            "RedisStore", "RoomFull", "RoomStore", "store_from_env", "teacher_token"]
 
 _lock = threading.Lock()
-_stores: dict[str, BaseStore] = {}
+_stores: dict[str, RoomStore] = {}
 
 
 def store_from_env(environ: Mapping[str, str] | None = None) -> RoomStore:

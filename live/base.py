@@ -89,6 +89,13 @@ class BaseStore:
         """``(hits in the bucket's current window, seconds until it ends)``; ``(0, 0.0)`` for none."""
         raise NotImplementedError
 
+    def _teacher(self, code: str, secret: str | None) -> object:  # pragma: no cover - abstract
+        """The room ``code`` when ``secret`` is its teacher's (the store's own record of it).
+
+        Raises:
+            NoSuchRoom, NotTeacher; LiveUnavailable (Redis)."""
+        raise NotImplementedError
+
     def _link_of(self, code: str) -> str | None:  # pragma: no cover - abstract
         """The room's link key (:func:`live.rules.new_link_key`), made when the room was; None when no room has
         the code."""

@@ -38,8 +38,8 @@ def teacher_token(environ: Mapping[str, str] | None = None) -> str | None:
         data = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
-    token = data.get("teacher_token")
-    return (token.strip() or None) if isinstance(token, str) else None
+    written = data.get("teacher_token")
+    return (written.strip() or None) if isinstance(written, str) else None
 
 
 def redis_url(environ: Mapping[str, str] | None = None) -> str | None:

@@ -234,7 +234,8 @@ class MemoryStore(BaseStore):
             return question_id
 
     def _question(self, room: _Room, question_id) -> _Question:
-        found = room.questions.get(rules.check_question_id(question_id))
+        qid = rules.check_question_id(question_id)
+        found = room.questions.get(qid) if qid is not None else None
         if found is None:
             raise NoSuchQuestion("This class has no such question.", code="live_no_such_question")
         return found
@@ -287,7 +288,7 @@ class MemoryStore(BaseStore):
             question = self._question(self._room(code, touch=False), question_id)
             if not question.revealed:
                 return {"counts": {}, "total": len(question.answers), "revealed": False, "measured": None}
-            return {"counts": dict(question.counts), "total": question.total, "revealed": True,
+            return {"counts": dict(question.counts or {}), "total": question.total, "revealed": True,
                     "measured": copy.deepcopy(question.measured)}
 
     def close_room(self, code: str, secret: str) -> None:

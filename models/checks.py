@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import Any
+from typing import Any, Literal, overload
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -42,6 +42,12 @@ def _range(low, high) -> str:
     return f">= {low}" if low is not None else f"<= {high}"
 
 
+@overload
+def whole(name: str, value: Any, low: int | None = None, high: int | None = None, *,
+          none: Literal[False] = False) -> int: ...
+@overload
+def whole(name: str, value: Any, low: int | None = None, high: int | None = None, *,
+          none: bool) -> int | None: ...
 def whole(name: str, value: Any, low: int | None = None, high: int | None = None, *,
           none: bool = False) -> int | None:
     """``value`` as a Python int in ``[low, high]`` (either end open when None); ``None`` passes when ``none``.
@@ -199,7 +205,7 @@ def positions(name: str, value: Any, n: int, *, none: bool = True) -> list[int] 
     if isinstance(items, numbers.Integral):
         items = [items]
     ok = isinstance(items, (list, tuple, range)) and len(items) > 0 and all(
-        isinstance(i, numbers.Integral) and not isinstance(i, (bool, np.bool_)) and -n <= i < n for i in items)
+        isinstance(i, numbers.Integral) and not isinstance(i, (bool, np.bool_)) and -n <= int(i) < n for i in items)
     if not ok:
         raise InvalidArgumentError(f"{name} must be a position or a non-empty list of positions in [{-n}, {n - 1}], "
                                    f"got {shown(value)}.", code="arg_positions", name=name, n=n, value=shown(value))

@@ -22,6 +22,7 @@ kernel's OOM killer; memory given back where the caches drop entries.
 from __future__ import annotations
 
 import ctypes
+from typing import Literal
 import gc
 import os
 import re
@@ -119,7 +120,7 @@ def over() -> str | None:
     return None
 
 
-_LIBC = None
+_LIBC: ctypes.CDLL | Literal[False] | None = None  # False: no malloc_trim here
 
 
 def trim() -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import models
 from models.analysis import kv_layout
+from models.analysis.masks import STARTS as MASK_STARTS
 
 from .params import Context, Page, Param, model_stacks
 
@@ -145,7 +146,7 @@ MASKS = (
     _whole("masks_stride", (1, MASK_MAX), 3, when=_kind("strided")),
     _whole("masks_sink_window", (1, MASK_MAX), 3, when=_kind("sink_window")),
     _whole("masks_sinks", (0, MASK_MAX), 1, when=_kind("sink_window")),
-    _choice("masks_custom_start", models.masks.STARTS, models.masks.STARTS[0], when=_kind("custom")),
+    _choice("masks_custom_start", MASK_STARTS, MASK_STARTS[0], when=_kind("custom")),
     _layer("masks_cmp_layer", when=section("compare")), _head("masks_cmp_head", mean=True, when=section("compare")),
     _layer("masks_bg_enc_layer", of=_fixed("minilm-l6"), when=section("bert_gpt")),
     _head("masks_bg_enc_head", of=_fixed("minilm-l6"), mean=True, when=section("bert_gpt")),

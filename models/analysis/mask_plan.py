@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from ..loading.model import LoadedModel
 
 
-def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None = None) -> tuple[dict[str, torch.Tensor], str]:
+def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None = None,
+                  ) -> tuple[dict[str, torch.Tensor | head_masks.HeadRules], str]:
     """Turn the ``mask`` argument of :func:`analyze` into ``stack -> bool tensor``.
 
     A single mask applies to the model's main self-attention stack (``encoder`` for encoders,
@@ -64,7 +65,7 @@ def resolve_masks(loaded: LoadedModel, mask, n_main: int, n_target: int | None =
     else:
         main = loaded.mask_stack
         items = {main: parse_mask(mask)}
-    out: dict[str, torch.Tensor] = {}
+    out: dict[str, torch.Tensor | head_masks.HeadRules] = {}
     descs = {stack: str(mode) for stack, mode in items.items()}
     for stack, mode in items.items():
         if stack == "cross":

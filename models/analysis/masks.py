@@ -23,6 +23,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -236,7 +237,7 @@ def _width(kind: str, raw) -> int:
     return min(value, MAX_WIDTH)  # any width >= the text's length is the same mask
 
 
-def check_fallback_masks(loaded: LoadedModel, masks: dict[str, torch.Tensor]) -> None:
+def check_fallback_masks(loaded: LoadedModel, masks: Mapping[str, object]) -> None:
     """Refuse replaced masks for stacks that do not route through the interface (the fallback path, or an
     interface model's ``fallback_stacks``) unless a probe proved how the stack takes them
     (:func:`models.capture.softmax.mask_support`), with the reason."""

@@ -62,7 +62,7 @@ class HeadStatistics:
         if self.self_attention and self.word_of.shape == (n_k,):
             in_word = self.word_of >= 0
             counts = torch.bincount(self.word_of[in_word], minlength=1)
-            self.has_partner = in_word & (counts[self.word_of.clamp(min=0)] >= 2)
+            self.has_partner: torch.Tensor | None = in_word & (counts[self.word_of.clamp(min=0)] >= 2)
         else:
             self.has_partner = None
         # per key: 1, its index, special, punctuation, is the first key: one product w @ keys gives each
@@ -143,12 +143,12 @@ class HeadStatistics:
             self._span = (torch.from_numpy(first), torch.from_numpy(last)) if contiguous else None
         if self._span is None:
             return 0, cols
-        first, last = (x[q0:q0 + rows] for x in self._span)
-        inside = first >= 0
+        span_first, span_last = (x[q0:q0 + rows] for x in self._span)
+        inside = span_first >= 0
         if not bool(inside.any()):
             return 0, 0
-        lo = int(first[inside].min()) - k0
-        hi = int(last[inside].max()) + 1 - k0
+        lo = int(span_first[inside].min()) - k0
+        hi = int(span_last[inside].max()) + 1 - k0
         return max(0, min(lo, cols)), max(0, min(hi, cols))
 
     def result(self) -> dict[str, np.ndarray]:

@@ -62,7 +62,7 @@ class _Collector:
         self.out: dict[int, dict[str, torch.Tensor]] = {}
         self.causal: dict[tuple, bool] = {}
 
-    def __call__(self, site, eager, module, query, key, value, attention_mask, args, kwargs) -> None:
+    def __call__(self, site, eager, module, query, key, value, attention_mask, args, kwargs) -> torch.Tensor | None:
         if args or any(kwargs.get(k) is not None for k in ("position_bias", "alibi")):
             raise UnsupportedOperationError(
                 "This attention passes a position bias of its own to its scores: its statistics are read from the "

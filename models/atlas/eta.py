@@ -50,7 +50,7 @@ class Eta:
         self._timed = 0
         self._busy_since_first = 0.0
         self._first: tuple[float, int] | None = None  # (time, tokens) when the first text was read
-        self._last = self._first
+        self._last: tuple[float, int] | None = self._first
 
     @property
     def tokens_per_char(self) -> float:

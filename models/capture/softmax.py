@@ -241,7 +241,7 @@ class _Recorder(TorchFunctionMode):
 
     def __init__(self, running: list):
         super().__init__()
-        self.running, self.calls = running, []
+        self.running, self.calls = running, []  # type: list, list
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -259,7 +259,8 @@ def _over_last_axis(args, kwargs) -> bool:
     return isinstance(x, torch.Tensor) and isinstance(dim, int) and x.dim() >= 2 and dim % x.dim() == x.dim() - 1
 
 
-def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] = frozenset()) -> dict[str, list]:
+def softmax_modules(loaded, inputs: dict, stacks: set[str], scores: set[str] | frozenset[str] = frozenset(),
+                    ) -> dict[str, list]:
     """``stack -> [module per layer]``: for each stack in ``stacks``, the module whose softmax output is that
     layer's ``output_attentions`` tensor (as it is, or ``(batch · heads, q, k)`` reshaped: FSMT), found by one
     probe pass. A stack is left out when some layer has no such module, one module serves two layers, or a

@@ -45,9 +45,10 @@ class GgufFailure(NamedTuple):
 def _chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and the exceptions it was raised from or during (at most 8)."""
     out: list[BaseException] = []
-    while exc is not None and exc not in out and len(out) < 8:
-        out.append(exc)
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and link not in out and len(out) < 8:
+        out.append(link)
+        link = link.__cause__ or link.__context__
     return out
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,11 +20,11 @@ def accepts(model, name: str) -> bool:
         return False
 
 
-def probe_inputs(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+def probe_inputs(loaded: LoadedModel) -> dict[str, Any]:
     """A tiny input that exercises every attention module once."""
     model, tok = loaded.model, loaded.tokenizer
     ids = tok("probe text", return_tensors="pt")["input_ids"][:, :8]
-    inputs: dict[str, torch.Tensor] = {}
+    inputs: dict[str, Any] = {}
     if loaded.input_name == "input_features":
         cfg = model.config
         inputs["input_features"] = torch.zeros(1, cfg.num_mel_bins, 2 * cfg.max_source_positions, dtype=loaded.dtype)
