@@ -279,9 +279,9 @@ def declares_rope(config) -> bool:
                 or getattr(cfg, "rotary_dim", None))
 
 
-def check(model_type: str, workdir: Path) -> Result:
-    """Build, load and check one model type (see the module docstring); messages name the type, not the
-    temporary folder."""
+def check(model_type: str, workdir: Path, text: str = TEXT) -> Result:
+    """Build, load and check one model type on ``text`` (see the module docstring); messages name the type, not
+    the temporary folder."""
     res = Result(model_type, model_types()[model_type][1])
     folder = workdir / model_type
     try:
@@ -295,7 +295,7 @@ def check(model_type: str, workdir: Path) -> Result:
     try:
         loaded = models.load(str(folder), device="cpu")
         res.family, res.path = loaded.family, loaded.capture_path
-        a = models.analyze(loaded, TEXT, keep_logits=loaded.head != "none")
+        a = models.analyze(loaded, text, keep_logits=loaded.head != "none")
         kind = position_kind(loaded)  # found by behaviour; the config is the reference
         res.checks["positions"] = True if (kind == "rope") == declares_rope(loaded.model.config) \
             else f"position kind {kind}, config declares RoPE: {declares_rope(loaded.model.config)}"
@@ -351,13 +351,20 @@ def check(model_type: str, workdir: Path) -> Result:
                 if (dec[..., np.triu(np.ones(dec.shape[-2:], dtype=bool), 1)] > 0).any():
                     bad = "decoder: a target token attends later target tokens (not causal)"
             res.checks["weights"] = bad or True
+        if a.family == "decoder" and loaded.head == "lm" and "decoder" in a.attentions:
+            # a next-token readout may read no later token: its decoder's maps must be causal (XLNet's were not)
+            dec = np.asarray(a.attentions["decoder"])
+            later = dec.shape[-1] == dec.shape[-2] and bool(
+                (dec[..., np.triu(np.ones(dec.shape[-2:], dtype=bool), 1)] > 0).any())
+            res.checks["readout"] = "the next-token readout sees its target (a token attends later tokens)" \
+                if later else True
         if a.logits is not None and getattr(out, "logits", None) is not None:
             err = float(np.abs(a.logits - out.logits[0].float().numpy()).max())
             res.checks["outputs"] = True if err < 1e-4 else f"max |Δ logits| {err:.2g}"
         stack = next(s for s in ("encoder", "decoder", "cross") if s in a.attentions)  # the main self-attention
         try:
-            off = models.analyze(loaded, TEXT, heads_off=[(stack, 0, 1)], keep_logits=loaded.head != "none")
-            back = models.analyze(loaded, TEXT, keep_logits=loaded.head != "none")
+            off = models.analyze(loaded, text, heads_off=[(stack, 0, 1)], keep_logits=loaded.head != "none")
+            back = models.analyze(loaded, text, keep_logits=loaded.head != "none")
             changed = not np.array_equal(off.logits, a.logits) if a.logits is not None else True
             same = np.array_equal(back.logits, a.logits) if a.logits is not None else True
             res.checks["heads"] = True if changed and same else ("no effect" if not changed else "not restored")
@@ -365,7 +372,7 @@ def check(model_type: str, workdir: Path) -> Result:
             res.checks["heads"] = f"refused: {str(exc)[:100]}"
         try:
             n = len(a.axis_tokens(stack)[0])
-            diag = models.analyze(loaded, TEXT, mask={stack: np.eye(n, dtype=bool)} if stack != "cross" else None)
+            diag = models.analyze(loaded, text, mask={stack: np.eye(n, dtype=bool)} if stack != "cross" else None)
             w = np.asarray(diag.attentions[stack])
             # a layer with a sink gives itself 1 - the sink's share
             want = np.eye(n)[None, None] * (1 - np.stack([diag.sink_share(stack, i) for i in range(w.shape[0])]))[..., None]

@@ -135,6 +135,8 @@ def fill_outputs(model: LoadedModel, result: Analysis, outputs, input_ids, label
                 result.mask_fills[i] = topk(logits[i : i + 1], top_k, tok)
         if keep_logits:
             result.logits = logits.float().cpu().numpy()
-    else:
+    elif getattr(outputs, "last_hidden_state", None) is not None or getattr(outputs, "hidden_states", None):
         last = outputs.last_hidden_state[0] if getattr(outputs, "last_hidden_state", None) is not None else outputs.hidden_states[-1][0]
         result.embedding = last.float().mean(dim=0).cpu().numpy()
+    # else: a language-model class whose readout was taken away (models.anatomy.decoder.readout_sees_target): no
+    # prediction and no embedding, only its maps

@@ -1,4 +1,6 @@
-"""An encoder-decoder's decoder must be causal: the load-time check, and the arguments that make it so."""
+"""A decoder must be causal: the load-time checks. An encoder-decoder's decoder (:func:`decoder_call`: the
+arguments that make it so, else refused); a decoder-only model's next-token readout (:func:`readout_sees_target`:
+a model whose prediction at a position depends on later tokens keeps its maps but has no next-token readout)."""
 
 from __future__ import annotations
 
@@ -90,3 +92,35 @@ def _with_encoder_outputs(loaded: LoadedModel, inputs: dict, probed=None) -> dic
     except Exception:  # noqa: BLE001 - an encoder that cannot run alone: the decoder passes run it
         return inputs
     return {**{k: v for k, v in inputs.items() if k != name}, "encoder_outputs": encoded}
+
+
+def readout_sees_target(loaded: LoadedModel) -> bool:
+    """Whether a decoder-only model's next-token readout sees the token it predicts: its logits before the last
+    position change when only the last token changes. XLNet's language-model head is one (issue 47: without a
+    permutation mask every position attends every other, so "the next token" at position i reads token i + 1).
+    Such a model keeps its attention maps, which are its own, and loses the readout: ``loaded.head`` becomes
+    ``"none"`` with a ``readout_sees_target`` note (:func:`models.load` does it). A model that is not a decoder
+    with a next-token head is not run (False).
+
+    Returns:
+        True when the readout sees later tokens (then ``loaded`` is changed as above).
+    """
+    if loaded.family != "decoder" or loaded.head != "lm":
+        return False
+    inputs = probe_inputs(loaded)
+    vocab = int(getattr(loaded.model.get_output_embeddings(), "out_features", 0) or 0) or 8
+    a = torch.tensor([[7 % vocab, 8 % vocab, 9 % vocab, 10 % vocab]], device=loaded.device)
+    b = a.clone()
+    b[0, -1] = 11 % vocab
+    outs = []
+    with torch.no_grad():
+        for ids in (a, b):
+            out = loaded.model(**dict(inputs, input_ids=ids), return_dict=True)
+            outs.append(out.logits.float())
+    if torch.allclose(outs[0][:, :-1], outs[1][:, :-1], atol=1e-5, rtol=1e-4):
+        return False
+    loaded.head = "none"
+    loaded.notes.append({"code": "readout_sees_target", "message": (
+        "Its prediction at a position depends on later tokens (the token it would predict among them), so no "
+        "next-token prediction is shown; its attention maps are its own.")})
+    return True

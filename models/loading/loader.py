@@ -12,7 +12,7 @@ import torch
 
 from .. import budget, capture, checks, memory
 from . import cache, hub
-from ..anatomy.decoder import decoder_call
+from ..anatomy.decoder import decoder_call, readout_sees_target
 from ..anatomy.probe import discover_sites
 from ..capture import softmax as fallback_masks
 from .catalog import CATALOG, ModelSpec, get_spec
@@ -360,6 +360,7 @@ def _load_folder(name: str, spec: ModelSpec, folder: Path, dev: torch.device, dt
     )
     probed = discover_sites(loaded)
     loaded.call_kwargs = decoder_call(loaded, probed)
+    readout_sees_target(loaded)  # XLNet: its maps stay, its "next-token" prediction would read the next token
     if loaded.capture_path == "fallback" or loaded.fallback_stacks:
         # the mask probe registers hooks and runs the model: only here, before the model is shared between
         # sessions (a probe beside another session's forward pass saw its modules and broke its hooks)

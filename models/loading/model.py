@@ -50,7 +50,9 @@ class LoadedModel:
         notes: what the user should know about how the model was loaded, each a dict with ``code``, its params
             and ``message`` (English): ``dtype_fallback`` (params ``asked``, ``used``, ``kind``): the model could
             not run in the half dtype asked for (or chosen by ``auto``) and was loaded in float32, which
-            :attr:`dtype` says (:mod:`models.loading.precision`).
+            :attr:`dtype` says (:mod:`models.loading.precision`); ``readout_sees_target`` (no params): a
+            decoder whose prediction at a position depends on later tokens (XLNet), loaded with ``head`` ``"none"``
+            (:func:`models.anatomy.decoder.readout_sees_target`).
     """
 
     name: str

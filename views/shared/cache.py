@@ -147,6 +147,8 @@ def _show_device(loaded: models.LoadedModel) -> None:
         if note.get("code") == "dtype_fallback":  # loaded in float32: the half dtype asked for could not run it
             slot.caption(t("device_dtype_fallback", asked=note["asked"], used=note["used"],
                            why=t(f"device_dtype_fallback_{note['kind']}")))
+        elif note.get("code") == "readout_sees_target":  # XLNet: its maps, no next-token prediction
+            slot.caption(t("device_readout_sees_target"))
 
 
 def load_model_ui(name: str) -> models.LoadedModel | None:
