@@ -16,12 +16,28 @@ import tomllib
 from pathlib import Path
 from collections.abc import Mapping
 
+from .errors import InvalidRequest
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    """``environ``, or the process's environment when None.
+
+    Raises:
+        InvalidRequest: not a mapping of names to strings (code ``live_bad_environ``).
+    """
+    if environ is None:
+        return os.environ
+    if not isinstance(environ, Mapping):
+        raise InvalidRequest(f"environ must be a mapping of variable names to strings (like os.environ), got "
+                             f"{type(environ).__name__}.", code="live_bad_environ", value=type(environ).__name__)
+    return environ
 
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
     """The classroom config file: ``DIKKAT_CLASSROOM_CONFIG``, else ``classroom.toml`` in the repository root."""
-    env = os.environ if environ is None else environ
+    env = _environ(environ)
     return Path(env.get("DIKKAT_CLASSROOM_CONFIG") or ROOT / "classroom.toml")
 
 
@@ -29,7 +45,7 @@ def teacher_token(environ: Mapping[str, str] | None = None) -> str | None:
     """The server's teacher token: ``DIKKAT_TEACHER_TOKEN``, else the config file's ``teacher_token`` (surrounding
     spaces dropped); None when neither sets a non-empty string (then no room can be opened). A config file that
     cannot be read counts as none (the classroom mode reports it when the server starts)."""
-    env = os.environ if environ is None else environ
+    env = _environ(environ)
     token = (env.get("DIKKAT_TEACHER_TOKEN") or "").strip()
     if token:
         return token
@@ -44,13 +60,13 @@ def teacher_token(environ: Mapping[str, str] | None = None) -> str | None:
 
 def redis_url(environ: Mapping[str, str] | None = None) -> str | None:
     """``DIKKAT_REDIS_URL``, or None when it is not set."""
-    env = os.environ if environ is None else environ
+    env = _environ(environ)
     return (env.get("DIKKAT_REDIS_URL") or "").strip() or None
 
 
 def replicas(environ: Mapping[str, str] | None = None) -> int:
     """``REPLICAS`` (what ``make serve REPLICAS=N`` passes on), 1 when unset or not a number."""
-    env = os.environ if environ is None else environ
+    env = _environ(environ)
     try:
         return max(1, int(env.get("REPLICAS", "1")))
     except ValueError:

@@ -234,6 +234,24 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.0f} MiB"
 
 
+def instance(name: str, value: Any, kind: type | tuple[type, ...], expected: str) -> Any:
+    """``value`` when it is an instance of ``kind``; ``expected`` says what it must be in the message (e.g. ``"the
+    bytes of a file"``, ``"HeadScores (pruning.ablation_scores)"``).
+
+    Raises:
+        InvalidArgumentError: code ``arg_instance`` (params ``name``, ``value``: the type given; ``detail``: what
+            it must be, in English).
+    """
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        ok = False  # a bool is an int to isinstance, never a count or an index here
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise InvalidArgumentError(f"{name} must be {expected}, got {type(value).__name__}.", code="arg_instance",
+                                   name=name, detail=expected, value=type(value).__name__)
+    return value
+
+
 def sequence(name: str, value: Any, *, least: int = 1) -> Sequence:
     """``value`` when it is a list, tuple or range of at least ``least`` items (not a string).
 

@@ -42,6 +42,7 @@ def weight_budget_tokens(loaded: LoadedModel) -> int:
     Returns:
         int >= 1 (tokens).
     """
+    checks.loaded_model(loaded)
     total_heads = sum(layers * heads for layers, heads in loaded.stacks.values()) or 1
     by_memory = int(math.sqrt(WEIGHT_BUDGET_BYTES / (4 * total_heads)))
     return max(1, min(loaded.max_positions, by_memory))
@@ -57,6 +58,7 @@ def default_max_tokens(loaded: LoadedModel) -> int:
     Returns:
         int >= 1.
     """
+    checks.loaded_model(loaded)
     if loaded.capture_path == "fallback" or loaded.fallback_stacks:
         return weight_budget_tokens(loaded)
     return max(1, loaded.max_positions)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import NoReturn
 from collections.abc import Iterator
 
-from ..errors import InvalidCorpusError
+from .. import checks
+from ..errors import InvalidArgumentError, InvalidCorpusError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "corpora"
 SHIPPED = ("en", "tr")
@@ -114,6 +115,7 @@ def load_corpus(source: str | Path, *, column: str | None = None, name: str | No
             column that does not exist (``corpus_column``), malformed JSON (``corpus_json``), no text in it
             (``corpus_empty``).
     """
+    checks.instance("source", source, (str, Path), "a language code or a file's path")
     if isinstance(source, str) and source in SHIPPED:
         return shipped_corpus(source)
     path = Path(source)
@@ -133,7 +135,18 @@ def load_corpus(source: str | Path, *, column: str | None = None, name: str | No
 
 
 def corpus_from_bytes(data: bytes, *, name: str, suffix: str, column: str | None = None, source: str = "") -> Corpus:
-    """A corpus from a file's bytes (an upload in the app): see :func:`load_corpus` for the formats and errors."""
+    """A corpus from a file's bytes (an upload in the app): see :func:`load_corpus` for the formats and errors.
+
+    Raises:
+        InvalidArgumentError: ``data`` not bytes (code ``arg_instance``), ``name`` or ``suffix`` not a string, a
+            ``column`` or ``source`` that is not a string (``arg_text``), checked before anything is read.
+    """
+    data = bytes(checks.instance("data", data, (bytes, bytearray, memoryview), "the bytes of a file"))
+    name = checks.text(name, "name")
+    for label, value in (("suffix", suffix), ("column", column), ("source", source)):
+        if (value is not None or label == "suffix") and not isinstance(value, str):
+            raise InvalidArgumentError(f"The {label} must be a string, got {type(value).__name__}.",
+                                       code="arg_text", name=label, value=type(value).__name__)
     if len(data) > MAX_FILE_BYTES:
         raise InvalidCorpusError(
             f"'{name}' is {len(data) / (1 << 20):,.0f} MiB; a corpus file may be at most {MAX_FILE_BYTES >> 20} MiB.",

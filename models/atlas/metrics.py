@@ -43,6 +43,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .. import checks
+from ..errors import InvalidArgumentError
+
 #: the sums kept per (text, stack, layer, head), in the order of the Parquet columns
 SUMS = ("positions", "self", "previous", "previous_n", "entropy", "distance", "distance_sq", "induction",
         "induction_n", "first", "special", "punctuation", "same_word", "same_word_n")
@@ -67,6 +70,11 @@ def induction_pairs(ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, int]:
     Returns:
         ``(queries, keys, repeated)``: int64 ``(pairs,)`` each, and how many queries have an earlier occurrence.
     """
+    ids = checks.sequence("ids", ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else ids, least=0)
+    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in ids):
+        raise InvalidArgumentError(f"ids must be a list of token ids (whole numbers), got {checks.shown(ids)}.",
+                                   code="arg_shape", name="ids", shape="(tokens,) of whole numbers",
+                                   got=checks.shown(ids))
     seen: dict[int, list[int]] = defaultdict(list)
     qs, ks, repeated = [], [], 0
     for q, token in enumerate(ids):
@@ -213,9 +221,23 @@ class TextSums:
         return query.numpy(), strength.numpy(), keys.numpy(), weights.numpy()
 
 
+def _sums_array(name: str, value) -> np.ndarray:
+    """``value`` as float64 ``(..., len(SUMS))``, finite (:func:`models.checks.array`)."""
+    arr = checks.array(name, value, finite=True, shape="(..., len(SUMS))")
+    if arr.ndim < 1 or arr.shape[-1] != len(SUMS):
+        raise InvalidArgumentError(f"{name} must be a (..., {len(SUMS)}) array of sums, got shape {arr.shape}.",
+                                   code="arg_shape", name=name, shape=f"(..., {len(SUMS)})", got=f"shape {arr.shape}")
+    return arr
+
+
 def pooled(sums: np.ndarray) -> dict[str, np.ndarray]:
     """The metrics from sums already added over texts: ``sums`` float64 ``(..., len(SUMS))`` -> metric ->
-    float64 ``(...)``, NaN where the denominator is 0."""
+    float64 ``(...)``, NaN where the denominator is 0.
+
+    Raises:
+        InvalidArgumentError: ``sums`` not a numeric array whose last axis has ``len(SUMS)`` entries (``arg_shape``).
+    """
+    sums = _sums_array("sums", sums)
     out = {}
     for name, (num, den) in RATIOS.items():
         n, d = sums[..., SUMS.index(num)], sums[..., SUMS.index(den)]
@@ -233,7 +255,16 @@ def bootstrap(per_text: np.ndarray, *, draws: int = 1000, seed: int = 0, level: 
     Returns:
         metric -> ``(low, high)``, float64 arrays of shape ``(...)`` (NaN where no resample has a query).
     """
+    per_text = _sums_array("per_text", per_text)
+    if per_text.ndim < 2 or per_text.shape[0] < 1:
+        raise InvalidArgumentError(f"per_text must hold the sums of at least one text, got shape {per_text.shape}.",
+                                   code="arg_shape", name="per_text", shape="(texts, ..., len(SUMS))",
+                                   got=f"shape {per_text.shape}")
+    draws = checks.whole("draws", draws, 1, 100_000)
+    seed = checks.whole("seed", seed, 0, 2**63 - 1)
+    level = checks.number("level", level, 0.0, 1.0, above=True)
     texts = per_text.shape[0]
+    checks.cells("resamples", draws, max(1, per_text.size // texts))
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(texts, np.full(texts, 1.0 / texts), size=draws).astype(np.float64)  # (draws, texts)
     flat = per_text.reshape(texts, -1)

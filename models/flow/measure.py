@@ -17,6 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .. import checks
+from ..errors import InvalidArgumentError
+
 
 def proximity(parts: torch.Tensor, whole: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
     """``max(0, ‖whole‖₁ − ‖whole − part‖₁)`` for each part.
@@ -28,7 +31,31 @@ def proximity(parts: torch.Tensor, whole: torch.Tensor, *, inplace: bool = False
 
     Returns:
         float32 ``parts.shape[:-1]``, not normalised (see :func:`shares`).
+
+    Raises:
+        InvalidArgumentError: ``parts`` or ``whole`` not a floating tensor (``arg_instance``), not finite
+            (``arg_not_finite``), or shapes that do not broadcast (``arg_same_shape``). The flow's own passes call
+            :func:`proximity_unchecked`.
     """
+    for name, value in (("parts", parts), ("whole", whole)):
+        checks.instance(name, value, torch.Tensor, "a floating-point torch tensor")
+        if not value.is_floating_point() or value.dim() < 1:
+            raise InvalidArgumentError(f"{name} must be a floating-point tensor of at least 1 dimension.",
+                                       code="arg_instance", name=name, detail="a floating-point torch tensor",
+                                       value=f"{value.dtype} tensor of shape {tuple(value.shape)}")
+        if not bool(torch.isfinite(value).all()):
+            raise InvalidArgumentError(f"{name} holds NaN or infinite values.", code="arg_not_finite", name=name)
+    try:
+        torch.broadcast_shapes(parts.shape, whole.shape)
+    except RuntimeError:
+        raise InvalidArgumentError(f"whole {tuple(whole.shape)} does not broadcast to parts {tuple(parts.shape)}.",
+                                   code="arg_same_shape", name="parts and whole", shape="(..., d)",
+                                   first=str(tuple(parts.shape)), second=str(tuple(whole.shape))) from None
+    return proximity_unchecked(parts, whole, inplace=inplace)
+
+
+def proximity_unchecked(parts: torch.Tensor, whole: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
+    """:func:`proximity` without its checks: the flow's own passes, on tensors they made."""
     norm = whole.abs().sum(-1)
     diff = parts.sub_(whole) if inplace else parts - whole
     return (norm - diff.abs_().sum(-1)).clamp_min(0)

@@ -36,7 +36,7 @@ from ..capture.blocks import block_of
 from ..errors import ModelOutOfMemoryError, UnsupportedOperationError
 from ..anatomy.residual import FlowLayout, LayerLayout
 from ..anatomy.tensors import first_tensor, input_tensor, tolerance
-from .measure import proximity, shares
+from .measure import proximity_unchecked as proximity, shares
 from ..anatomy.norms import FrozenNorm, freeze
 
 BLOCK_BYTES = 64 << 20  # the largest (keys, queries, hidden) block of token parts held at once

@@ -204,7 +204,7 @@ def get_spec(key: str) -> ModelSpec:
     """The catalog entry for ``key``. Raises :class:`UnknownModelError` listing the known keys."""
     try:
         return CATALOG[key]
-    except KeyError:
+    except (KeyError, TypeError):  # a list or dict is not a key either
         raise UnknownModelError(
             f"Unknown model '{key}'. Catalog keys: {', '.join(CATALOG)}; "
             "or give a Hugging Face id (owner/name) or a local folder.",

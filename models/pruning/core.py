@@ -96,6 +96,7 @@ def keep_matrix(loaded: LoadedModel, rows: Sequence[Iterable[HeadId]]) -> np.nda
     Raises:
         InvalidHeadError: a head the model does not have.
     """
+    rows = checks.sequence("rows", rows, least=0)
     index = {h: i for i, h in enumerate(head_list(loaded))}
     keep = np.ones((len(rows), len(index)))
     for r, heads in enumerate(rows):

@@ -11,7 +11,7 @@ import torch
 
 from .. import checks
 from .. import capture
-from ..errors import EmptyTextError, UnsupportedOperationError
+from ..errors import EmptyTextError, InvalidArgumentError, UnsupportedOperationError
 from ..loading.model import LoadedModel
 from .core import _last_hidden, _limit, _texts, check_heads
 
@@ -137,6 +137,14 @@ def _plain_inputs(loaded: LoadedModel, text: str, max_tokens: int | None) -> dic
     return inputs
 
 
+def _broadcasts(first: tuple, second: tuple) -> bool:
+    try:
+        np.broadcast_shapes(first, second)
+    except ValueError:
+        return False
+    return True
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarity ``a·b / (‖a‖ ‖b‖)`` along the last axis (float64; 0 where a norm is 0).
 
@@ -147,9 +155,16 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     Returns:
         float64 ``(...)`` in [-1, 1].
+
+    Raises:
+        InvalidArgumentError: not numeric arrays, not finite, or shapes that do not broadcast.
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a = checks.array("a", a, finite=True, shape="(..., d)")
+    b = checks.array("b", b, finite=True, shape="(..., d)")
+    if a.ndim < 1 or b.ndim < 1 or not _broadcasts(a.shape, b.shape):
+        raise InvalidArgumentError(f"a {a.shape} and b {b.shape} must be (..., d) arrays that broadcast.",
+                                   code="arg_same_shape", name="a and b", shape="(..., d)", first=str(a.shape),
+                                   second=str(b.shape))
     denom = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
     dots = (a * b).sum(-1)
     return np.divide(dots, denom, out=np.zeros_like(dots, dtype=np.float64), where=denom > 0)

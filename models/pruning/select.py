@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 
-from ..errors import InvalidHeadError
+from .. import checks
+from ..errors import InvalidArgumentError, InvalidHeadError
 from .core import HeadId
 from .importance import HeadScores
 
@@ -28,6 +29,7 @@ def keep_best_per_layer(scores: HeadScores) -> frozenset[HeadId]:
     Returns:
         The heads to switch off.
     """
+    checks.instance("scores", scores, HeadScores, "HeadScores (pruning.ablation_scores)")
     off = set()
     for stack, values in scores.values.items():
         for layer in range(values.shape[0]):
@@ -42,6 +44,7 @@ def least_important(scores: HeadScores, k: int) -> frozenset[HeadId]:
     Raises:
         InvalidHeadError: ``k`` is not a whole number from 0 to the number of heads.
     """
+    checks.instance("scores", scores, HeadScores, "HeadScores (pruning.ablation_scores)")
     ranked = scores.ranked()
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= len(ranked):
         raise InvalidHeadError(f"k must be a whole number from 0 to {len(ranked)} (the heads there are), got {k!r}.",
@@ -55,7 +58,13 @@ def whole_layer(stacks: dict[str, tuple[int, int]], stack: str, layer: int) -> f
     Raises:
         InvalidHeadError: no such stack or layer.
     """
-    if stack not in stacks or isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+    checks.instance("stacks", stacks, dict, "a dict stack -> (layers, heads) (loaded.stacks)")
+    if not all(isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, np.integer)) and x >= 0 for x in v)
+               for v in stacks.values()):
+        raise InvalidArgumentError(f"stacks must map each stack to (layers, heads), got {checks.shown(stacks)}.",
+                                   code="arg_instance", name="stacks", detail="a dict stack -> (layers, heads)",
+                                   value=checks.shown(stacks))
+    if not isinstance(stack, str) or stack not in stacks or isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
             or not 0 <= layer < stacks.get(stack, (0, 0))[0]:
         raise InvalidHeadError(f"No layer {layer!r} in stack {stack!r} (stacks: {dict(stacks)}).",
                                code="bad_layer", stack=str(stack), layer=str(layer))
@@ -63,7 +72,21 @@ def whole_layer(stacks: dict[str, tuple[int, int]], stack: str, layer: int) -> f
 
 
 def heads_to_text(heads) -> str:
-    """``{("decoder", 3, 1), ("decoder", 0, 2)}`` -> ``"decoder.0.2,decoder.3.1"`` (sorted; a link's ``off=``)."""
+    """``{("decoder", 3, 1), ("decoder", 0, 2)}`` -> ``"decoder.0.2,decoder.3.1"`` (sorted; a link's ``off=``).
+
+    Raises:
+        InvalidHeadError: not an iterable of ``(stack, layer, head)`` triples (code ``bad_heads``).
+    """
+    try:
+        heads = list(heads)
+    except TypeError:
+        heads = None
+    if heads is None or not all(isinstance(h, tuple) and len(h) == 3 and isinstance(h[0], str)
+                                and all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0
+                                        for x in h[1:])
+                                for h in heads):
+        raise InvalidHeadError(f"heads must be (stack, layer, head) triples, got {checks.shown(heads)}.",
+                               code="bad_heads", value=checks.shown(heads), example='{("decoder", 0, 1)}')
     return ",".join(f"{s}.{layer}.{h}" for s, layer, h in sorted(heads))
 
 
