@@ -371,6 +371,10 @@ def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         InvalidArgumentError: ``flow`` is not of ``analysis`` (another model or stack size).
     """
+    from ..analysis.result import Analysis
+
+    checks.instance("analysis", analysis, Analysis, "an Analysis (models.analyze)")
+    checks.instance("flow", flow, Flow, "a Flow (models.information_flow)")
     q_tokens, k_tokens = analysis.axis_tokens(flow.stack)
     if analysis.model != flow.model or len(k_tokens) != flow.x_in.shape[0]:
         raise InvalidArgumentError("The flow was not measured on this analysis.", code="flow_not_of_analysis")

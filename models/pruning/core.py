@@ -118,9 +118,16 @@ def gates_from_keep(loaded: LoadedModel, keep: torch.Tensor, *, all_layers: bool
     Returns:
         ``(stack, layer) -> (batch, heads)`` slices of ``keep`` (views, same dtype and device).
     """
+    sites = _sites(loaded)
+    total = sum(site.heads for site in sites)
+    checks.instance("keep", keep, torch.Tensor, "a (batch, total heads) torch tensor")
+    if keep.dim() != 2 or keep.shape[1] != total or not keep.is_floating_point():
+        raise InvalidArgumentError(f"keep must be a float (batch, {total}) tensor, got {keep.dtype} "
+                                   f"{tuple(keep.shape)}.", code="arg_shape", name="keep", shape=f"(batch, {total})",
+                                   got=f"{keep.dtype} {tuple(keep.shape)}")
     gates = {}
     offset = 0
-    for site in _sites(loaded):
+    for site in sites:
         block = keep[:, offset : offset + site.heads]
         offset += site.heads
         if all_layers or bool((block != 1).any()):

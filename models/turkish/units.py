@@ -25,7 +25,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import checks
 from ..analysis.tokens import Token
+from ..errors import InvalidArgumentError
 from .segment import Morpheme, segment
 
 
@@ -72,6 +74,10 @@ def membership(tokens: Sequence[Token], morphemes: Sequence[Morpheme] | Sequence
     Returns:
         a :class:`MorphemeUnits` (units ordered by their first piece).
     """
+    tokens = checks.sequence("tokens", tokens, least=0)
+    if not all(isinstance(tok, Token) for tok in tokens):
+        raise InvalidArgumentError("tokens must be an Analysis's tokens (a.tokens).", code="arg_instance",
+                                   name="tokens", detail="a list of Token (a.tokens)", value=checks.shown(tokens))
     per_segment = _per_segment(morphemes)
     owner = [_owners(ms) for ms in per_segment]  # per segment: char offset -> morpheme index (-1: none)
     rows: list[dict[tuple[int, int], float]] = []
@@ -135,17 +141,22 @@ def morpheme_attention(weights: np.ndarray, query: MorphemeUnits | np.ndarray,
         rows).
 
     Raises:
-        ValueError: a membership matrix whose piece count does not match ``weights``, or a unit with no piece.
+        InvalidArgumentError (a ValueError): weights or memberships that are not finite numeric arrays
+            (``arg_shape``), a membership matrix whose piece count does not match ``weights`` or a unit with no
+            piece (``arg_same_shape``).
     """
-    w = np.asarray(weights, dtype=np.float32)
-    mq = np.asarray(getattr(query, "membership", query), dtype=np.float32)
-    mk = mq if key is None else np.asarray(getattr(key, "membership", key), dtype=np.float32)
-    if w.ndim < 2 or mq.shape[0] != w.shape[-2] or mk.shape[0] != w.shape[-1]:
-        raise ValueError(f"weights {w.shape} do not match memberships of {mq.shape[0]} query and {mk.shape[0]} key "
-                         "pieces")
+    w = checks.array("weights", weights, dtype=np.float32, finite=True, shape="(..., n_q, n_k)")
+    mq = checks.array("query", getattr(query, "membership", query), ndim=2, dtype=np.float32, finite=True,
+                      shape="(pieces, units)")
+    mk = mq if key is None else checks.array("key", getattr(key, "membership", key), ndim=2, dtype=np.float32,
+                                             finite=True, shape="(pieces, units)")
+    if w.ndim < 2 or mq.shape[0] != w.shape[-2] or mk.shape[0] != w.shape[-1] \
+            or (mq.sum(axis=0) <= 0).any() or (mk.sum(axis=0) <= 0).any():
+        raise InvalidArgumentError(
+            f"weights {w.shape} do not match memberships of {mq.shape[0]} query and {mk.shape[0]} key pieces with a "
+            "piece in every unit", code="arg_same_shape", name="weights and memberships", shape="(..., n_q, n_k)",
+            first=str(w.shape), second=f"{mq.shape}, {mk.shape}")
     size = mq.sum(axis=0)
-    if (size <= 0).any() or (mk.sum(axis=0) <= 0).any():
-        raise ValueError("a morpheme unit has no piece")
     average = (mq / size).T  # (units_q, n_q)
     return (average @ w @ mk).astype(np.float32)
 
@@ -160,6 +171,9 @@ def analysis_units(analysis, stack: str = "encoder", *,
     Raises:
         NotTurkishError: ``check_language`` and a text does not read as Turkish: show the word level instead.
     """
+    from ..analysis.result import Analysis
+
+    checks.instance("analysis", analysis, Analysis, "an Analysis (models.analyze)")
     source = [segment(analysis.text, check_language=check_language)]
     if getattr(analysis, "text_pair", None):
         source.append(segment(analysis.text_pair, check_language=check_language))
@@ -172,11 +186,19 @@ def analysis_units(analysis, stack: str = "encoder", *,
 
 
 def _per_segment(morphemes) -> list[list[Morpheme]]:
-    """``[segment 0 morphemes, segment 1 morphemes]`` from one list or a list of lists."""
-    items = list(morphemes)
-    if items and not isinstance(items[0], Morpheme):
-        return [list(ms) for ms in items]
-    return [items]
+    """``[segment 0 morphemes, segment 1 morphemes]`` from one list or a list of lists.
+
+    Raises:
+        InvalidArgumentError: not a list of :class:`Morpheme` or of such lists (``arg_instance``).
+    """
+    items = list(checks.sequence("morphemes", morphemes, least=0))
+    out = [list(ms) if isinstance(ms, (list, tuple)) else ms for ms in items] \
+        if items and not isinstance(items[0], Morpheme) else [items]
+    if not all(isinstance(ms, list) and all(isinstance(m, Morpheme) for m in ms) for ms in out):
+        raise InvalidArgumentError("morphemes must be models.turkish.segment(text) (or one such list per segment).",
+                                   code="arg_instance", name="morphemes", detail="a list of Morpheme",
+                                   value=checks.shown(morphemes))
+    return out
 
 
 def _owners(morphemes: Sequence[Morpheme]) -> np.ndarray:
