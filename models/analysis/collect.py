@@ -9,6 +9,8 @@ import weakref
 import numpy as np
 import torch
 
+from .. import checks
+from ..errors import InvalidArgumentError
 from . import statistics as hstats
 from ..capture import blocks
 from ..loading.model import LoadedModel
@@ -72,7 +74,22 @@ class Collector:
 def attach_stacks(result: Analysis, stacks: dict[str, AttentionStack | np.ndarray]) -> None:
     """Set ``result.attentions`` (arrays are wrapped as held :class:`AttentionStack` s) and its lazily
     computed ``statistics`` and ``overview`` (:func:`_summaries`). Used by :func:`analyze` and by
-    :func:`models.analyze_audio`."""
+    :func:`models.analyze_audio`.
+
+    Raises:
+        InvalidArgumentError: ``result`` not an analysis (an :class:`Analysis` or a speech model's
+            ``AudioAnalysis``), or ``stacks`` not a dict of stack names to :class:`AttentionStack` s or arrays
+            (``arg_instance``).
+    """
+    if not (hasattr(result, "tokens") and hasattr(result, "attentions")):
+        raise InvalidArgumentError(f"result must be an analysis, got {type(result).__name__}.", code="arg_instance",
+                                   name="result", detail="an Analysis", value=type(result).__name__)
+    checks.instance("stacks", stacks, dict, "a dict stack -> AttentionStack or array")
+    for stack, s in stacks.items():
+        if not isinstance(stack, str) or not isinstance(s, (AttentionStack, np.ndarray, torch.Tensor)):
+            raise InvalidArgumentError(f"stacks must map stack names to AttentionStacks or arrays, got "
+                                       f"{checks.shown(stack)}: {type(s).__name__}.", code="arg_instance",
+                                       name="stacks", detail="AttentionStack or an array", value=type(s).__name__)
     result.attentions = {
         stack: s if isinstance(s, AttentionStack) else
         AttentionStack(stack, s.shape, kept=np.ascontiguousarray(s, dtype=np.float32))

@@ -75,7 +75,20 @@ def check_settings(loaded: LoadedModel, max_tokens, limit, repeats, repeat_lengt
 
 def folder_for(loaded: LoadedModel, corpus: Corpus, settings: Settings, root: Path | None = None) -> Path:
     """The atlas folder of (model, corpus, settings) (see :mod:`models.atlas.store`); of ``loaded`` only its
-    ``name`` is read, of ``corpus`` its ``name`` and ``digest``."""
+    ``name`` is read, of ``corpus`` its ``name`` and ``digest``.
+
+    Raises:
+        InvalidArgumentError: ``loaded`` without a name (a loaded model, or what stands for one on a Ray driver,
+            which never loads it), a ``corpus`` without a name and digest (a :class:`Corpus`, or a streamed
+            :class:`~models.atlas.stream.CorpusFile`), not :class:`Settings`, or not a folder's path.
+    """
+    if not isinstance(getattr(loaded, "name", None), str):
+        checks.loaded_model(loaded)  # says what it must be
+    if not (isinstance(getattr(corpus, "name", None), str) and isinstance(getattr(corpus, "digest", None), str)):
+        checks.instance("corpus", corpus, Corpus, "a Corpus (atlas.load_corpus) or a CorpusFile")
+    checks.instance("settings", settings, Settings, "atlas Settings")
+    if root is not None:
+        checks.instance("root", root, (str, Path), "a folder's path")
     root = store.atlas_root() if root is None else Path(root)
     return root / store.safe(loaded.name) / f"{store.safe(corpus.name)}-{corpus.digest}-{settings.tag}"
 

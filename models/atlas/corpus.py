@@ -279,7 +279,12 @@ def check_language(loaded, corpus: Corpus, *, sample: int = 32) -> dict:
 
     Raises:
         InvalidCorpusError: code ``corpus_language`` (params ``name``, ``model``, ``unknown``, ``per_char``).
+        InvalidArgumentError: not a loaded model or a :class:`Corpus`, or ``sample`` not in 1 .. 10,000.
     """
+    checks.loaded_model(loaded)
+    if not (hasattr(corpus, "texts") and hasattr(corpus, "audio")):  # a Corpus, or a streamed file's head
+        checks.instance("corpus", corpus, Corpus, "a Corpus (atlas.load_corpus)")
+    sample = checks.whole("sample", sample, 1, 10_000)
     tok = loaded.tokenizer
     if tok is None or corpus.audio:
         return {"unknown_share": 0.0, "tokens_per_char": 0.0}
