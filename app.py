@@ -14,6 +14,7 @@ st.set_page_config(page_title="Dikkat", page_icon=str(Path(__file__).resolve().p
 
 import pagestate  # noqa: E402  (after set_page_config; every page and its link's parameters, declared once)
 from views import hosting, shared  # noqa: E402
+from views.live_sections import redraw as live_redraw  # noqa: E402
 from views.live_sections import room as live_room  # noqa: E402
 from views.live_sections.panel import live_panel  # noqa: E402
 from views.live_sections.stage import stage as live_stage  # noqa: E402
@@ -21,6 +22,7 @@ from views.live_sections.stage import stage as live_stage  # noqa: E402
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")
 
+live_redraw.begin()  # a live class: this full run is open until its end (views/live_sections/redraw.py)
 st.html(f"<style>{(shared.ASSETS / 'css' / 'app.css').read_text(encoding='utf-8')}</style>")  # shipped, no CDN
 st.session_state["_selection"] = shared.sidebar(live_panel)  # the sidebar, with the live class's panel in it
 st.html(shared.scale_style())  # the sidebar's text size (projector mode) for app.css: --dk-scale

@@ -535,6 +535,33 @@ def test_a_second_run_for_the_same_step_cut_is_drawn_again(monkeypatch):
     assert _title(student, "explore") and student.query_params[room.SHOWN] == str(student.session_state["_live_runs"])
 
 
+def test_a_run_stopped_part_way_is_drawn_again(monkeypatch):
+    """Issue 50's lesson walk in a fresh clone: a student's page showed the lesson's box over an empty page for 300 s
+    with the number of the run before in its link: a full run had begun (the box drawn) and was stopped part-way,
+    so it never put its number there and nothing looked wrong. A full run is open from its start to its end; a poll
+    that finds the last one open draws the page again (at most MAX_REDRAWS times in a row)."""
+    teacher, code = _teacher("en")
+    student = _app("en", room=code)
+    teacher.switch_page("views/explore.py")
+    _run(teacher)
+    _run(student)
+    assert redraw.OPEN not in student.session_state  # the run ended
+    monkeypatch.setattr(redraw, "REDRAW_AFTER_S", 0.0)
+    student.session_state[redraw.OPEN] = (0.0, 0)  # a run began long ago and never ended
+    fragment = iter([True])
+    monkeypatch.setattr(redraw, "in_fragment_run", lambda: next(fragment, False))
+    found, real = [], redraw.lost
+    monkeypatch.setattr(redraw, "lost", lambda: found.append(real()) or found[-1])
+    _run(student)
+    assert found[0] is True and redraw.OPEN not in student.session_state  # drawn again, and that run ended
+    assert _title(student, "explore")
+    student.session_state[redraw.OPEN] = (0.0, redraw.MAX_REDRAWS)  # a page that never ends: no more redraws
+    fragment = iter([True])
+    found.clear()
+    _run(student)
+    assert found[0] is False
+
+
 def test_a_teacher_run_the_browser_never_fully_got_is_drawn_again(monkeypatch):
     """Issue 50: with 29 students polling, the teacher's Start left the lesson's step over an empty page for 300 s in
     Chromium (bench/lesson_room.py --peers 27): the full run was cut as a student's can be. The teacher's full runs

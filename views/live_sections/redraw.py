@@ -19,6 +19,20 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 SHOWN = "live_v"  # a viewer's link: the number of the last full run drawn (a student's or the teacher's)
 REDRAW_AFTER_S = 3.0  # a full run whose end the browser has not shown after this long is made again
+OPEN = "_live_open"  # (monotonic time a full run began, redraws made for it) until the run's end closes it
+MAX_REDRAWS = 3  # a run that never ends (a page that fails) is drawn again at most this many times
+
+
+def begin() -> None:
+    """At the start of every full run (``app.py``): the run is open until :func:`mark` closes it at its end. A run
+    that began and never ended was stopped part-way (a fragment's run took its place, issue 50: the lesson walk's
+    student showed the lesson's box over an empty page, the link holding the number of the run before, which had
+    ended), and the browser holds what it drew before it stopped; :func:`lost` finds it."""
+    ctx = get_script_run_ctx()
+    if ctx is not None and ctx.fragment_ids_this_run:
+        return
+    redraws = (st.session_state.get(OPEN) or (0.0, 0))[1]
+    st.session_state[OPEN] = (time.monotonic(), redraws)
 
 
 def in_fragment_run() -> bool:
@@ -32,14 +46,24 @@ def mark(version: int) -> None:
     if st.query_params.get(SHOWN) != str(version):
         st.query_params[SHOWN] = str(version)
     st.session_state["_live_drawn"] = (version, time.monotonic())
+    st.session_state.pop(OPEN, None)
 
 
 def lost() -> bool:
     """From a fragment's run: whether the last full run never fully reached the browser (then at most once per
-    :data:`REDRAW_AFTER_S`; the caller draws the page again)."""
+    :data:`REDRAW_AFTER_S`; the caller draws the page again): it began and never ended (:func:`begin`; at most
+    :data:`MAX_REDRAWS` times in a row), or it ended but the browser's link lacks its number."""
     drawn = st.session_state.get("_live_drawn")  # (version, monotonic time) of the last full run
     # only a fragment's run carries the browser's own link: in a full run the link is the one this run is setting
-    if drawn is None or not in_fragment_run() or st.query_params.get(SHOWN) == str(drawn[0]):
+    if drawn is None or not in_fragment_run():
+        return False
+    opened = st.session_state.get(OPEN)
+    if opened is not None:  # the last full run began and never ended: stopped part-way
+        if opened[1] >= MAX_REDRAWS or time.monotonic() - opened[0] < REDRAW_AFTER_S:
+            return False
+        st.session_state[OPEN] = (time.monotonic(), opened[1] + 1)
+        return True
+    if st.query_params.get(SHOWN) == str(drawn[0]):
         return False
     if time.monotonic() - drawn[1] < REDRAW_AFTER_S:
         return False
