@@ -90,7 +90,7 @@ redis:
 TIERS := house engine viz app deploy bundled browser sweep
 test: install-dev install-gemma /usr/bin/chromium nginx redis
 	@failed=""; for tier in $(TIERS); do start=$$(date +%s); \
-		$(BIN)/python -m pytest -q tests/$$tier || failed="$$failed $$tier"; \
+		DIKKAT_CONTRACT_EXAMPLES=3000 $(BIN)/python -m pytest -q tests/$$tier || failed="$$failed $$tier"; \
 		echo "== tier $$tier: $$(( $$(date +%s) - start )) s"; done; \
 	test -z "$$failed" || { echo "failed tiers:$$failed" >&2; exit 1; }
 

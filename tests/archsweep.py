@@ -51,7 +51,8 @@ SIZE = {  # attribute name -> tiny value
     "v_head_dim": 8, "n_group": 2, "topk_group": 1,
     "intermediate_size": 64, "d_ff": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "n_inner": 64,
     "head_dim": 8, "d_kv": 8, "attention_head_size": 8, "kv_channels": 8,
-    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
     "max_position_embeddings": 128, "n_positions": 128, "max_source_positions": 128, "max_target_positions": 128,
     "vocab_size": VOCAB, "n_shared_experts": 1,
     "mamba_n_heads": 4, "mamba_d_head": 16, "n_mamba_heads": 4, "mamba_headdim": 16, "mamba_d_state": 16,
@@ -132,7 +133,8 @@ def _overrides(config) -> dict:
             except Exception:  # noqa: BLE001 - a sub-config that does not take its own fields: leave it
                 pass
     if getattr(config, "num_key_value_heads", None) == getattr(config, "num_attention_heads", 0):
-        kw["num_key_value_heads"] = kw.get("num_attention_heads", SIZE["num_attention_heads"])  # no GQA by default: keep none
+        # no GQA by default: keep none
+        kw["num_key_value_heads"] = kw.get("num_attention_heads", SIZE["num_attention_heads"])
     for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id",
                  "cls_token_id", "mask_token_id", "unk_token_id"):
         value = getattr(config, name, None)
@@ -375,7 +377,8 @@ def check(model_type: str, workdir: Path, text: str = TEXT) -> Result:
             diag = models.analyze(loaded, text, mask={stack: np.eye(n, dtype=bool)} if stack != "cross" else None)
             w = np.asarray(diag.attentions[stack])
             # a layer with a sink gives itself 1 - the sink's share
-            want = np.eye(n)[None, None] * (1 - np.stack([diag.sink_share(stack, i) for i in range(w.shape[0])]))[..., None]
+            sinks = np.stack([diag.sink_share(stack, i) for i in range(w.shape[0])])
+            want = np.eye(n)[None, None] * (1 - sinks)[..., None]
             res.checks["mask"] = True if np.allclose(w, want, atol=1e-6) else "mask not applied"
         except models.DikkatError as exc:
             res.checks["mask"] = f"refused: {str(exc)[:100]}"
@@ -396,7 +399,8 @@ def table(results: list[Result]) -> str:
     """The coverage table (markdown) of ``results``."""
     import transformers
 
-    counts = {v: sum(r.verdict == v for r in results) for v in ("pass", "partial", "refused", "not built", "WRONG", "crash")}
+    counts = {v: sum(r.verdict == v for r in results)
+              for v in ("pass", "partial", "refused", "not built", "WRONG", "crash")}
     lines = [
         "# Architectures",
         "",

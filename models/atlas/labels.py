@@ -122,10 +122,21 @@ def second_copy_effects(loaded: LoadedModel, *, sequences: int = 8, length: int 
     """Every head's effect on the loss of the second (or, ``copy="first"``, the first) copy of repeated random
     tokens (decoders): ``(heads, float64 (sequences, heads))``, the loss with the head off minus with none off,
     nats per token. The second copy's rise minus the first's is what a head does for in-context copying alone
-    (a head every prediction needs raises both)."""
+    (a head every prediction needs raises both).
+
+    Raises:
+        InvalidArgumentError: ``sequences`` not a whole number from 1 to 1,000, ``batch_size`` not one from 1 to
+            4,096, ``copy`` not ``"second"`` or ``"first"``, and what :func:`_limit` and
+            :func:`models.experiments.induction.repeated_text` refuse (``max_tokens``, ``length``).
+        UnsupportedOperationError: a tokenizer with fewer than ``length`` whole-word tokens.
+    """
     from ..experiments.induction import repeated_text
     from ..pruning.core import head_list
 
+    checks.loaded_model(loaded)
+    sequences = checks.whole("sequences", sequences, 1, 1000)
+    batch_size = checks.whole("batch_size", batch_size, 1, 4096)
+    copy = checks.choice("copy", copy, ("second", "first"))
     heads = head_list(loaded)
     max_tokens = _limit(loaded, max_tokens)
     texts = [repeated_text(loaded, length, seed)[0] for seed in range(sequences)]
@@ -143,7 +154,8 @@ def causal_labels(loaded: LoadedModel, atlas: Atlas, *, texts: int = 16, sequenc
     Args:
         loaded: the atlas's model. texts: corpus texts for the loss and first-token tests. sequences, length:
             repeated random sequences (decoders) for the induction and previous-token tests. k: candidates
-            per label. max_tokens: each text cut to this many tokens (default 256, or the model's limit). progress: called with the fraction done.
+            per label. max_tokens: each text cut to this many tokens (default 256, or the model's limit).
+            progress: called with the fraction done.
             save: store the result with the atlas. heads: only the candidates among these ``(stack, layer, head)``
             (one group of a distributed run, :func:`models.atlas.cluster.causal_labels_ray`; None: all).
 
@@ -191,7 +203,8 @@ def causal_labels(loaded: LoadedModel, atlas: Atlas, *, texts: int = 16, sequenc
         big = abs(mean) >= MIN_EFFECT[quantity]
         rows.append({"stack": head[0], "layer": head[1], "head": head[2], "label": label, "pattern": metric,
                      "pattern_value": value, "quantity": quantity, "delta": mean, "lo": lo, "hi": hi,
-                     "passed": bool(big and passed_if(lo, hi)), "texts": int(np.isfinite(np.asarray(deltas, dtype=float)).sum()),
+                     "passed": bool(big and passed_if(lo, hi)),
+                     "texts": int(np.isfinite(np.asarray(deltas, dtype=float)).sum()),
                      "primary": primary})
 
     # 1. the model's loss on the corpus, every candidate at once

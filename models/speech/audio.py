@@ -21,13 +21,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterable
+from typing import cast
 
 import numpy as np
 import torch
 
 from .. import capture, checks
 from ..analysis import KEEP_BYTES, Analysis, attach_stacks
-from ..analysis.heads import heads_to_gates
+from ..analysis.heads import heads_to_gates, validate_heads
 from ..analysis.outputs import topk
 from ..analysis.tokens import Token, Word, group_words
 from ..errors import EmptyTextError, InvalidArgumentError, InvalidAudioError, ModelOutOfMemoryError
@@ -152,6 +153,28 @@ def _crop(w: torch.Tensor, n: int, crop_queries: bool, crop_keys: bool, padding:
 # ----------------------------------------------------------------------------- analysis
 
 
+def _counts(loaded: LoadedModel, sample_rate, max_new_tokens, top_k, word_seconds) -> tuple[int, int, int, float]:
+    """:func:`analyze_audio`'s numbers checked before any work: ``sample_rate`` a whole number of Hz from 1 to
+    1,000,000 (InvalidAudioError ``bad_sample_rate`` below 1, as :func:`resample` says), ``max_new_tokens`` from 1
+    to the decoder's positions, ``top_k`` from 1 to the vocabulary, ``word_seconds`` from one frame (0.02 s) to the
+    30 s window.
+
+    Raises:
+        InvalidAudioError: a sample rate below 1. InvalidArgumentError: any other number out of its range.
+    """
+    if isinstance(sample_rate, (int, float, np.integer, np.floating)) and not isinstance(sample_rate, bool) \
+            and sample_rate <= 0:
+        raise InvalidAudioError(f"Sample rates must be positive, got {sample_rate} and {SAMPLE_RATE}.",
+                                code="bad_sample_rate", first=sample_rate, second=SAMPLE_RATE)
+    if isinstance(sample_rate, (float, np.floating)) and math.isfinite(sample_rate) and float(sample_rate).is_integer():
+        sample_rate = int(sample_rate)  # 22050.0 from an audio library is a whole number of Hz
+    config = loaded.model.config
+    return (checks.whole("sample_rate", sample_rate, 1, 1_000_000),
+            checks.whole("max_new_tokens", max_new_tokens, 1, int(config.max_target_positions)),
+            checks.whole("top_k", top_k, 1, int(config.vocab_size)),
+            checks.number("word_seconds", word_seconds, FRAME_SECONDS, WINDOW_SECONDS))
+
+
 def analyze_audio(
     loaded: LoadedModel,
     audio: np.ndarray,
@@ -206,20 +229,33 @@ def analyze_audio(
             off on the fallback path.
         InvalidAudioError: empty or non-finite audio, a non-positive ``sample_rate``, or a bad ``padding``
             value.
-        InvalidArgumentError: ``keep`` not a bool or None.
+        InvalidArgumentError: ``keep`` not a bool or None; ``loaded`` not a loaded model; ``language`` not a
+            string; a number out of the range :func:`_counts` says; a ``target`` with a lone surrogate.
         UnknownLanguageError: unknown ``language``.
         InvalidHeadError: bad ``heads_off``.
         EmptyTextError: a ``target`` with no text.
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
+    checks.loaded_model(loaded)
     _check_whisper(loaded)
+    sample_rate, max_new_tokens, top_k, word_seconds = _counts(loaded, sample_rate, max_new_tokens, top_k,
+                                                               word_seconds)
+    language = checks.instance("language", language, str, "a language code such as 'tr' or 'en'")
+    if target is not None:
+        if not isinstance(target, str) or not target.strip():
+            raise EmptyTextError("The target transcript is empty: type what is said, or leave it out.",
+                                 code="empty_transcript")
+        target = checks.text(target, "target")
     if keep is not None and not isinstance(keep, (bool, np.bool_)):
         raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.", code="arg_choice",
                                    name="keep", options="True, False, None", value=checks.shown(keep))
     if padding not in ("column", "renormalize"):
         raise InvalidAudioError(f"padding must be 'column' or 'renormalize', got {padding!r}.", code="arg_choice",
                                 name="padding", options="column, renormalize", value=checks.shown(padding))
-    x = np.asarray(audio, dtype=np.float32)
+    try:
+        x = np.asarray(audio, dtype=np.float32)
+    except (TypeError, ValueError):
+        x = np.zeros(0, dtype=np.float32)  # not samples at all: refused just below as empty
     if x.ndim == 2:
         x = x.mean(axis=1 if x.shape[1] < x.shape[0] else 0)
     if x.ndim != 1 or x.size == 0:
@@ -235,7 +271,7 @@ def analyze_audio(
     total = int(loaded.model.config.max_source_positions)  # 1500
     n = max(1, min(total, math.ceil(round(duration / FRAME_SECONDS, 6))))
     keep_pad = padding == "column" and n < total
-    heads_off = frozenset(tuple(h) for h in (heads_off or ()))
+    heads_off = validate_heads(loaded, () if heads_off is None else heads_off)
     gates = heads_to_gates(loaded, heads_off)
     prompt = prompt_ids(loaded, language)
     tok = loaded.tokenizer
@@ -245,9 +281,6 @@ def analyze_audio(
 
     eot = int(loaded.model.generation_config.eos_token_id)
     limit = int(loaded.model.config.max_target_positions) - len(prompt)
-    if target is not None and (not isinstance(target, str) or not target.strip()):
-        raise EmptyTextError("The target transcript is empty: type what is said, or leave it out.",
-                             code="empty_transcript")
     model, fallback = loaded.model, loaded.capture_path == "fallback"
     n_enc = n + (1 if keep_pad else 0)
     enc_layers, enc_heads = loaded.stacks.get("encoder", (0, 0))
@@ -299,7 +332,9 @@ def analyze_audio(
     else:
         call = {"input_features": features, "decoder_input_ids": torch.tensor([dec_ids], device=loaded.device),
                 "use_cache": False}
-        replay = _CroppedReplay(Replay(loaded, call, gates, {}, capture.state.CHUNK_BYTES), n, keep_pad)
+        # a Replay by what it does (run): the stacks take it as one
+        replay = cast(Replay, _CroppedReplay(Replay(loaded, call, gates, {}, capture.state.CHUNK_BYTES), n,
+                                             keep_pad))
         t = len(dec_ids)
         shapes = {"encoder": (n_enc, n_enc), "decoder": (t, t), "cross": (t, n_enc)}
         attentions = {stack: AttentionStack(stack, (layers_, heads_) + shapes[stack], replay=replay)
@@ -402,7 +437,8 @@ class _CroppedReplay:
             RuntimeError: a block of a cropped stack that does not hold whole rows (the encoder and
                 cross-attention have no mask, so every block does); ModelOutOfMemoryError as ``Replay.run``.
         """
-        n, pads = self.n, {}
+        n = self.n
+        pads: dict[tuple[str, int], tuple[torch.Tensor, int]] = {}  # (stack, layer) -> (row sums, rows)
 
         def cropped(stack, layer, q0, k0, w):
             crop_q, crop_k = self.CROPS[stack]
@@ -455,8 +491,14 @@ def analyze_wav(loaded: LoadedModel, path: str | Path, **kwargs) -> AudioAnalysi
     """:func:`analyze_audio` on a WAV file (read with :func:`read_wav`); keyword arguments pass through.
 
     Raises:
-        InvalidAudioError: an unreadable or unsupported WAV file; and everything :func:`analyze_audio`
-            raises.
+        InvalidAudioError: an unreadable or unsupported WAV file (a path no file system can name included);
+            InvalidArgumentError: ``path`` not a string or a path; and everything :func:`analyze_audio` raises.
     """
-    audio, rate = read_wav(path)
+    checks.loaded_model(loaded)
+    path = checks.instance("path", path, (str, Path), "a WAV file's path")
+    try:
+        audio, rate = read_wav(path)
+    except UnicodeEncodeError as exc:  # a lone surrogate: no file system can name it
+        raise InvalidAudioError(f"Cannot read {path!r} as a PCM WAV file: {exc}", code="wav_unreadable",
+                                path=checks.shown(path), detail=str(exc)) from None
     return analyze_audio(loaded, audio, rate, **kwargs)

@@ -89,8 +89,8 @@ def test_fallback_output_projection_is_found_and_proven(tmp_path):
 def test_a_stack_that_does_not_route_comes_from_eager_outputs_or_says_why(tmp_path):
     """BigBird-Pegasus: decoder and cross-attention route through the interface, the encoder does not; its
     maps come from eager output_attentions in the same pass (equal to a plain eager run), its heads switch
-    off through the proven output projection and its mask is replaced at its softmax. Pegasus-X: its encoder returns local/global dicts, so the
-    encoder is left out with the reason, never silently."""
+    off through the proven output projection and its mask is replaced at its softmax. Pegasus-X: its encoder
+    returns local/global dicts, so the encoder is left out with the reason, never silently."""
     import numpy as np
 
     import models
