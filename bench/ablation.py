@@ -63,7 +63,8 @@ def main() -> None:
         assert prep.n_tokens == TOKENS, prep.n_tokens
         # warm up (first call allocates)
         pruning.evaluate(m, prep, np.ones((2, heads)), batch_size=2)
-        single, t_single = timed(args.single_repeats, lambda m=m: pruning.ablation_scores_one_at_a_time(m, SENTENCE, max_tokens=TOKENS))
+        single, t_single = timed(
+            args.single_repeats, lambda m=m: pruning.ablation_scores_one_at_a_time(m, SENTENCE, max_tokens=TOKENS))
         print(f"\n{name}: {heads} heads, {m.device}, {m.dtype}, metric {pruning.metric_kind(m)}")
         print(f"  one forward pass per head        : {t_single:8.2f} s  ({heads + 1} passes)")
         for reuse in (False, True):

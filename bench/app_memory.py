@@ -49,7 +49,9 @@ os.environ.setdefault("DIKKAT_AHEAD", "0")  # nothing computed in the background
 os.environ.setdefault("DIKKAT_WARM", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-WORDS = ["cat", "mouse", "garden", "river", "teacher", "student", "window", "morning", "evening", "forest", "mountain", "city", "train", "book", "letter", "music", "picture", "kitchen", "market", "village", "story", "summer", "winter", "bridge", "island", "doctor"]
+WORDS = ["cat", "mouse", "garden", "river", "teacher", "student", "window", "morning", "evening", "forest", "mountain",
+         "city", "train", "book", "letter", "music", "picture", "kitchen", "market", "village", "story", "summer",
+         "winter", "bridge", "island", "doctor"]
 MODEL = "smollm2-135m"
 # page -> (file, session state set before the run, a second run's changes or None)
 PAGES = {
@@ -275,12 +277,14 @@ def main() -> None:
     print(f"\ncache budget {rows[0]['budget']:.0f} MiB (DIKKAT_CACHE_GIB); MALLOC_ARENA_MAX="
           f"{os.environ.get('MALLOC_ARENA_MAX', '(glibc default)')}")
     print(f"{'page':<11} {'budget at':>9} {'RSS then':>9} {'RSS end':>8} {'growth MiB/text':>16} {'cache MiB':>10} "
-          f"{'after gc':>9} {'after trim':>11} {'peak':>6} {'trims/gcs':>9}  loose (analyses, flows, layers, arrays MiB)")
+          f"{'after gc':>9} {'after trim':>11} {'peak':>6} {'trims/gcs':>9}  "
+          "loose (analyses, flows, layers, arrays MiB)")
     for r in rows:
         loose = r["loose"]
         print(f"{r['page']:<11} {_cell(r['budget_at']):>9} {_cell(r['rss_budget']):>9} {r['rss_end']:>8.0f} "
               f"{r['growth']:>16.1f} {r['cache']:>10.0f} {r['rss_gc']:>9.0f} {_cell(r['rss_trim']):>11} "
-              f"{r['peak']:>6.0f} {'/'.join(map(str, r['released'])) if r.get('released') else '-':>9}  {loose['analysis']}, {loose['flow']}, {loose['layer_why']}, {loose['arrays MiB']}")
+              f"{r['peak']:>6.0f} {'/'.join(map(str, r['released'])) if r.get('released') else '-':>9}  "
+              f"{loose['analysis']}, {loose['flow']}, {loose['layer_why']}, {loose['arrays MiB']}")
 
 
 if __name__ == "__main__":

@@ -80,8 +80,10 @@ def case(name: str) -> dict:
         top_effect = sorted(range(len(heads)), key=lambda i: -effect[i])[:5]
         return {"case": name, "rho_specific": rho, "rho_second_copy_only": rho_raw, "rho_top10_by_score": rho_top,
                 "seconds": seconds,
-                "top_by_score": [(heads[i][1], heads[i][2], round(score[i], 3), round(effect[i], 3)) for i in top_score],
-                "top_by_effect": [(heads[i][1], heads[i][2], round(score[i], 3), round(effect[i], 3)) for i in top_effect]}
+                "top_by_score": [(heads[i][1], heads[i][2], round(score[i], 3), round(effect[i], 3))
+                                 for i in top_score],
+                "top_by_effect": [(heads[i][1], heads[i][2], round(score[i], 3), round(effect[i], 3))
+                                  for i in top_effect]}
     key = {"minilm": "minilm-l6", "minilm-corpus": "minilm-l6", "smollm2": "smollm2-135m"}[name]
     loaded = models.load(key, device="cpu")
     if name == "minilm":
@@ -89,8 +91,8 @@ def case(name: str) -> dict:
     elif name == "minilm-corpus":
         corpus = atlas.shipped_corpus("en")
     else:
-        corpus = atlas.corpus_from_texts(chunks(loaded, "en", int(__import__("os").environ.get("ATLAS_TEXTS", 200)), 512),
-                                         name="en-512")
+        corpus = atlas.corpus_from_texts(
+            chunks(loaded, "en", int(__import__("os").environ.get("ATLAS_TEXTS", 200)), 512), name="en-512")
     before = peak_mib()
     start = time.perf_counter()
     a = atlas.build_atlas(loaded, corpus, max_tokens=512, repeats=0)
@@ -118,7 +120,8 @@ def _texts_seconds(a):
 def _tokens(a):
     from models.atlas import store
 
-    return store.duck().execute(f"SELECT sum(tokens) FROM read_parquet('{store.glob(a.folder, 'texts')}')").fetchone()[0]
+    return store.duck().execute(
+        f"SELECT sum(tokens) FROM read_parquet('{store.glob(a.folder, 'texts')}')").fetchone()[0]
 
 
 def main() -> None:

@@ -98,7 +98,8 @@ def tokens_of(folder: str) -> tuple[list[int], int, int]:
     """Tokens read per text (corpus order), and the count and tokens of the texts cut."""
     from models.atlas import store
 
-    rows = store.duck().execute(f"SELECT text, tokens, truncated FROM read_parquet({store.part_files(Path(folder), 'texts')}) "
+    rows = store.duck().execute("SELECT text, tokens, truncated FROM "
+                                f"read_parquet({store.part_files(Path(folder), 'texts')}) "
                                 "ORDER BY text").fetchall()
     return [int(t) for _, t, _ in rows], sum(1 for *_, c in rows if c), sum(int(c) for *_, c in rows)
 
@@ -157,7 +158,8 @@ def main() -> None:
         results[kind] = run(kind, path, work / kind, args)
         r = results[kind]
         print(f"{kind}: {r['seconds']:.1f} s, {r['texts'] / r['seconds']:.1f} texts/s, peak {r['peak_mib']:.0f} MiB"
-              + (f", workers' peaks {[round(x) for x in r['worker_peak_mib']]} MiB, start-up {r['startup_seconds']:.1f} s,"
+              + (f", workers' peaks {[round(x) for x in r['worker_peak_mib']]} MiB, "
+                 f"start-up {r['startup_seconds']:.1f} s,"
                  f" restarts {r['restarts']}" if kind != "here" else ""), flush=True)
     tokens, cut, cut_tokens = tokens_of(results["here"]["folder"])
     summary = {"texts": len(texts), "tokens": sum(tokens), "cut_texts": cut, "cut_tokens": cut_tokens,

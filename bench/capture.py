@@ -50,7 +50,8 @@ def main() -> None:
 
     loaded = models.load("minilm-l6", device="cpu")
     plain = AutoModel.from_pretrained(str(loaded.folder), dtype=torch.float32).eval()  # default: sdpa
-    print(f"model minilm-l6 on cpu, threads={torch.get_num_threads()}, plain attention={plain.config._attn_implementation}")
+    print(f"model minilm-l6 on cpu, threads={torch.get_num_threads()}, "
+          f"plain attention={plain.config._attn_implementation}")
     print(f"{'tokens':>6} {'analyze ms':>11} {'plain ms':>9} {'ratio':>6}")
     for n in [int(x) for x in args.lengths.split(",")]:
         text = text_of(loaded.tokenizer, n)

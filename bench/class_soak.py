@@ -189,7 +189,8 @@ class Soak(LC.Lesson):
             for port in ports:
                 pid = self.server.replica_pid(port)
                 try:
-                    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmRSS"))
+                    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                                if x.startswith("VmRSS"))
                     rss.append(int(line.split()[1]) * 1024)
                 except (OSError, StopIteration, TypeError):
                     rss.append(0)

@@ -84,7 +84,13 @@ TEXT_KEY = "text"
 FIGURES = ("iframe", "plotly_chart")
 # one word per student; each must be a whole token of minilm-l6 (lower-case wordpiece), checked against its
 # vocabulary when the package is installed, and absent from the page drawn for the default sentence
-CANDIDATES = ["horse", "tiger", "lion", "rabbit", "monkey", "eagle", "turtle", "whale", "dolphin", "shark", "spider", "snake", "frog", "sheep", "goat", "camel", "zebra", "penguin", "parrot", "owl", "wolf", "fox", "bear", "deer", "duck", "goose", "chicken", "pig", "cow", "bee", "apple", "banana", "orange", "lemon", "cherry", "grape", "melon", "potato", "tomato", "carrot", "onion", "garlic", "bread", "butter", "cheese", "coffee", "sugar", "honey", "pepper", "rice", "pizza", "cake", "cookie", "candy", "soup", "salad", "violin", "guitar", "piano", "drum", "trumpet", "pilot", "farmer", "doctor", "nurse", "baker", "sailor", "soldier", "wizard", "dragon", "knight", "castle"]
+CANDIDATES = ["horse", "tiger", "lion", "rabbit", "monkey", "eagle", "turtle", "whale", "dolphin", "shark", "spider",
+              "snake", "frog", "sheep", "goat", "camel", "zebra", "penguin", "parrot", "owl", "wolf", "fox", "bear",
+              "deer", "duck", "goose", "chicken", "pig", "cow", "bee", "apple", "banana", "orange", "lemon", "cherry",
+              "grape", "melon", "potato", "tomato", "carrot", "onion", "garlic", "bread", "butter", "cheese", "coffee",
+              "sugar", "honey", "pepper", "rice", "pizza", "cake", "cookie", "candy", "soup", "salad", "violin",
+              "guitar", "piano", "drum", "trumpet", "pilot", "farmer", "doctor", "nurse", "baker", "sailor", "soldier",
+              "wizard", "dragon", "knight", "castle"]
 FINISHED_EARLY_FOR_RERUN = 2
 
 
@@ -554,12 +560,16 @@ def fmt(x: float | None, spec: str = ".2f") -> str:
 
 def report(results: list[dict]) -> None:
     print()
-    print(f"{'repl':>4} {'N':>4} {'subm':>5} {'subm/s':>6} {'fig med s':>9} {'fig p95 s':>9} {'fin med s':>9} {'fin p95 s':>9} {'errors':>6} "
-          f"{'x-talk':>6} {'srv CPU s':>9} {'srv cores':>9} {'RSS MiB':>8} {'KB in':>7} {'B out':>6} {'1st run s':>9} {'cli CPU s':>9}")
+    print(f"{'repl':>4} {'N':>4} {'subm':>5} {'subm/s':>6} {'fig med s':>9} {'fig p95 s':>9} {'fin med s':>9} "
+          f"{'fin p95 s':>9} {'errors':>6} "
+          f"{'x-talk':>6} {'srv CPU s':>9} {'srv cores':>9} {'RSS MiB':>8} {'KB in':>7} {'B out':>6} "
+          f"{'1st run s':>9} {'cli CPU s':>9}")
     for r in results:
-        print(f"{r.get('replicas') or '-':>4} {r['clients']:>4} {r['interactions']:>5} {r['throughput']:>6.2f} {fmt(pct(r['figure_s'], 50)):>9} {fmt(pct(r['figure_s'], 95)):>9} "
+        print(f"{r.get('replicas') or '-':>4} {r['clients']:>4} {r['interactions']:>5} {r['throughput']:>6.2f} "
+              f"{fmt(pct(r['figure_s'], 50)):>9} {fmt(pct(r['figure_s'], 95)):>9} "
               f"{fmt(pct(r['finished_s'], 50)):>9} {fmt(pct(r['finished_s'], 95)):>9} {len(r['errors']):>6} "
-              f"{len(r['crosstalk']):>6} {fmt(r.get('server_cpu_s_per_interaction')):>9} {fmt(r.get('server_cores')):>9} "
+              f"{len(r['crosstalk']):>6} {fmt(r.get('server_cpu_s_per_interaction')):>9} "
+              f"{fmt(r.get('server_cores')):>9} "
               f"{fmt(r.get('server_rss_peak_mib'), '.0f'):>8} "
               f"{fmt(statistics.mean(r['bytes_in']) / 1024 if r['bytes_in'] else None, '.1f'):>7} "
               f"{fmt(statistics.mean(r['bytes_out']) if r['bytes_out'] else None, '.0f'):>6} "
@@ -573,8 +583,8 @@ def report(results: list[dict]) -> None:
           " so about the bytes on the wire); 1st run s: connect -> first script_finished")
     for r in results:
         if r.get("other_cores", 0) > 0.2:
-            print(f"  WARNING N={r['clients']}: other processes kept {r['other_cores']:.1f} cores busy during the phase;"
-                  " its times are not the server's alone")
+            print(f"  WARNING N={r['clients']}: other processes kept {r['other_cores']:.1f} cores busy during the"
+                  " phase; its times are not the server's alone")
     for r in results:
         kinds = ", ".join(f"{k} {v / 1024:.1f}" for k, v in r["by_kind"].items())
         print(f"\n  N={r['clients']}: KB received per submission by kind: {kinds}")

@@ -512,7 +512,8 @@ class Tab(C.Student):
                 if expect is not None and expect in self.watches:
                     self.watches.remove(expect)
                 raise TimeoutError(f"{self.name}: no page with {expect or 'a full run'} within {timeout:.0f} s "
-                                   f"(page {self.page_hash[:8]}, query {self.query[:120]!r}, errors {self.errors[-3:]}; "
+                                   f"(page {self.page_hash[:8]}, query {self.query[:120]!r}, "
+                                   f"errors {self.errors[-3:]}; "
                                    f"after the send: {[e for e in self.trace if t - 0.5 <= e[0] <= t + 4][:30]})")
             async with self.finished:
                 try:
@@ -682,7 +683,8 @@ class Lesson:
                 self.missed.append(f"{what}, {s.name}: not seen within {self.args.timeout:.0f} s, "
                                    f"{s.lost_runs} lost runs "
                                    f"(expected page {str(w.page)[:8]} off {w.off}; page {s.page_hash[:8]}, box "
-                                   f"{str(s.value('text'))[:40]!r}, query {s.query[-80:]!r}; last: {list(s.trace)[-8:]})")
+                                   f"{str(s.value('text'))[:40]!r}, query {s.query[-80:]!r}; "
+                                   f"last: {list(s.trace)[-8:]})")
                 continue
             self.pairs.append({"change": number + 1, "kind": kind, "room": room.index + 1, "student": s.number,
                                "replica": s.replica, "after_kill": self.killed,
@@ -918,7 +920,8 @@ async def run_config(args, replicas: int) -> dict:
         t0 = time.perf_counter()
         baseline = await warm_up(server, max(args.timeout, 180))
         words = room_words(baseline)
-        print(f"server {server.base} ({'one process, memory store' if replicas <= 1 else f'{replicas} replicas behind nginx, Redis'}), "
+        print(f"server {server.base} "
+              f"({'one process, memory store' if replicas <= 1 else f'{replicas} replicas behind nginx, Redis'}), "
               f"warm-up {time.perf_counter() - t0:.0f} s, {len(words)} room words, log {server.log}", flush=True)
         random.seed(args.seed + replicas)
         lesson = Lesson(args, server.base, words, replicas, kill=server.kill if replicas > 1 else None)
@@ -993,7 +996,8 @@ def report(results: list[dict]) -> None:
         back = k.get("back_s") or []
         print(f"{r['replicas']:>4} {r['rooms']:>5} {r['students']:>4} {r['changes']:>3} "
               f"{s['seen']:>4}/{r['expected_pairs']:<4} {f(s['page_median_s']):>6} {f(s['page_p95_s']):>6} "
-              f"{f(s['page_max_s']):>6} {f(s['click_p95_s']):>7} {f(s['question_p95_s']):>6} {f(s['join_median_s']):>6} "
+              f"{f(s['page_max_s']):>6} {f(s['click_p95_s']):>7} {f(s['question_p95_s']):>6} "
+              f"{f(s['join_median_s']):>6} "
               f"{s['answers_sent'] if s['answers_sent'] is not None else '-':>4} "
               f"{s['answers_counted'] if s['answers_counted'] is not None else '-':>4} "
               f"{s['answers_lost'] if s['answers_lost'] is not None else '-':>4} {s['n_crosstalk']:>6} "
@@ -1030,9 +1034,10 @@ def report(results: list[dict]) -> None:
             if "error" in k:
                 print(f"    replica kill: {k['error']}")
             else:
-                print(f"    replica {k['replica']} killed: {k['students_on_it']} students on it, {k['back']} back in the"
-                      f" room with its current state (median {C.fmt(C.pct(k['back_s'], 50))} s, max "
-                      f"{C.fmt(max(k['back_s']) if k['back_s'] else None)} s), now on {k['now_on']}; deploy/replicas.py "
+                print(f"    replica {k['replica']} killed: {k['students_on_it']} students on it, {k['back']} back in"
+                      f" the room with its current state (median {C.fmt(C.pct(k['back_s'], 50))} s, max "
+                      f"{C.fmt(max(k['back_s']) if k['back_s'] else None)} s), now on {k['now_on']}; "
+                      "deploy/replicas.py "
                       f"started it again: {k.get('restarted')}; changes after the kill: {len(after)} pairs, p95 "
                       f"{C.fmt(C.pct(after, 95))} s")
                 for line in k["not_back"][:5]:
@@ -1042,8 +1047,8 @@ def report(results: list[dict]) -> None:
                   f"{a.get('counted')} counted, every choice's bar equal to what was sent: {a.get('per_choice_equal')};"
                   f" {a.get('students_seeing_counts')} students' pages show the teacher's bars")
         if r["other_cores"] > 0.2:
-            print(f"    WARNING: other processes kept {r['other_cores']:.1f} cores busy during the lesson; its times are"
-                  " not the server's alone")
+            print(f"    WARNING: other processes kept {r['other_cores']:.1f} cores busy during the lesson; its times"
+                  " are not the server's alone")
         for what in ("missed", "crosstalk", "errors"):
             for line in r[what][:5]:
                 print(f"    {what}: {line}")
@@ -1083,7 +1088,8 @@ def parse_args(argv: list[str] | None = None):
                     help="configurations: 1 = one process (memory store), N >= 2 = N replicas, nginx, Redis "
                          "(default 1,2)")
     ap.add_argument("--gap", type=float, default=2.0, help="seconds between two changes (default 2)")
-    ap.add_argument("--stagger", type=float, default=1.0, help="students join / answer after uniform 0..S s (default 1)")
+    ap.add_argument("--stagger", type=float, default=1.0,
+                    help="students join / answer after uniform 0..S s (default 1)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds a state may take to reach a page (default 60)")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="an environment variable for the servers (repeatable), e.g. STREAMLIT_LOGGER_LEVEL=debug")

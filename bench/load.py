@@ -39,7 +39,8 @@ def main() -> None:
     parser.add_argument("--against", type=Path, default=None)
     args = parser.parse_args()
     trees = [("this", ROOT)] + ([("other", args.against)] if args.against else [])
-    print(f"{'model':24} " + " ".join(f"{name + ' (s)':>12}" for name, _ in trees) + ("   this/other" if args.against else ""))
+    print(f"{'model':24} " + " ".join(f"{name + ' (s)':>12}" for name, _ in trees)
+          + ("   this/other" if args.against else ""))
     for model in args.models.split(","):
         best = {name: float("inf") for name, _ in trees}
         for _ in range(args.repeat):

@@ -127,7 +127,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto (as models.load)")
     parser.add_argument("--model", default="smollm2-135m", help="a decoder: catalog key or folder")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
-    parser.add_argument("--stats", default="", help="kernels of the statistics pass to time (tile, flex, flex_compiled)")
+    parser.add_argument("--stats", default="",
+                        help="kernels of the statistics pass to time (tile, flex, flex_compiled)")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else [512, 2048] + ([8192] if args.long else [])
@@ -191,7 +192,8 @@ def main() -> None:
         sums = w.sum(-1)
         row_error = float(max(abs(sums.min() - 1), abs(sums.max() - 1)))
         if not row_error < row_tol:
-            problems.append(f"{n} tokens: a row of layer {mid} head 0 sums to 1 within {row_error:.2e}, not {row_tol:g}")
+            problems.append(f"{n} tokens: a row of layer {mid} head 0 sums to 1 within {row_error:.2e}, "
+                            f"not {row_tol:g}")
         held = sum(v.nbytes for v in a.overview.values()) + sum(m.nbytes for d in a.masks.values() for m in d.distinct)
         m_an, m_pl, m_layer, m_sum = (statistics.median(x) for x in (t_an, t_pl, t_layer, t_sum))
         print(f"{n:>6} {m_an:>10.2f} {m_pl:>8.2f} {m_an / m_pl:>14.2f} {m_layer:>8.2f} {m_layer / m_pl:>12.2f} "

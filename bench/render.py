@@ -41,7 +41,8 @@ import launch  # noqa: E402  (deploy/launch.py: the app's command line, as `make
 import models  # noqa: E402
 
 SIZES = (32, 128, 512)
-WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "a", "bird", "sang", "in", "the", "old", "tree", "near", "the", "house", "by", "the", "river"]
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "to", "the", "park", "while", "a", "bird",
+         "sang", "in", "the", "old", "tree", "near", "the", "house", "by", "the", "river"]
 
 
 def sentence(n_tokens: int, variant: int, tokenizer) -> str:

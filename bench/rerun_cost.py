@@ -154,8 +154,10 @@ def measure(root: Path, pages: list[str], sessions: int) -> dict:
                 rows[name]["bytes"].append(sum(b for b, _ in after.values()))
                 rows[name]["changed"].append(changed)
                 before = after
-        out[page] = {name: {"cpu_ms": round(statistics.median(r["cpu"]), 1), "cpu_ms_all": [round(x, 1) for x in r["cpu"]],
-                            "bytes": int(statistics.median(r["bytes"])), "changed_bytes": int(statistics.median(r["changed"]))}
+        out[page] = {name: {"cpu_ms": round(statistics.median(r["cpu"]), 1),
+                            "cpu_ms_all": [round(x, 1) for x in r["cpu"]],
+                            "bytes": int(statistics.median(r["bytes"])),
+                            "changed_bytes": int(statistics.median(r["changed"]))}
                      for name, r in rows.items()}
         print(f"  {root.name}: {page} done", file=sys.stderr, flush=True)
     return out
@@ -198,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
             cells = []
             for r in results.values():
                 row = r.get(page, {}).get(action)
-                cells += [f"{row['cpu_ms']:.0f}", f"{row['bytes']:,}", f"{row['changed_bytes']:,}"] if row else ["-"] * 3
+                cells += ([f"{row['cpu_ms']:.0f}", f"{row['bytes']:,}", f"{row['changed_bytes']:,}"] if row
+                          else ["-"] * 3)
             print(f"| {page} | {action} | " + " | ".join(cells) + " |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")

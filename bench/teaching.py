@@ -36,7 +36,8 @@ def main() -> None:
     gen = models.load("smollm2-135m")
     with_cache, without = kvcache.compare_generation(gen, "The cat chased the mouse", max_new_tokens=32)
     print(f"smollm2-135m greedy, 32 tokens: with cache {with_cache.tokens_per_second:.2f} tok/s, without "
-          f"{without.tokens_per_second:.2f} tok/s, speed-up x{with_cache.tokens_per_second / without.tokens_per_second:.2f}, "
+          f"{without.tokens_per_second:.2f} tok/s, "
+          f"speed-up x{with_cache.tokens_per_second / without.tokens_per_second:.2f}, "
           f"same tokens: {with_cache.tokens == without.tokens}")
 
 

@@ -22,8 +22,8 @@ Usage::
 
     python deploy/replicas.py --replicas 2 --port 8501 [--address 0.0.0.0] [--backends h:p,...]
 
-Stops every process it started on Ctrl-C or SIGTERM; a replica that exits is started again. Raises SystemExit with the reason when nginx is not
-installed (``apt-get install nginx``) or a process does not start.
+Stops every process it started on Ctrl-C or SIGTERM; a replica that exits is started again. Raises SystemExit with
+the reason when nginx is not installed (``apt-get install nginx``) or a process does not start.
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ def nginx_conf(backends: list[str], address: str, port: int, tmp: Path, debug: b
     routes = "\n".join(f"        r{i} dikkat_r{i};" for i in range(1, len(backends) + 1))
     served = "\n".join(f'        "~(^| ){re.escape(b)}$" r{i};' for i, b in enumerate(backends, 1))
     header = "            add_header X-Dikkat-Replica $upstream_addr always;\n" if debug else ""
-    return NGINX_CONF.lstrip("\n").format(tmp=tmp, servers=servers, pinned=pinned, routes=routes, served=served, address=address,
-                             port=port, debug=header)
+    return NGINX_CONF.lstrip("\n").format(tmp=tmp, servers=servers, pinned=pinned, routes=routes, served=served,
+                                          address=address, port=port, debug=header)
 
 
 def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float = 120) -> None:

@@ -132,7 +132,8 @@ def _need(table: Mapping, key: str, kind: type, where: str):
         raise LessonError(f"'{where}' needs the field '{key}'.", code="lesson_missing_field", where=where, field=key)
     value = table[key]
     if not isinstance(value, kind):
-        expected = {str: "a text", list: "a list of tables", dict: "a table"}.get(kind, kind.__name__)
+        names: dict[type, str] = {str: "a text", list: "a list of tables", dict: "a table"}
+        expected = names.get(kind, kind.__name__)
         raise LessonError(f"'{where}.{key}' must be {expected}.", code="lesson_bad_field", where=f"{where}.{key}",
                           expected=expected)
     return value

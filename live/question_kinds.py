@@ -24,9 +24,12 @@ DEFAULT_CLIP = "the_cat_chased_the_mouse_en.wav"
 _SAME_TR, _LOT_TR = (f"{x:g}".replace(".", ",") for x in (SAME_NATS, LOT_NATS))  # Turkish writes 0,05
 _BUCKET_LABELS = {
     "falls": {"en": "It falls", "tr": "Düşer"},
-    "same": {"en": f"About the same (within ±{SAME_NATS:g} nats)", "tr": f"Aşağı yukarı aynı kalır (±{_SAME_TR} nat içinde)"},
-    "rises_little": {"en": f"It rises a little (by less than {LOT_NATS:g} nats)", "tr": f"Biraz artar ({_LOT_TR} nattan az)"},
-    "rises_lot": {"en": f"It rises a lot (by {LOT_NATS:g} nats or more)", "tr": f"Çok artar ({_LOT_TR} nat ya da daha fazla)"},
+    "same": {"en": f"About the same (within ±{SAME_NATS:g} nats)",
+             "tr": f"Aşağı yukarı aynı kalır (±{_SAME_TR} nat içinde)"},
+    "rises_little": {"en": f"It rises a little (by less than {LOT_NATS:g} nats)",
+                     "tr": f"Biraz artar ({_LOT_TR} nattan az)"},
+    "rises_lot": {"en": f"It rises a lot (by {LOT_NATS:g} nats or more)",
+                  "tr": f"Çok artar ({_LOT_TR} nat ya da daha fazla)"},
 }
 _STACK_WORDS = {"encoder": {"en": "encoder", "tr": "kodlayıcı"}, "decoder": {"en": "decoder", "tr": "kod çözücü"},
                 "cross": {"en": "cross-attention", "tr": "çapraz dikkat"}}

@@ -116,7 +116,8 @@ def parse_question(table, where: str = "question") -> Question:
     known = {f.name for f in fields(cls)} | {"kind"}
     for name in table:
         if name not in known:
-            raise LessonError(f"'{where}' has a field '{name}' a {kind} question does not take ({', '.join(sorted(known))}).",
+            raise LessonError(f"'{where}' has a field '{name}' a {kind} question does not take "
+                              f"({', '.join(sorted(known))}).",
                               code="lesson_unknown_field", where=f"{where}.{name}", known=", ".join(sorted(known)))
     args = {"prompt": texts(table.get("prompt"), f"{where}.prompt"),
             "model": _field(table, "model", str, where, required=False)}
@@ -221,7 +222,7 @@ def _checked(loaded: models.LoadedModel, question: Question) -> None:
     check_question(question, loaded.name, loaded.stacks, loaded.family, _reads(loaded))
 
 
-def _text(loaded: models.LoadedModel, state: Mapping) -> str:
+def _text(loaded: models.LoadedModel, state: Mapping | None) -> str:
     text = (state or {}).get("text")
     if not isinstance(text, str) or not text.strip():
         raise LessonError(f"A question on '{loaded.name}' is asked about the page's sentence: the state has no text.",
@@ -229,7 +230,7 @@ def _text(loaded: models.LoadedModel, state: Mapping) -> str:
     return text
 
 
-def _analysis(loaded: models.LoadedModel, state: Mapping) -> models.Analysis:
+def _analysis(loaded: models.LoadedModel, state: Mapping | None) -> models.Analysis:
     """The analysis a token question reads: the state's ``text``; for a speech model the Masks page's clip."""
     if loaded.reads_text:
         return models.analyze(loaded, _text(loaded, state))
@@ -239,7 +240,8 @@ def _analysis(loaded: models.LoadedModel, state: Mapping) -> models.Analysis:
     clip = str(state.get("masks_clip") or DEFAULT_CLIP)
     clips = sorted(p.name for p in AUDIO.glob("*.wav"))
     if clip not in clips:
-        raise LessonError(f"A question on '{loaded.name}' listens to a shipped clip ({', '.join(clips)}), not {clip!r}.",
+        raise LessonError(f"A question on '{loaded.name}' listens to a shipped clip ({', '.join(clips)}), "
+                          f"not {clip!r}.",
                           code="lesson_question_clip", model=loaded.name, clip=clip, clips=", ".join(clips))
     samples, rate = audio.read_wav(str(AUDIO / clip))
     return audio.analyze_audio(loaded, samples, rate, language=str(state.get("masks_audio_lang") or "en"),
@@ -263,11 +265,12 @@ def _token_choices(analysis: models.Analysis, stack: str, keys: np.ndarray | Non
     keys = np.arange(len(tokens)) if keys is None else keys
     if len(keys) > MAX_CHOICES:
         raise LessonError(f"The question would offer {len(keys)} tokens to choose from; at most {MAX_CHOICES} make a "
-                          "question: use a shorter text.", code="lesson_question_choices", n=len(keys), most=MAX_CHOICES)
+                          "question: use a shorter text.", code="lesson_question_choices", n=len(keys),
+                          most=MAX_CHOICES)
     return [Choice(str(int(j)), _token_label(int(j), tokens[int(j)].label)) for j in keys]
 
 
-def _stack(loaded: models.LoadedModel, question: Question) -> str:
+def _stack(loaded: models.LoadedModel, question: TopKey | Sink) -> str:
     return question.stack or default_stack(loaded.family, _reads(loaded))
 
 
@@ -308,6 +311,7 @@ def choices_for(loaded: models.LoadedModel, question: Question, state: Mapping |
         return [Choice(h, _head_label(loaded.stacks, h)) for h in question.heads]
     if isinstance(question, LossChange):
         return [Choice(b, dict(_BUCKET_LABELS[b])) for b in BUCKETS]
+    assert isinstance(question, (TopKey, Sink))  # the token questions (CLASSES has four kinds)
     analysis = _analysis(loaded, state)
     stack = _stack(loaded, question)
     if isinstance(question, TopKey):
@@ -357,6 +361,7 @@ def measure(loaded: models.LoadedModel, question: Question, state: Mapping | Non
         return _measure_top_head(loaded, question, state)
     if isinstance(question, LossChange):
         return _measure_loss_change(loaded, question, state)
+    assert isinstance(question, (TopKey, Sink))  # the token questions (CLASSES has four kinds)
     analysis = _analysis(loaded, state)
     stack = _stack(loaded, question)
     if isinstance(question, TopKey):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from typing import cast
 
 import redis
 from redis.backoff import NoBackoff
@@ -126,7 +127,7 @@ class RedisStore(BaseStore):
             NoSuchRoom, NotTeacher.
         """
         code = room_code(code)
-        stored = self.redis.get(self._key(code, "secret"))
+        stored = cast("str | None", self.redis.get(self._key(code, "secret")))  # decode_responses=True: a str
         if stored is None:
             raise no_room()
         if not rules.secret_matches(secret, stored):
@@ -155,7 +156,7 @@ class RedisStore(BaseStore):
             return None
         state = self._key(code, "state")
         self.redis.hsetnx(state, "link", rules.new_link_key())  # a room made before rooms had one
-        return self.redis.hget(state, "link")
+        return cast("str | None", self.redis.hget(state, "link"))  # decode_responses=True: a str
 
     @_available
     def seated(self, code: str, student_id: str) -> bool:
@@ -187,7 +188,7 @@ class RedisStore(BaseStore):
     def teaches(self, code: str, secret: str) -> bool:
         """As :meth:`live.memory.MemoryStore.teaches` (one Redis read); also LiveUnavailable."""
         code = room_code(code)
-        stored = self.redis.get(self._key(code, "secret"))
+        stored = cast("str | None", self.redis.get(self._key(code, "secret")))  # decode_responses=True: a str
         if stored is None:
             raise no_room()
         return rules.secret_matches(secret, stored)
@@ -347,7 +348,7 @@ class RedisStore(BaseStore):
     def _question(self, code: str, question_id) -> tuple[int, dict]:
         number = rules.check_question_id(question_id)
         raw = self.redis.hget(self._key(code, "questions"), str(number)) if number else None
-        if raw is None:
+        if number is None or raw is None:
             raise NoSuchQuestion("This class has no such question.", code="live_no_such_question")
         return number, json.loads(raw)
 

@@ -16,11 +16,11 @@ The engine is grouped like its features:
 * :mod:`models.analysis`: one text through a model (:func:`analyze`): tokens, words, weights on demand,
   statistics, predictions, masks and heads as arguments.
 * :mod:`models.speech`: Whisper: audio in, encoder/decoder/cross-attention out.
-* :mod:`models.flow`, :mod:`models.why`, :mod:`models.pruning`, :mod:`models.lessons`, :mod:`models.experiments`: the features
-  built on them.
+* :mod:`models.flow`, :mod:`models.why`, :mod:`models.pruning`, :mod:`models.lessons`, :mod:`models.experiments`: the
+  features built on them.
 
-Modules that used to sit flat in ``models/`` (``models.speech.audio``, ``models.analysis.masks``, ``models.loading``'s contents
-...) are importable under their old names (:data:`MOVED`), so code and notebooks written against them keep
+Modules that used to sit flat in ``models/`` (``models.speech.audio``, ``models.analysis.masks``, ``models.loading``'s
+contents ...) are importable under their old names (:data:`MOVED`), so code and notebooks written against them keep
 working.
 """
 
@@ -86,8 +86,10 @@ __all__ = [
     "AudioAnalysis", "analyze_audio",
     "Analysis", "TopK", "Token", "Word", "analyze", "default_max_tokens",
     "CATALOG", "DEFAULT_MODEL", "ModelSpec", "default_model_for_language", "get_spec", "list_models",
-    "AtlasFilesGoneError", "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError", "HubDownloadTooLargeError", "HubUnreachableError", "InvalidArgumentError",
-    "IndexOutOfRangeError", "InvalidAudioError", "InvalidCorpusError", "InvalidHeadError", "InvalidMaskError", "ModelNotAllowedError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
+    "AtlasFilesGoneError", "AttentionTooLargeError", "BatchNotSupportedError", "DikkatError", "EmptyTextError",
+    "HubDownloadTooLargeError", "HubUnreachableError", "InvalidArgumentError",
+    "IndexOutOfRangeError", "InvalidAudioError", "InvalidCorpusError", "InvalidHeadError", "InvalidMaskError",
+    "ModelNotAllowedError", "ModelNotInstalledError", "ModelOutOfMemoryError", "NoAttentionWeightsError",
     "NoUsableModelError", "UnknownLanguageError", "UnknownModelError", "UnsupportedOperationError",
     "UndefinedError",
     "WordMismatchError",

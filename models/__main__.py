@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--head-off takes STACK:LAYER:HEAD, e.g. decoder:3:1; got '{item}'")
             heads.append((parts[0], int(parts[1]), int(parts[2])))
         loaded = load(args.model, device=args.device)
-        result = analyze(loaded, args.text, text_pair=args.text_pair, target=args.target, heads_off=heads, mask=args.mask)
+        result = analyze(loaded, args.text, text_pair=args.text_pair, target=args.target, heads_off=heads,
+                         mask=args.mask)
     except (DikkatError, ValueError) as exc:
         print(f"error: {exc}".encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
         return 2
@@ -85,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["load_seconds"] = round(loaded.load_seconds, 2)
     if args.out:
         try:
-            arrays = {f"attention_{k}": np.asarray(v) for k, v in result.attentions.items()}
+            # Any: numpy's stubs check **kwds against savez_compressed's allow_pickle
+            arrays: dict[str, Any] = {f"attention_{k}": np.asarray(v) for k, v in result.attentions.items()}
         except DikkatError as exc:  # a long input: every weight would not fit at once
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -107,7 +110,8 @@ def _atlas(args) -> int:
     from . import DikkatError, atlas, load
 
     def progress(done: int, total: int, left, run=None) -> None:
-        rate = "" if run is None or not run.eta.tokens_per_second() else f", {run.eta.tokens_per_second():,.0f} tokens/s"
+        rate = ("" if run is None or not run.eta.tokens_per_second()
+                else f", {run.eta.tokens_per_second():,.0f} tokens/s")
         eta = "" if left is None else f", about {left:,.0f} s left"
         print(f"\ratlas: {done:,}/{total:,} texts{rate}{eta}   ", end="", file=sys.stderr, flush=True)
 

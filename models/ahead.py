@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -191,7 +191,7 @@ def _device_dtype(loaded) -> tuple[str, str]:
 class _Writer:
     """Turns a result into JSON data, moving its arrays aside (:meth:`encode`)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
 
     def encode(self, value: Any) -> Any:
@@ -222,7 +222,7 @@ class _Writer:
         return {"__dropped__": type(value).__qualname__}  # a live object: a model, an analysis, a tensor
 
 
-def _replace(path: Path, write: Callable[[Path], None]) -> None:
+def _replace(path: Path, write: Callable[[Path], object]) -> None:
     """Write ``path`` through a temporary file in its folder, renamed into place when complete."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
@@ -249,7 +249,7 @@ def save(job: Job, loaded, result) -> Path:
 
     def write_npz(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **writer.arrays)
+            np.savez(fh, **cast("dict[str, Any]", writer.arrays))  # numpy's stubs check **kwds against allow_pickle
 
     _replace(where.with_suffix(".npz"), write_npz)
     _replace(where.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(data), encoding="utf-8"))

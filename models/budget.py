@@ -108,7 +108,8 @@ def holds_at_least(obj: Any, limit: int, skip: tuple[type, ...] = (), skip_modul
     seen, stack, total = set(), [obj], 0
     while stack:
         item = stack.pop()
-        if id(item) in seen or isinstance(item, never) or (skip_modules and type(item).__module__.startswith(skip_modules)):
+        if id(item) in seen or isinstance(item, never) or (
+                skip_modules and type(item).__module__.startswith(skip_modules)):
             continue
         seen.add(id(item))
         if len(seen) > max_objects:

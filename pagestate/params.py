@@ -4,6 +4,7 @@ written in a link and read back (:func:`from_link`, :func:`to_link`, :func:`type
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 from collections.abc import Callable, Iterable, Mapping
 
 import models
@@ -59,8 +60,8 @@ class Param:
 
     key: str
     kind: str
-    options: object = None
-    bounds: object = None
+    options: Iterable | Callable[[Context], Iterable] | None = None
+    bounds: tuple[int, int] | Callable[[Context], tuple[int, int]] | None = None
     default: object = None
     most: int = 0
     of: Callable | None = None
@@ -85,13 +86,14 @@ class Param:
         return None if self.options is None or callable(self.options) else tuple(self.options)
 
     def static_bounds(self) -> tuple[int, int] | None:
-        return None if self.bounds is None or callable(self.bounds) else tuple(self.bounds)
+        return None if self.bounds is None or callable(self.bounds) else cast("tuple[int, int]", tuple(self.bounds))
 
     def options_for(self, ctx: Context) -> tuple:
         return tuple(self.options(ctx) if callable(self.options) else (self.options or ()))
 
     def bounds_for(self, ctx: Context) -> tuple[int, int]:
-        return tuple(self.bounds(ctx) if callable(self.bounds) else self.bounds)
+        assert self.bounds is not None, f"{self.key}: no bounds"  # a "whole" parameter is declared with its bounds
+        return cast("tuple[int, int]", tuple(self.bounds(ctx) if callable(self.bounds) else self.bounds))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import sys
 import tempfile
 import traceback
@@ -96,6 +97,21 @@ MAPPINGS = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM
             "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
 
 
+# a second shape of config (issue 47 point 5): wider, more heads, another GQA ratio (3 query heads per key/value
+# head instead of 2), a wider MLP; the layer counts stay (GPT-Neo's attention_types name 8 layers)
+SHAPES = {
+    "a": SIZE,
+    "b": {**SIZE, **{name: 48 for name in ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "model_dim",
+                                          "emb_dim")},
+          **{name: 6 for name in ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+                                  "decoder_attention_heads")},
+          "num_key_value_heads": 2, "num_kv_heads": 2, "encoder_layers": 3, "decoder_layers": 3,
+          "num_decoder_layers": 3,
+          **{name: 96 for name in ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
+                                   "n_inner", "ffn_hidden_size")}},
+}
+
+
 def model_types() -> dict[str, tuple[str, str]]:
     """``model_type -> (mapping, model class name)``, the first mapping of :data:`MAPPINGS` that has it."""
     from transformers.models.auto import modeling_auto
@@ -107,34 +123,35 @@ def model_types() -> dict[str, tuple[str, str]]:
     return dict(sorted(out.items()))
 
 
-def _overrides(config) -> dict:
-    """Constructor arguments that shrink ``config`` (a default config): every :data:`SIZE` attribute it
-    has, and its sub-configs (``text_config`` ...) shrunk the same way."""
+def _overrides(config, size: dict = SIZE) -> dict:
+    """Constructor arguments that shrink ``config`` (a default config): every ``size`` attribute it
+    has (:data:`SIZE`, or another of :data:`SHAPES`), and its sub-configs (``text_config`` ...) shrunk the same
+    way."""
     from transformers import PretrainedConfig
 
     kw = {}
     for name, value in vars(config).items():
-        if name in SIZE and isinstance(value, int) and not isinstance(value, bool):
-            kw[name] = SIZE[name] if name == "vocab_size" else min(value, SIZE[name])
-        elif name in SIZE and value is None and name not in OPTIONAL:  # derived later from a default that is not tiny
-            kw[name] = SIZE[name]
+        if name in size and isinstance(value, int) and not isinstance(value, bool):
+            kw[name] = size[name] if name == "vocab_size" else min(value, size[name])
+        elif name in size and value is None and name not in OPTIONAL:  # derived later from a default that is not tiny
+            kw[name] = size[name]
         elif (name.endswith(("layer_ids", "_idxs")) or name == "moe_layers") and isinstance(value, list) \
                 and all(isinstance(i, int) for i in value):  # indices of layers (LFM2's full_attn_idxs)
-            kw[name] = [i for i in value if i < SIZE["num_hidden_layers"]]
-        elif isinstance(value, list) and len(value) > SIZE["num_hidden_layers"] and any(
+            kw[name] = [i for i in value if i < size["num_hidden_layers"]]
+        elif isinstance(value, list) and len(value) > size["num_hidden_layers"] and any(
                 getattr(config, n, None) == len(value) for n in LAYERS):  # one entry per layer (layer_types ...)
-            short = list(value[:SIZE["num_hidden_layers"]])
+            short = list(value[:size["num_hidden_layers"]])
             for i, kind in enumerate(k for k in dict.fromkeys(value) if k not in short):  # keep every kind of layer
-                short[SIZE["num_hidden_layers"] // 2 + i] = kind
+                short[size["num_hidden_layers"] // 2 + i] = kind
             kw[name] = short
         elif isinstance(value, PretrainedConfig):
             try:
-                kw[name] = type(value)(**_overrides(value)).to_dict()
+                kw[name] = type(value)(**_overrides(value, size)).to_dict()
             except Exception:  # noqa: BLE001 - a sub-config that does not take its own fields: leave it
                 pass
     if getattr(config, "num_key_value_heads", None) == getattr(config, "num_attention_heads", 0):
         # no GQA by default: keep none
-        kw["num_key_value_heads"] = kw.get("num_attention_heads", SIZE["num_attention_heads"])
+        kw["num_key_value_heads"] = kw.get("num_attention_heads", size["num_attention_heads"])
     for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id",
                  "cls_token_id", "mask_token_id", "unk_token_id"):
         value = getattr(config, name, None)
@@ -143,13 +160,13 @@ def _overrides(config) -> dict:
     return kw
 
 
-def tiny_config(model_type: str):
-    """The config of ``model_type`` built with its sizes shrunk (:data:`SIZE`), so that whatever the
-    config derives from them (layer types, head dims) is derived again."""
+def tiny_config(model_type: str, shape: str = "a"):
+    """The config of ``model_type`` built with its sizes shrunk (:data:`SIZE`, or the ``shape`` of
+    :data:`SHAPES`), so that whatever the config derives from them (layer types, head dims) is derived again."""
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type)
-    config = AutoConfig.for_model(model_type, **{**_overrides(default), **EXTRA.get(model_type, {})})
+    config = AutoConfig.for_model(model_type, **{**_overrides(default, SHAPES[shape]), **EXTRA.get(model_type, {})})
     if model_type == "encoder-decoder":
         # as EncoderDecoderConfig.from_encoder_decoder_configs makes it: a decoder that reads the encoder (the
         # default's decoder had no cross-attention, so nothing done to the encoder could change the output)
@@ -195,12 +212,13 @@ class Result:
         return "; ".join(f"{k}: {v}" for k, v in self.checks.items() if v is not True)
 
 
-def build(model_type: str, folder: Path) -> str:
-    """Write a tiny ``model_type`` model and tokenizer to ``folder``; return its class name."""
+def build(model_type: str, folder: Path, shape: str = "a") -> str:
+    """Write a tiny ``model_type`` model (config of ``shape``, :data:`SHAPES`) and tokenizer to ``folder``; return
+    its class name."""
     import transformers as tf
 
     mapping, cls_name = model_types()[model_type]
-    config = tiny_config(model_type)
+    config = tiny_config(model_type, shape)
     cls = getattr(tf, cls_name)
     wanted = getattr(cls, "config_class", None)
     if isinstance(wanted, type) and not isinstance(config, wanted):  # a text model of a composite config
@@ -236,6 +254,13 @@ def _eager_reference(folder: Path, cls_name: str, a):
 
     ref = getattr(tf, cls_name).from_pretrained(str(folder), attn_implementation="eager").eval()
     inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
+    if a.text_pair is not None:  # the pair as the tokenizer encodes it on its own: the ids and their segments
+        enc = tf.AutoTokenizer.from_pretrained(str(folder))(a.text, a.text_pair, return_tensors="pt")
+        if enc["input_ids"].tolist() != inputs["input_ids"].tolist():
+            raise AssertionError(f"the pair's tokens {inputs['input_ids'].tolist()} are not the tokenizer's "
+                                 f"{enc['input_ids'].tolist()}")
+        if "token_type_ids" in enc and "token_type_ids" in inspect.signature(ref.forward).parameters:
+            inputs["token_type_ids"] = enc["token_type_ids"]
     if a.target_tokens is not None:
         inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
         # with labels, as the model trains (teacher forcing): FSMT makes its decoder's causal mask only then
@@ -250,6 +275,80 @@ def _eager_reference(folder: Path, cls_name: str, a):
         ref(**inputs)
         out = ref(**inputs, output_attentions=True)
     return out
+
+
+# where a layer's heads meet, by the names transformers' models give their attention output projections (the
+# sweep's own reference, found without Dikkat's probes): the first linear map of the stack in module order (its
+# first attention layer: a hybrid's state-space blocks are passed over) whose name ends so
+OUT_PROJ_NAMES = ("o_proj", "out_proj", "attn.c_proj", "attention.output.dense", "self_attention.dense",
+                  "attention.dense", "attn.dense", "SelfAttention.o", "out_lin", "post_proj", "attention_out",
+                  "attn_out", "wo", "self_attn.o", "attn.output")
+NOT_ATTENTION = ("mamba", "mixer", "ssm", "linear_attn", "mlp", "feed_forward", "ffn", "vision", "visual", "image",
+                 "audio")
+CROSS_NAMES = ("cross", "encoder_attn", "EncDec")
+
+
+def _head_zeroed_logits(folder: Path, cls_name: str, a, stack: str, heads: int, head: int, within: str = ""):
+    """Plain transformers' logits with ``head`` of ``stack``'s first layer switched off by hand: its slice of the
+    output projection's input zeroed (Michel et al. 2019), the whole of what the head adds; None when no
+    projection of :data:`OUT_PROJ_NAMES` is found (nothing to compare with). ``within``: the block that holds the
+    layer's attention module (a hybrid's first attention layer is not its first layer)."""
+    import transformers as tf
+
+    ref = getattr(tf, cls_name).from_pretrained(str(folder), attn_implementation="eager").eval()
+    part = {"encoder": "encoder", "decoder": "decoder", "cross": "decoder"}[stack] \
+        if a.family == "encoder-decoder" else ""
+    found = None
+    for name, module in ref.named_modules():
+        dotted = f".{name}."
+        cross = any(k in name for k in CROSS_NAMES)
+        if isinstance(module, torch.nn.Linear) and (not part or f".{part}." in dotted) and name.startswith(within) and \
+                name.endswith(OUT_PROJ_NAMES) and not any(k in name for k in NOT_ATTENTION) and \
+                (cross if stack == "cross" else not cross):
+            found = module
+            break
+    if found is None:
+        return None
+    config = ref.config.get_text_config() if hasattr(ref.config, "get_text_config") else ref.config
+    # a head's width: the config's head_dim, else the width over the config's heads (ConvBERT's projection also
+    # reads its convolution heads after the attention heads)
+    try:
+        width = getattr(config, "head_dim", None)
+    except Exception:  # noqa: BLE001  (Gemma 4: a per-layer attribute asked of the whole config)
+        width = None
+    if not isinstance(width, int) or width <= 0:
+        hidden, declared = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+        width = hidden // declared if isinstance(hidden, int) and isinstance(declared, int) and declared else 0
+    if not width or found.in_features < heads * width:
+        width = found.in_features // heads
+    calls = []
+
+    def zero(_module, args):
+        calls.append(1)
+        if len(calls) > 1:  # a projection shared by every layer (ALBERT): layer 0 is its first call
+            return None
+        x = args[0].clone()
+        x[..., head * width:(head + 1) * width] = 0
+        return (x,) + tuple(args[1:])
+
+    hook = found.register_forward_pre_hook(zero)
+    try:
+        inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
+        if a.text_pair is not None:
+            enc = tf.AutoTokenizer.from_pretrained(str(folder))(a.text, a.text_pair, return_tensors="pt")
+            if "token_type_ids" in enc and "token_type_ids" in inspect.signature(ref.forward).parameters:
+                inputs["token_type_ids"] = enc["token_type_ids"]
+        if a.target_tokens is not None:
+            inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
+            inputs["labels"] = inputs["decoder_input_ids"]
+        if a.family == "decoder":
+            inputs["use_cache"] = False
+        with torch.no_grad():
+            out = ref(**inputs)
+    finally:
+        hook.remove()
+    logits = getattr(out, "logits", None)
+    return None if logits is None else logits[0].float().numpy()
 
 
 def _full_from_local(local, window: int):
@@ -281,15 +380,15 @@ def declares_rope(config) -> bool:
                 or getattr(cfg, "rotary_dim", None))
 
 
-def check(model_type: str, workdir: Path, text: str = TEXT) -> Result:
-    """Build, load and check one model type on ``text`` (see the module docstring); messages name the type, not
-    the temporary folder."""
+def check(model_type: str, workdir: Path, text: str = TEXT, *, pair: str | None = None, shape: str = "a") -> Result:
+    """Build, load and check one model type on ``text`` (and the second segment ``pair``, encoders) with a config
+    of ``shape`` (:data:`SHAPES`; see the module docstring); messages name the type, not the temporary folder."""
     res = Result(model_type, model_types()[model_type][1])
     folder = workdir / model_type
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            build(model_type, folder)
+            build(model_type, folder, shape)
     except Exception as exc:  # noqa: BLE001 - a type that does not build is reported, not a Dikkat fault
         res.error = f"build: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
         res.family = "not built"
@@ -297,7 +396,7 @@ def check(model_type: str, workdir: Path, text: str = TEXT) -> Result:
     try:
         loaded = models.load(str(folder), device="cpu")
         res.family, res.path = loaded.family, loaded.capture_path
-        a = models.analyze(loaded, text, keep_logits=loaded.head != "none")
+        a = models.analyze(loaded, text, text_pair=pair, keep_logits=loaded.head != "none")
         kind = position_kind(loaded)  # found by behaviour; the config is the reference
         res.checks["positions"] = True if (kind == "rope") == declares_rope(loaded.model.config) \
             else f"position kind {kind}, config declares RoPE: {declares_rope(loaded.model.config)}"
@@ -365,16 +464,28 @@ def check(model_type: str, workdir: Path, text: str = TEXT) -> Result:
             res.checks["outputs"] = True if err < 1e-4 else f"max |Δ logits| {err:.2g}"
         stack = next(s for s in ("encoder", "decoder", "cross") if s in a.attentions)  # the main self-attention
         try:
-            off = models.analyze(loaded, text, heads_off=[(stack, 0, 1)], keep_logits=loaded.head != "none")
-            back = models.analyze(loaded, text, keep_logits=loaded.head != "none")
+            off = models.analyze(loaded, text, text_pair=pair, heads_off=[(stack, 0, 1)],
+                                 keep_logits=loaded.head != "none")
+            back = models.analyze(loaded, text, text_pair=pair, keep_logits=loaded.head != "none")
             changed = not np.array_equal(off.logits, a.logits) if a.logits is not None else True
             same = np.array_equal(back.logits, a.logits) if a.logits is not None else True
             res.checks["heads"] = True if changed and same else ("no effect" if not changed else "not restored")
+            # all of the head, not a part: the same logits as its slice of the output projection's input zeroed
+            first = next(s for s in loaded.sites if (s.stack, s.layer) == (stack, 0))
+            within = first.name.rsplit(".", 1)[0] + "." if loaded.capture_path == "interface" else ""
+            want_off = _head_zeroed_logits(folder, res.cls, a, stack, a.attentions[stack].shape[1], 1, within) \
+                if off.logits is not None and res.checks["heads"] is True else None
+            if want_off is not None and want_off.shape == off.logits.shape:
+                err = float(np.abs(want_off - off.logits).max())
+                if err > 1e-4:
+                    res.checks["heads"] = f"part of the head stays on: max |Δ logits| {err:.2g} against its " \
+                                          "slice of the output projection's input zeroed"
         except models.DikkatError as exc:
             res.checks["heads"] = f"refused: {str(exc)[:100]}"
         try:
             n = len(a.axis_tokens(stack)[0])
-            diag = models.analyze(loaded, text, mask={stack: np.eye(n, dtype=bool)} if stack != "cross" else None)
+            diag = models.analyze(loaded, text, text_pair=pair,
+                                  mask={stack: np.eye(n, dtype=bool)} if stack != "cross" else None)
             w = np.asarray(diag.attentions[stack])
             # a layer with a sink gives itself 1 - the sink's share
             sinks = np.stack([diag.sink_share(stack, i) for i in range(w.shape[0])])

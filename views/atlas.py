@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -22,8 +24,8 @@ from models.atlas.build import PART_TEXTS, REPEATS, check_settings
 from views import hosting, shared
 from views.shared import jobs as heavy
 from views.atlas_sections.build import corpus_and_settings, status
-from views.atlas_sections.common import (URL, VERSION_KEY, add_verdicts, atlas_at, atlas_object_clear, corpus_name, files_gone,
-                                         heads_frame, interval, on_grid, on_row, stack_name, t, tp)
+from views.atlas_sections.common import (URL, VERSION_KEY, add_verdicts, atlas_at, atlas_object_clear, corpus_name,
+                                         files_gone, heads_frame, interval, on_grid, on_row, stack_name, t, tp)
 from views.atlas_sections.head import head_section
 from viz import atlas as va
 
@@ -37,7 +39,8 @@ def _metric_picker() -> tuple[str, bool]:
     URL.bind("atlas_lowest")
     c1, c2, _ = st.columns([3, 2, 2], vertical_alignment="bottom")
     names = {m: tp(f"atlas_m_{m}") for m in A.RANKABLE}  # bound now, not at format time
-    c1.selectbox(t("atlas_metric"), list(A.RANKABLE), key="atlas_metric", format_func=names.get)
+    c1.selectbox(t("atlas_metric"), list(A.RANKABLE), key="atlas_metric",
+                 format_func=cast("Callable[[Any], str]", names.get))
     c2.toggle(t("atlas_lowest"), key="atlas_lowest")
     metric = st.session_state.get("atlas_metric") or "previous"
     st.caption(t(f"atlas_d_{metric}"))
@@ -85,7 +88,8 @@ def _show(name: str, atlas: A.Atlas, metric: str, lowest: bool) -> None:
     best = atlas.rank(metric, top=1, ascending=lowest).iloc[0]
     default = (str(best["stack"]), int(best["layer"]), int(best["head"]))
     URL.bind("atlas_stack", default[0], options=stacks)
-    stack = st.session_state.get("atlas_stack") if st.session_state.get("atlas_stack") in stacks else default[0]
+    chosen = st.session_state.get("atlas_stack")
+    stack = cast(str, chosen) if chosen in stacks else default[0]
     st.session_state["atlas_stack"] = stack
     layers, heads = atlas.stacks[stack]
     shared.clamp("atlas_layer", layers, default[1])

@@ -8,6 +8,9 @@ figure) into one :class:`~views.explore_parts.state.ExploreState`; each view of 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NoReturn, cast
+
 import streamlit as st
 
 import models
@@ -49,7 +52,7 @@ def _notices(state: ExploreState, more: tuple[str, ...] = ()) -> None:
         (state.notice_slot.warning if state.analysis.truncated else state.notice_slot.info)("\n\n".join(notes))
 
 
-def _stop(family: str, state: ExploreState | None = None) -> None:
+def _stop(family: str, state: ExploreState | None = None) -> NoReturn:
     if state is not None:
         _notices(state)
     _pair_field(family)
@@ -81,7 +84,7 @@ def _controls(stacks: list[str]) -> tuple[str, str, str, dict[str, bool], bool, 
             URL.read("stack", stacks)
             st.selectbox(t("stack"), stacks, key="stack", format_func=lambda s: t(f"stack_{s}"), width=230)
             URL.sync("stack", stacks[0])
-    stack = st.session_state.get("stack") if st.session_state.get("stack") in stacks else stacks[0]
+    stack = cast(str, st.session_state.get("stack")) if st.session_state.get("stack") in stacks else stacks[0]
     labels = {key: t(f"opt_{key}") for key in OPTIONS}
     level_names = lv.level_names()
     for key in OPTIONS:
@@ -90,10 +93,11 @@ def _controls(stacks: list[str]) -> tuple[str, str, str, dict[str, bool], bool, 
         URL.read("words")
         st.session_state["level"] = lv.level_from_link(st.session_state.get("words"))
     level = st.session_state["level"]
-    chosen = [labels[k] for k in OPTIONS if st.session_state.get(k)] + ([level_names[level]] if level != "tokens" else [])
+    chosen = [labels[k] for k in OPTIONS if st.session_state.get(k)] + (
+        [level_names[level]] if level != "tokens" else [])
     with top, st.popover(t("options") + (f" ({len(chosen)})" if chosen else ""), help=t("options_help")):
         st.segmented_control(t("explore_level"), lv.LEVELS, key="level", required=True,
-                             format_func=level_names.get, help=t("explore_level_help"))
+                             format_func=cast("Callable[[Any], str]", level_names.get), help=t("explore_level_help"))
         level = st.session_state.get("level") or "tokens"
         st.session_state["words"] = lv.LEVEL_URL[level]  # the link's value, under the old key
         URL.sync("words")
@@ -160,6 +164,7 @@ def read_state(sel: shared.Selection, family: str, pair: str | None, analysis: m
                                     layer_label=t("rollout_layer") if mode == "rollout" else None,
                                     disabled=(view == "summary", n_heads == 1 or view not in ("model", "heatmap")),
                                     head_help=t("head_help"), url=URL)
+    assert head is not None  # no mean over heads offered: always a head
     URL.sync_bound()  # at once: the page may stop before its end
     if analysis.layer_labels.get(stack):
         sel_cols[0].caption(t("hybrid_layers", blocks=", ".join(map(str, analysis.layer_labels[stack]))))

@@ -12,6 +12,8 @@ writes the same legend under their figures.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import streamlit as st
 
@@ -20,6 +22,10 @@ from models import turkish
 from views import shared
 from views.shared import t
 from viz.morphemes import legend_lines, straddling_pieces, unit_hover, word_axis
+
+if TYPE_CHECKING:
+    from models.turkish.units import MorphemeUnits
+    from viz.morphemes import LevelAxis
 
 LEVELS = ["tokens", "words", "morphemes"]
 # the link keeps the old key, "words": 1 is the word level (a link made before the morpheme level still opens it),
@@ -117,11 +123,12 @@ def control(key: str, help_text: str) -> str:
     """The level choice (tokens / words / morphemes) under the page's own widget ``key`` (bound to the link by the
     page); returns the level asked for."""
     names = level_names()
-    return st.segmented_control(t("explore_level"), LEVELS, key=key, required=True, format_func=names.get,
-                                help=help_text) or "tokens"
+    return st.segmented_control(t("explore_level"), LEVELS, key=key, required=True,
+                                format_func=cast("Callable[[Any], str]", names.get), help=help_text) or "tokens"
 
 
-def page_axes(analysis, stack: str, level: str) -> tuple[str, object, object]:
+def page_axes(analysis, stack: str, level: str) -> tuple[str, LevelAxis | MorphemeUnits | None,
+                                                        LevelAxis | MorphemeUnits | None]:
     """``(level drawn, query axis, key axis)`` of ``analysis``'s ``stack`` at ``level``: the axes are None at the
     token level; the word level's are :func:`viz.morphemes.word_axis`; the morpheme level's are
     :func:`models.turkish.analysis_units` (a piece that straddles two morphemes has a share in each). A text that

@@ -106,7 +106,7 @@ weights = _or_stop(flow.weights, layer)[head]  # from the flow's kept query and 
 weighted = flow.value_weighted(weights, layer, head)
 # words / morphemes: rows the mean of a unit's query pieces, columns the sum of its key pieces (contributions added up)
 maps = [weights, weighted] if q_axis is None else [vm.merge_units(m, q_axis, k_axis) for m in (weights, weighted)]
-q_labels, k_labels = (labels, labels) if q_axis is None else (q_axis.labels, k_axis.labels)
+q_labels, k_labels = (labels, labels) if q_axis is None or k_axis is None else (q_axis.labels, k_axis.labels)
 at_level = "" if level == "tokens" else " · " + lv.level_names()[level]
 h1, h2 = st.columns(2)
 for col, matrix, title, unit in ((h1, maps[0], t("flow_raw_title", layer=layer, head=head), t("weight")),
@@ -127,7 +127,8 @@ if any(tok.special for tok in tokens):
               delta=shared.t_plain("flow_points", x=nb.num(100 * float(vw.mean() - raw.mean()), 1, L, sign=True)),
               delta_color="off")
     shared.plotly_chart(share_figure(raw, vw, names=(t("flow_raw"), t("flow_vw")), title=t("flow_special_title"),
-                                        layer_title=t("layer"), share_title=t("flow_share_axis"), lang=L), key="flow_special")
+                                        layer_title=t("layer"), share_title=t("flow_share_axis"), lang=L),
+                        key="flow_special")
     st.caption(t("flow_special_note"))
 
 # ---- 2. routes --------------------------------------------------------------------------------------------------
@@ -138,15 +139,17 @@ threshold = st.select_slider(t("flow_threshold"), THRESHOLDS, key="flow_threshol
                              format_func=lambda v: nb.num(v, 2, L))
 route = _or_stop(flow.route, int(position), threshold)
 shared.plotly_chart(route_figure(
-    route.nodes, route.edges, labels, n_layers, title=shared.t_plain("flow_route_title", token=vtext.plotly_text(labels[position]), n=len(route.nodes)),
-    kind_names={k: t(f"flow_kind_{k}") for k in vf.KIND_COLOURS}, layer_title=t("layer"), position_title=t("flow_token"),
-    share_title=t("flow_share"), lang=L), key="flow_route")
+    route.nodes, route.edges, labels, n_layers,
+    title=shared.t_plain("flow_route_title", token=vtext.plotly_text(labels[position]), n=len(route.nodes)),
+    kind_names={k: t(f"flow_kind_{k}") for k in vf.KIND_COLOURS}, layer_title=t("layer"),
+    position_title=t("flow_token"), share_title=t("flow_share"), lang=L), key="flow_route")
 off_grid = np.zeros((n_layers, n_heads), dtype=bool)
 for s, lay, h in off:
     if s == stack:
         off_grid[lay, h] = True
 heads_at = np.stack([lf.heads[position] for lf in flow.layers])
-shared.plotly_chart(head_grid(heads_at, off_grid, title=shared.t_plain("flow_heads_title", token=vtext.plotly_text(labels[position])),
+shared.plotly_chart(head_grid(heads_at, off_grid,
+                                 title=shared.t_plain("flow_heads_title", token=vtext.plotly_text(labels[position])),
                                  score_title=t("flow_share"), layer_title=t("layer"), head_title=t("head"),
                                  off_title=t("flow_off"), lang=L), key="flow_heads")
 residual = [float(lf.heads_residual[position]) for lf in flow.layers]
@@ -161,13 +164,16 @@ if flow.head_refused is not None:
 st.markdown(t("flow_s3_text"))
 lens = _or_stop(_lens, sel.model, sel.text, off, mask, stack, int(position))
 streams = [t("flow_embeddings")] + [t("flow_after_layer", layer=i) for i in range(n_layers)]
-shared.plotly_chart(lens_figure(lens.labels, lens.probs, streams, title=shared.t_plain("flow_lens_title", token=vtext.plotly_text(labels[position])),
+shared.plotly_chart(lens_figure(lens.labels, lens.probs, streams,
+                                   title=shared.t_plain("flow_lens_title", token=vtext.plotly_text(labels[position])),
                                    rank_title=t("flow_rank"), stream_title=t("flow_stream"),
                                    prob_title=t("flow_prob"), lang=L), key="flow_lens")
 first = int(np.argmax(lens.final_rank == 0)) if (lens.final_rank == 0).any() else n_layers
 st.caption(t("flow_lens_note", token=vtext.shown(lens.labels[-1][0]), stream=streams[first]))
 effect = _or_stop(_direct, sel.model, sel.text, off, mask, stack, int(position))
-shared.plotly_chart(head_grid(effect.on_final, off_grid, title=shared.t_plain("flow_effect_title", token=vtext.plotly_text(vtext.shown(lens.labels[-1][0]))),
+shared.plotly_chart(head_grid(effect.on_final, off_grid,
+                                 title=shared.t_plain("flow_effect_title",
+                                                      token=vtext.plotly_text(vtext.shown(lens.labels[-1][0]))),
                                  score_title=t("flow_logit_change"), layer_title=t("layer"), head_title=t("head"),
                                  off_title=t("flow_off"), diverging=True, lang=L), key="flow_effect")
 d1, d2 = st.columns(2)
@@ -177,9 +183,10 @@ de_layer, de_head = shared.layer_head("flow_de_layer", "flow_de_head", n_layers,
                                       head_default=int(strongest[1]))
 promoted, suppressed = effect.top(de_layer, de_head, k=8)
 decode = loaded.tokenizer.decode
-rows = [{t("flow_promoted"): vtext.shown(decode([p])), t("flow_promoted_by"): nb.num(effect.logits[de_layer, de_head, p], 3, L, sign=True),
-         t("flow_suppressed"): vtext.shown(decode([s])), t("flow_suppressed_by"): nb.num(effect.logits[de_layer, de_head, s], 3, L,
-                                                                             sign=True)}
+rows = [{t("flow_promoted"): vtext.shown(decode([p])),
+         t("flow_promoted_by"): nb.num(effect.logits[de_layer, de_head, p], 3, L, sign=True),
+         t("flow_suppressed"): vtext.shown(decode([s])),
+         t("flow_suppressed_by"): nb.num(effect.logits[de_layer, de_head, s], 3, L, sign=True)}
         for p, s in zip(promoted, suppressed)]
 shared.table(pd.DataFrame(rows), hide_index=True)
 st.caption(t("flow_effect_note"))

@@ -126,8 +126,8 @@ _PATH = re.compile(r"(?<![\w.~-])(?:~[\w.-]*|\.{1,2})?/(?:[^\s'\"`,;:)]+)")
 # a quoted path may hold spaces: the whole quoted string goes
 _QUOTED_PATH = re.compile(r"""(['"`])(?:~[^'"`/]*|\.{1,2})?/[^'"`]*\1""")
 # a file of weights, pickles, arrays or archives named without its folder: never the student's business
-_DATA_FILE = re.compile(r"(?<![\w.-])[\w.-]+\.(?:pt|pth|bin|ckpt|pkl|pickle|joblib|safetensors|gguf|onnx|h5|msgpack|npz|"
-                        r"npy|parquet|arrow|zip|tar|gz|bz2|xz|7z)(?![\w.-])", re.IGNORECASE)
+_DATA_FILE = re.compile(r"(?<![\w.-])[\w.-]+\.(?:pt|pth|bin|ckpt|pkl|pickle|joblib|safetensors|gguf|onnx|h5|msgpack|"
+                        r"npz|npy|parquet|arrow|zip|tar|gz|bz2|xz|7z)(?![\w.-])", re.IGNORECASE)
 # the files every model folder has: naming them tells a class nothing about the teacher's disk
 STANDARD_FILES = frozenset({"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                             "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",

@@ -45,7 +45,7 @@ pos_labels = [f"{i} · {lab}" for i, lab in enumerate(labels)]
 # ---- 1. sinusoidal ---------------------------------------------------------------------------------
 st.header(t("pos_s1"))
 cfg = loaded.text_config
-d_model = int(getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model", 64))
+d_model = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "d_model", 64))
 st.markdown(t("pos_s1_text", n=n, d=d_model))
 st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d}}\right),\quad "
          r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d}}\right)")
@@ -63,7 +63,8 @@ if rope_model:
     st.markdown(t("pos_s2_text_model", model=sel.model, theta=nb.integer(round(theta), L), d=head_dim))
     per_type = positions.rope_layer_types(loaded)
     if per_type:  # Gemma 3: one table per layer type
-        kinds = {"full_attention": shared.t_plain("pos_layer_full"), "sliding_attention": shared.t_plain("pos_layer_sliding")}
+        kinds = {"full_attention": shared.t_plain("pos_layer_full"),
+                 "sliding_attention": shared.t_plain("pos_layer_sliding")}
         st.caption(t("pos_rope_layer_types", model=sel.model, types="; ".join(
             f"{kinds.get(k, k)}: θ = {nb.integer(round(v), L) if v else '?'}" for k, v in per_type.items())))
 else:
@@ -109,7 +110,8 @@ alibi_head = st.slider(t("teach_head"), 0, max(heads - 1, 1), key="pos_alibi_hea
 slopes = positions.alibi_slopes(heads)
 n_alibi = min(n, MAX_POS)
 bias = positions.alibi_bias(n_alibi, float(slopes[alibi_head]))
-shared.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head, title_slopes=t("pos_alibi_slopes", heads=heads),
+shared.plotly_chart(vp.alibi_figure(slopes, bias, labels[:n_alibi], alibi_head,
+                                title_slopes=t("pos_alibi_slopes", heads=heads),
                                 title_bias=t("pos_alibi_bias", head=alibi_head, m=nb.num(slopes[alibi_head], 4, L)),
                                 head_word=t("teach_head"), slope_word=t("pos_slope"), lang=L), key="pos_alibi")
 if heads & (heads - 1):
@@ -146,7 +148,8 @@ def _pick(x: np.ndarray) -> np.ndarray:
 a_m, b_m = _pick(wo.attn_a), _pick(wo.attn_b)
 shared.plotly_chart(vp.word_order_figure(wo.words, a_m, b_m, a_m - b_m,
                                      titles=(f"A: {plotly_text(text_a)}", f"B: {plotly_text(text_b)}", "A − B"),
-                                     query_title=t("pos_query_word"), key_title=t("pos_key_word"), lang=L), key="pos_wo")
+                                     query_title=t("pos_query_word"), key_title=t("pos_key_word"), lang=L),
+                    key="pos_wo")
 st.metric(t("pos_mean_abs_diff"), nb.num(float(np.abs(a_m - b_m).mean()), 4, L))
 st.caption(t("pos_wo_caption"))
 if loaded.family == "decoder":

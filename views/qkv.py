@@ -104,7 +104,8 @@ if steps.rope:
 # ---- 2. scores, scaling, mask, softmax ---------------------------------------------------------------
 st.header(t("qkv_s2"))
 root = 1.0 / steps.scaling if steps.scaling else float("nan")
-st.markdown(t("qkv_s2_text", d=steps.head_dim, root=nb.num(math.sqrt(steps.head_dim), 2, L), scaling=nb.num(steps.scaling, 4, L)))
+st.markdown(t("qkv_s2_text", d=steps.head_dim, root=nb.num(math.sqrt(steps.head_dim), 2, L),
+              scaling=nb.num(steps.scaling, 4, L)))
 st.latex(r"a_{ij} = \mathrm{softmax}_j\!\left(\frac{q_i \cdot k_j}{\sqrt{d_k}} + M_{ij}\right)")
 if abs(steps.scaling - steps.head_dim ** -0.5) > 1e-9:
     st.caption(t("qkv_own_scaling", scaling=nb.num(steps.scaling, 4, L), root=nb.num(root, 2, L)))
@@ -135,11 +136,13 @@ no_scale = s1.toggle(t("qkv_noscale"), key="qkv_noscale")
 # a select slider, not st.slider: its labels can use the interface language's decimal mark (Turkish 1,5)
 temperatures = list(URL.options("qkv_temperature"))
 URL.bind("qkv_temperature")
-temperature = s2.select_slider(t("qkv_temperature"), temperatures, key="qkv_temperature", format_func=lambda v: nb.num(v, 1, L))
+temperature = s2.select_slider(t("qkv_temperature"), temperatures, key="qkv_temperature",
+                               format_func=lambda v: nb.num(v, 1, L))
 row = steps.dots[qi] * (1.0 if no_scale else steps.scaling)
 adjusted = qkv.softmax_row(row, allowed, temperature=temperature)
 shared.plotly_chart(weight_bars(k_labels, weights, compare=adjusted, blocked=~allowed,
-                               names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight"), lang=L),
+                               names=(t("qkv_model_weights"), t("qkv_adjusted")), weight_title=t("teach_weight"),
+                               lang=L),
                 key="qkv_bars")
 n_allowed = int(allowed.sum())
 m1, m2, m3, m4 = st.columns(4)
@@ -147,7 +150,8 @@ h_model, h_adj = qkv.entropy(weights), qkv.entropy(adjusted)
 nats, bits = t("teach_nats"), t("teach_bits")
 m1.metric(t("qkv_entropy_model"), f"{nb.num(h_model, 3, L)} {nats}", f"{nb.num(qkv.entropy(weights, 2), 3, L)} {bits}",
           delta_color="off", delta_arrow="off")
-m2.metric(t("qkv_entropy_adjusted"), f"{nb.num(h_adj, 3, L)} {nats}", f"{nb.num(qkv.entropy(adjusted, 2), 3, L)} {bits}",
+m2.metric(t("qkv_entropy_adjusted"), f"{nb.num(h_adj, 3, L)} {nats}",
+          f"{nb.num(qkv.entropy(adjusted, 2), 3, L)} {bits}",
           delta_color="off", delta_arrow="off")
 m3.metric(t("qkv_entropy_max"), f"{nb.num(math.log(max(n_allowed, 1)), 3, L)} {nats}",
           f"{nb.num(math.log2(max(n_allowed, 1)), 3, L)} {bits}", delta_color="off", delta_arrow="off")

@@ -171,7 +171,7 @@ st.session_state["_why_row"] = where
 URL.bind("why_j", default_j, bounds=(0, n - 1))
 shared.clamp("why_j", n, default_j)
 j = int(p4.selectbox(t("why_j"), list(range(n)), key="why_j", help=t("why_j_help"),
-                     format_func=lambda k: f"{k} · {labels[k]} · {nb.percent(weights_row[k], 0, L)}"))
+                     format_func=lambda k: f"{k} · {labels[k]} · {nb.percent(float(weights_row[k]), 0, L)}"))
 args = (sel.model, sel.text, off, mask, stack, layer, head)
 with st.spinner(t("why_explaining")):
     nv = _or_stop(_neuron, *args, i, j)
@@ -179,7 +179,7 @@ with st.spinner(t("why_explaining")):
 terms = _or_stop(row.at, j, 5)
 qi, kj = vtext.plotly_text(labels[i]), vtext.plotly_text(labels[j])
 
-# ---- 1. the neuron view -----------------------------------------------------------------------------------------------
+# ---- 1. the neuron view ----------------------------------------------------------------------------------------------
 st.header(t("why_s1"))
 st.markdown(t("why_s1_text"))
 shared.plotly_chart(neuron_figure(
@@ -281,7 +281,7 @@ else:
         max_ticks=shared.fewer(40), lang=L), key="why_rope_keys")
     st.caption(t("why_rope_note"))
 
-# ---- 5. composition with the earlier heads ----------------------------------------------------------------------------
+# ---- 5. composition with the earlier heads ---------------------------------------------------------------------------
 URL.bind("why_comp")
 with st.expander(t("why_s5"), expanded=bool(st.session_state.get("why_comp"))):
     st.markdown(t("why_s5_text"))

@@ -161,16 +161,16 @@ def qk_scatter(x: np.ndarray, y: np.ndarray, role: Sequence[str], kind: Sequence
             index. role_names, kind_names: legend names (translated).
     """
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    role, kind = np.asarray(role, dtype=object), np.asarray(kind, dtype=object)
+    roles, kinds = np.asarray(role, dtype=object), np.asarray(kind, dtype=object)
     labels = np.asarray([plotly_text(shown(str(t))) for t in token], dtype=object)
-    text, position = np.asarray(text), np.asarray(position)
+    texts, positions = np.asarray(text), np.asarray(position)
     fig = figure()
     for r in ("query", "key"):
         for k in ("word", "punctuation", "special", "first"):
-            pick = (role == r) & (kind == k)
+            pick = (roles == r) & (kinds == k)
             if not pick.any():
                 continue
-            custom = np.stack([labels[pick], text[pick].astype(object), position[pick].astype(object)], axis=1)
+            custom = np.stack([labels[pick], texts[pick].astype(object), positions[pick].astype(object)], axis=1)
             name = f"{role_names.get(r, r)} · {kind_names.get(k, k)}"
             add_trace(fig, go.Scatter(
                 x=x[pick], y=y[pick], mode="markers", name=plotly_text(name), customdata=custom,

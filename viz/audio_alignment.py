@@ -53,7 +53,8 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
     add_trace(fig, go.Heatmap(z=w, x=(np.arange(w.shape[1]) + 0.5) * frame_seconds, y=np.arange(w.shape[0]),
                              colorscale="Blues", zmin=0, zmax=top,
                              colorbar=dict(thickness=10, len=0.6, y=0.3, tickformat=numbers.tick_format(top)),
-                             hovertemplate=f"row %{{y}}, %{{x:{numbers.d3(2)}}} s: %{{z:{numbers.d3(3)}}}<extra></extra>"),
+                             hovertemplate=f"row %{{y}}, %{{x:{numbers.d3(2)}}} s: "
+                                           f"%{{z:{numbers.d3(3)}}}<extra></extra>"),
                   row=2, col=1)
     if peaks is not None and len(peaks):
         p = np.asarray(peaks, dtype=np.int64)
@@ -61,7 +62,8 @@ def spectrogram_attention_figure(spectrogram: np.ndarray, weights: np.ndarray, t
                                  marker=dict(symbol="diamond", size=9, color="#d62728",
                                              line=dict(width=1, color="white")),
                                  line=dict(color="rgba(214,39,40,0.4)", width=1, dash="dot"), name=peak_label,
-                                 hovertemplate=peak_label + f": %{{x:{numbers.d3(2)}}} s<extra></extra>", showlegend=False),
+                                 hovertemplate=peak_label + f": %{{x:{numbers.d3(2)}}} s<extra></extra>",
+                                 showlegend=False),
                       row=2, col=1)
     fig.update_yaxes(title_text="mel", row=1, col=1, showticklabels=False)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(token_labels))), ticktext=plotly_labels(token_labels),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -36,7 +37,8 @@ def attentions_npz(attentions: Mapping[str, np.ndarray], *, tokens: Sequence[str
     labels), ``token_spans`` int64 ``(n, 2)`` character offsets, ``special`` bool ``(n,)``;
     ``target_tokens`` for encoder-decoders; ``model`` and ``text`` (0-d str arrays).
     """
-    arrays = {f"attention_{stack}": np.asarray(w, dtype=np.float32) for stack, w in attentions.items()}
+    arrays: dict[str, np.ndarray] = {f"attention_{stack}": np.asarray(w, dtype=np.float32)
+                                     for stack, w in attentions.items()}
     arrays["tokens"] = np.array(list(tokens), dtype=str)
     arrays["token_spans"] = np.array(list(spans), dtype=np.int64).reshape(-1, 2)
     arrays["special"] = np.array(list(special), dtype=bool)
@@ -45,5 +47,5 @@ def attentions_npz(attentions: Mapping[str, np.ndarray], *, tokens: Sequence[str
     arrays["model"] = np.array(model)
     arrays["text"] = np.array(text)
     buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
+    np.savez_compressed(buf, **cast("dict[str, Any]", arrays))  # numpy's stubs check **kwds against allow_pickle
     return buf.getvalue()

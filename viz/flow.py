@@ -68,7 +68,8 @@ def route_figure(nodes: Sequence[tuple[str, int, int]], edges: Sequence[tuple], 
                                      legendgroup=kind, showlegend=not any(t.legendgroup == kind for t in fig.data)))
             add_trace(fig, go.Scatter(x=mx, y=my, mode="markers", marker=dict(size=8, opacity=0), showlegend=False,
                                      customdata=np.asarray(mt), name=names[kind],
-                                     hovertemplate=f"{names[kind]}<br>{share_title}: %{{customdata:{numbers.d3(3)}}}<extra></extra>"))
+                                     hovertemplate=f"{names[kind]}<br>{share_title}: "
+                                                   f"%{{customdata:{numbers.d3(3)}}}<extra></extra>"))
     labels = plotly_labels(token_labels)
     xy = [node_xy(n) for n in nodes]
     add_trace(fig, go.Scatter(
@@ -100,7 +101,8 @@ def lens_figure(labels: Sequence[Sequence[str]], probs: np.ndarray, stream_names
     model's output), the top-k tokens left to right, each cell's colour its probability.
 
     Args:
-        labels: ``streams x k`` decoded tokens (drawn with visible spaces: :func:`viz.text.shown`). probs: float ``(streams, k)``. stream_names: one name per row.
+        labels: ``streams x k`` decoded tokens (drawn with visible spaces: :func:`viz.text.shown`). probs: float
+            ``(streams, k)``. stream_names: one name per row.
         lang: how numbers are written (``tr``: ``0,25``).
     """
     probs = np.asarray(probs, dtype=np.float32)
@@ -123,7 +125,8 @@ def lens_figure(labels: Sequence[Sequence[str]], probs: np.ndarray, stream_names
 
 
 def share_figure(raw: np.ndarray, weighted: np.ndarray, *, names: tuple[str, str] = ("weights", "value-weighted"),
-                 title: str = "", layer_title: str = "layer", share_title: str = "share", lang: str = "en") -> go.Figure:
+                 title: str = "", layer_title: str = "layer", share_title: str = "share",
+                 lang: str = "en") -> go.Figure:
     """Per layer, the share of attention on special tokens: raw weights beside value-weighted ones (Kobayashi et
     al. 2020, fig. 3). ``raw``, ``weighted``: float ``(layers,)`` in 0..1; ``lang``: how numbers are written."""
     layers = np.arange(len(raw))

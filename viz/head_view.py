@@ -223,8 +223,9 @@ def head_view_fragment(weights: np.ndarray, query_labels: Sequence[str], key_lab
         ``<div class="dikkat-head-view" id="dikkat-hv-…">…</div>`` (str) with no external reference.
     """
     scope = f"dikkat-hv-{uuid.uuid4().hex}"
-    body = _head_view_body(weights, query_labels, key_labels, scope=scope, head_names=head_names, query_segments=query_segments,
-                           key_segments=key_segments, title=title, notes=notes, strings=strings, filename=filename,
+    body = _head_view_body(weights, query_labels, key_labels, scope=scope, head_names=head_names,
+                           query_segments=query_segments, key_segments=key_segments, title=title, notes=notes,
+                           strings=strings, filename=filename,
                            first_position=first_position, query_hover=query_hover, key_hover=key_hover)
     return (f'<div class="dikkat-head-view" id="{scope}"><style>#{scope}{{{_FONT}}}{_css("#" + scope + " ")}</style>'
             f"{body}</div>")
@@ -326,7 +327,7 @@ def head_view_svg(weights: np.ndarray, query_labels: Sequence[str], key_labels: 
                            f'stroke-width="2" stroke-opacity="{float(w[head, q, k]):.3f}"/>')
     for q, label in enumerate(query_labels):
         out.append(f'<text x="{x1 - 4}" y="{top + ROW_H * q + 14}" text-anchor="end">{esc(label)}</text>')
-    for k, label in enumerate(key_labels):
-        out.append(f'<text x="{x2 + 4}" y="{top + ROW_H * k + 14}">{esc(label)}</text>')
+    for j, label in enumerate(key_labels):
+        out.append(f'<text x="{x2 + 4}" y="{top + ROW_H * j + 14}">{esc(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)

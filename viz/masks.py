@@ -9,6 +9,7 @@ hatched and labelled (its attention row is all zero, never NaN).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -151,9 +152,9 @@ def attention_figure(weights: np.ndarray, query_labels: Sequence[str], key_label
         mask = np.asarray(mask, dtype=bool)
         if mask.shape != w.shape:
             raise ValueError(f"Mask of shape {mask.shape} does not match weights {w.shape}.")
-        empty = ~mask.any(axis=1)
+        empty = ~cast(np.ndarray, mask.any(axis=1))  # (query,): numpy's stubs allow a scalar
     else:
-        empty = ~(w > 0).any(axis=1)
+        empty = ~cast(np.ndarray, (w > 0).any(axis=1))
     z_top = max(float(w.max()) if zmax is None else float(zmax), 1e-9)
     fig = figure(go.Heatmap(
         z=w, colorscale=colorscale, zmin=0, zmax=z_top,
@@ -221,7 +222,8 @@ def drift_figure(layer_drift: dict[str, np.ndarray], *, title: str = "", xaxis_t
         v = np.nan_to_num(np.asarray(values, dtype=np.float64))
         add_trace(fig, go.Scatter(x=list(range(len(v))), y=v, mode="lines+markers", name=name,
                                  line=dict(color=PALETTE[i % len(PALETTE)]),
-                                 hovertemplate=xaxis_title + f" %{{x}}: %{{y:{numbers.d3(4)}}}<extra>" + name + "</extra>"))
+                                 hovertemplate=xaxis_title + f" %{{x}}: %{{y:{numbers.d3(4)}}}<extra>" + name
+                                 + "</extra>"))
     fig.update_layout(title=dict(text=title, font=dict(size=13)), height=320, xaxis_title=xaxis_title,
                       yaxis_title=yaxis_title, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
                       legend=dict(orientation="h", y=-0.3))

@@ -180,6 +180,7 @@ def heatmap(analysis, layer: int = 0, head: int = 0, *, stack: str | None = None
     p = _one_layer(analysis, stack, layer, head=head if mode == "heads" else None, hide_special=hide_special,
                    hide_first=hide_first, words=words, mode=mode)
     if title is None:
-        which = f"head {head}" if mode == "heads" else {"avg": "mean of the heads", "rollout": "rollout"}.get(mode, mode)
+        which = (f"head {head}" if mode == "heads"
+                 else {"avg": "mean of the heads", "rollout": "rollout"}.get(mode, mode))
         title = f"{getattr(analysis, 'model', '')} · {stack} layer {_layer_label(analysis, stack, layer)} · {which}"
     return head_heatmap(p.weights[0, 0], p.q_labels, p.k_labels, title=title)

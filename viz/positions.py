@@ -4,6 +4,7 @@ product, ALiBi slopes and bias, and the word-order experiment. Pure plotly."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -38,7 +39,8 @@ def sinusoidal_heatmap(pe: np.ndarray, labels: Sequence[str], *, title: str = ""
     m = np.asarray(pe, dtype=np.float32)
     n, d = m.shape
     fig = figure(go.Heatmap(z=m, x=np.arange(d), y=np.arange(n), colorscale=DIVERGING, zmin=-1, zmax=1, zmid=0,
-                               hovertemplate=f"{position_title} %{{y}}<br>{dim_title} %{{x}}<br>%{{z:{numbers.d3(3)}}}<extra></extra>"))
+                               hovertemplate=f"{position_title} %{{y}}<br>{dim_title} %{{x}}<br>"
+                                             f"%{{z:{numbers.d3(3)}}}<extra></extra>"))
     _ticks(fig, labels, "y")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title_text=dim_title)
@@ -76,7 +78,8 @@ def rope_rotations(angles: np.ndarray, pairs: Sequence[int], *, title: str = "",
             x=x, y=y, mode="markers+text", text=[str(i) for i in range(n)], textposition="top center",
             marker=dict(size=8, color=np.arange(n), colorscale="Viridis"), showlegend=False,
             customdata=np.degrees(a[:, p]) % 360,
-            hovertemplate=f"{position_title} %{{text}}<br>%{{customdata:{numbers.d3(1)}}}°<extra></extra>"), row=1, col=c)
+            hovertemplate=f"{position_title} %{{text}}<br>%{{customdata:{numbers.d3(1)}}}°<extra></extra>"),
+            row=1, col=c)
         for i in range(n):
             add_trace(fig, go.Scatter(x=[0, x[i]], y=[0, y[i]], mode="lines", line=dict(width=1, color="#888888"),
                                      hoverinfo="skip", showlegend=False), row=1, col=c)
@@ -102,7 +105,8 @@ def distance_grid(grid: np.ndarray, *, title: str = "", query_title: str = "quer
     zr = float(max(np.abs(g).max(initial=0.0), 1e-6))
     fig = figure(go.Heatmap(z=g, colorscale=DIVERGING, zmid=0, zmin=-zr, zmax=zr,
                                colorbar=dict(title=dict(text=value_title), tickformat=numbers.tick_format(zr)),
-                               hovertemplate=f"m=%{{y}}, n=%{{x}}<br>{value_title}: %{{z:{numbers.d3(4)}}}<extra></extra>"))
+                               hovertemplate=f"m=%{{y}}, n=%{{x}}<br>{value_title}: "
+                                             f"%{{z:{numbers.d3(4)}}}<extra></extra>"))
     fig.update_yaxes(title_text=query_title, autorange="reversed")
     fig.update_xaxes(title_text=key_title)
     fig.update_layout(title=dict(text=title), height=420, margin=dict(l=10, r=10, t=40, b=40))
@@ -126,13 +130,16 @@ def alibi_figure(slopes: np.ndarray, bias: np.ndarray, labels: Sequence[str], he
     s = np.asarray(slopes, dtype=np.float64)
     b = np.asarray(bias, dtype=np.float64)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.4, 0.6], subplot_titles=[title_slopes, title_bias])
-    add_trace(fig, go.Bar(x=np.arange(len(s)), y=s, marker_color=["#d6604d" if i == head else "#92c5de" for i in range(len(s))],
+    add_trace(fig, go.Bar(x=np.arange(len(s)), y=s,
+                         marker_color=["#d6604d" if i == head else "#92c5de" for i in range(len(s))],
                          hovertemplate=f"{head_word} %{{x}}<br>{slope_word} = %{{y:{numbers.d3(5)}}}<extra></extra>",
                          showlegend=False), row=1, col=1)
     fig.update_xaxes(title_text=head_word, row=1, col=1)
     fig.update_yaxes(title_text=slope_word, row=1, col=1)
     add_trace(fig, go.Heatmap(z=b, x=np.arange(b.shape[1]), y=np.arange(b.shape[0]), colorscale="Blues_r",
-                             zmax=0, colorbar=dict(thickness=12, tickformat=numbers.tick_format(np.nanmax(np.abs(b), initial=0.0))),
+                             zmax=0,
+                             colorbar=dict(thickness=12,
+                                           tickformat=numbers.tick_format(np.nanmax(np.abs(b), initial=0.0))),
                              hovertemplate=f"i=%{{y}}, j=%{{x}}<br>%{{z:{numbers.d3(3)}}}<extra></extra>"),
                   row=1, col=2)
     _ticks(fig, labels, "x", row=1, col=2)
@@ -161,14 +168,16 @@ def word_order_figure(words: Sequence[str], a: np.ndarray, b: np.ndarray, diff: 
     # the colour range never shrinks below ±0.05 of attention weight: an unchanged map is white, not a
     # ±1e-6 colour bar that paints rounding noise as a difference
     dr = float(max(np.abs(diff).max(initial=0.0), DIFF_FLOOR))
-    for c, (m, scale, kw) in enumerate(((a, "Blues", dict(zmin=0, zmax=1)), (b, "Blues", dict(zmin=0, zmax=1)),
-                                        (diff, DIVERGING, dict(zmin=-dr, zmax=dr, zmid=0,
-                                                                colorbar=dict(tickformat=numbers.tick_format(dr))))), 1):
+    panels: tuple[tuple[np.ndarray, str, dict[str, Any]], ...] = (
+        (a, "Blues", dict(zmin=0, zmax=1)), (b, "Blues", dict(zmin=0, zmax=1)),
+        (diff, DIVERGING, dict(zmin=-dr, zmax=dr, zmid=0, colorbar=dict(tickformat=numbers.tick_format(dr)))))
+    for c, (m, scale, kw) in enumerate(panels, 1):
         m = np.asarray(m, dtype=np.float64)
         add_trace(fig, go.Heatmap(z=m, x=np.arange(len(w)), y=np.arange(len(w)), colorscale=scale, showscale=c == 3,
                                  # cells written from values rounded first, so no "-0.00"
                                  text=np.round(m, 2) + 0.0, texttemplate=f"%{{text:{numbers.d3(2, sign=c == 3)}}}",
-                                 hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: %{{z:{numbers.d3(4)}}}<extra></extra>",
+                                 hovertemplate=f"{query_title} %{{y}} → {key_title} %{{x}}: "
+                                               f"%{{z:{numbers.d3(4)}}}<extra></extra>",
                                  **kw), row=1, col=c)
         _ticks(fig, w, "x", row=1, col=c)
         _ticks(fig, w, "y", row=1, col=c)

@@ -95,9 +95,11 @@ def prepare(a, stack: str, *, hide_special: bool = False, hide_first: bool = Fal
     heatmap, summary) draws.
 
     Order: value-weighting (with ``value_norms``: each weight times ``‖W_O^h v_j^h‖``, each row renormalised
-    to sum to 1: the share of the row's value-weighted mass, Kobayashi et al. 2020, eq. 6) -> heads (``mode``: ``heads`` every head, ``avg`` their mean, ``rollout``: Abnar & Zuidema 2020,
-    eq. 1, :func:`viz.transforms.rollout`, through every layer up to ``layer``) -> hide special tokens and/or the first token and renormalise each row
-    over the keys left (:func:`viz.transforms.filter_tokens`) -> merge the tokens of each word
+    to sum to 1: the share of the row's value-weighted mass, Kobayashi et al. 2020, eq. 6) -> heads (``mode``:
+    ``heads`` every head, ``avg`` their mean, ``rollout``: Abnar & Zuidema 2020, eq. 1,
+    :func:`viz.transforms.rollout`, through every layer up to ``layer``) -> hide special tokens and/or the first
+    token and renormalise each row over the keys left (:func:`viz.transforms.filter_tokens`) -> merge the tokens
+    of each word
     (:func:`viz.transforms.merge_words`: sum over a word's keys, mean over its queries; Clark et al. 2019,
     §3). With ``layer`` (and ``head``, ``rows``: a ``(start, stop)`` range of query tokens) only that layer's
     (head's, rows') weights are computed and prepared, as ``(1, heads', rows', key')``: how a long input,

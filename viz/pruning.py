@@ -75,8 +75,8 @@ def head_grid(values: np.ndarray | None, off: np.ndarray, *, title: str = "", sc
                                  marker=dict(symbol="x-thin", size=max(6, min(16, 300 // max(layers, heads))),
                                              line=dict(width=2, color=OFF_COLOUR), color=OFF_COLOUR)))
     # Transparent click targets with hover text.
-    gl, gh = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
-    gl, gh = gl.reshape(-1), gh.reshape(-1)
+    grid_l, grid_h = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
+    gl, gh = grid_l.reshape(-1), grid_h.reshape(-1)
     state = np.where(off.reshape(-1), off_title, "")
     custom = np.stack([gl, gh], axis=1)
     if values is None:
@@ -92,8 +92,8 @@ def head_grid(values: np.ndarray | None, off: np.ndarray, *, title: str = "", sc
     ))
     fig.update_layout(
         title=dict(text=title), height=height or int(120 + 22 * layers), margin=dict(l=50, r=20, t=50, b=40),
-        xaxis=dict(title=dict(text=head_title), tickmode="array", tickvals=list(range(heads)), range=[-0.5, heads - 0.5],
-                   constrain="domain", showgrid=False, zeroline=False),
+        xaxis=dict(title=dict(text=head_title), tickmode="array", tickvals=list(range(heads)),
+                   range=[-0.5, heads - 0.5], constrain="domain", showgrid=False, zeroline=False),
         yaxis=dict(title=dict(text=layer_title), tickmode="array", tickvals=list(range(layers)),
                    range=[layers - 0.5, -0.5], showgrid=False, zeroline=False),
         clickmode="event+select", dragmode="pan", plot_bgcolor="white",
@@ -140,7 +140,8 @@ def attention_before_after(before: np.ndarray, after: np.ndarray, query_labels: 
         add_trace(fig, go.Heatmap(z=z, x=np.arange(nk), y=np.arange(nq), hovertemplate=hover, **kw), row=1, col=col)
         fig.update_xaxes(tickmode="array", tickvals=list(range(nk)), ticktext=plotly_labels(key_labels), tickangle=-90,
                          row=1, col=col)
-        fig.update_yaxes(tickmode="array", tickvals=list(range(nq)), ticktext=plotly_labels(query_labels) if col == 1 else [""] * nq,
+        fig.update_yaxes(tickmode="array", tickvals=list(range(nq)),
+                         ticktext=plotly_labels(query_labels) if col == 1 else [""] * nq,
                          autorange="reversed", row=1, col=col)
     fig.update_layout(height=height or int(180 + 18 * min(nq, 40)), margin=dict(l=60, r=30, t=40, b=60))
     return numbers.style(fig, lang)
@@ -170,12 +171,14 @@ def pruning_curve(shares: np.ndarray, by_importance: np.ndarray, random: np.ndar
                                  fill="toself", fillcolor="rgba(127,127,127,0.2)", line=dict(width=0),
                                  hoverinfo="skip", showlegend=False))
         add_trace(fig, go.Scatter(x=shares, y=mean, mode="lines+markers", name=random_label,
-                                 line=dict(color="#7f7f7f", dash="dash"), hovertemplate=hover + random_label + "</extra>"))
+                                 line=dict(color="#7f7f7f", dash="dash"),
+                                 hovertemplate=hover + random_label + "</extra>"))
     add_trace(fig, go.Scatter(x=shares, y=by_importance, mode="lines+markers", name=importance_label,
                              line=dict(color="#1f77b4", width=3), hovertemplate=hover + importance_label + "</extra>"))
     fig.update_layout(
         title=dict(text=title), height=380, margin=dict(l=60, r=20, t=50, b=50),
-        xaxis=dict(title=dict(text=share_title), **numbers.percent_axis(lang)), yaxis=dict(title=dict(text=metric_title)),
+        xaxis=dict(title=dict(text=share_title), **numbers.percent_axis(lang)),
+        yaxis=dict(title=dict(text=metric_title)),
         legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"),
     )
     return numbers.style(fig, lang)

@@ -95,11 +95,13 @@ def weight_bars(labels: Sequence[str], weights: np.ndarray, *, compare: np.ndarr
         colours = ["#bbbbbb" if b else "#d6604d" for b in np.asarray(blocked, dtype=bool)]
     fig = figure(go.Bar(x=np.arange(k), y=w, name=names[0], marker_color=colours or "#d6604d",
                            customdata=plotly_labels(labels),
-                           hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:{numbers.d3(4)}}}<extra>{names[0]}</extra>"))
+                           hovertemplate=f"%{{customdata}}<br>{weight_title}: "
+                                         f"%{{y:{numbers.d3(4)}}}<extra>{names[0]}</extra>"))
     if compare is not None:
         add_trace(fig, go.Bar(x=np.arange(k), y=np.asarray(compare, dtype=np.float64), name=names[1],
                              marker_color="#4393c3", customdata=plotly_labels(labels),
-                             hovertemplate=f"%{{customdata}}<br>{weight_title}: %{{y:{numbers.d3(4)}}}<extra>{names[1]}</extra>"))
+                             hovertemplate=f"%{{customdata}}<br>{weight_title}: "
+                                           f"%{{y:{numbers.d3(4)}}}<extra>{names[1]}</extra>"))
     fig.update_xaxes(tickmode="array", tickvals=list(range(k)), ticktext=plotly_labels(labels))
     fig.update_yaxes(title_text=weight_title, range=[0, 1.02])
     fig.update_layout(title=dict(text=title), barmode="group", height=300, margin=dict(l=10, r=10, t=40, b=40),

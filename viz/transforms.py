@@ -239,7 +239,7 @@ def pool(weights: np.ndarray, size: int) -> np.ndarray:
     """
     if size < 1:
         raise ValueError("size must be >= 1")
-    w = np.asarray(weights, dtype=np.float32)
+    w: np.ndarray = np.asarray(weights, dtype=np.float32)
     nq, nk = w.shape[-2], w.shape[-1]
     if nk > size:
         edges = bin_edges(nk, size)
@@ -304,8 +304,8 @@ def head_statistics(weights: np.ndarray, *, special: Sequence[bool], punctuation
     if w.ndim != 4:
         raise ValueError(f"expected (layers, heads, query, key), got shape {w.shape}")
     layers, heads, nq, nk = w.shape
-    special = np.asarray(special, dtype=bool)
-    punctuation = np.asarray(punctuation, dtype=bool)
+    special_keys = np.asarray(special, dtype=bool)
+    punctuation_keys = np.asarray(punctuation, dtype=bool)
     live = w.sum(axis=-1) > 0  # (L, H, q)
 
     def mean_over_queries(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -330,12 +330,13 @@ def head_statistics(weights: np.ndarray, *, special: Sequence[bool], punctuation
         stats["distance"] = nan.copy()
         stats["previous"] = nan.copy()
     stats["first"] = mean_over_queries(w[..., 0])
-    stats["special"] = mean_over_queries(w[..., special].sum(axis=-1)) if special.any() else np.zeros_like(nan)
-    stats["punctuation"] = (mean_over_queries(w[..., punctuation].sum(axis=-1)) if punctuation.any()
+    stats["special"] = (mean_over_queries(w[..., special_keys].sum(axis=-1)) if special_keys.any()
+                        else np.zeros_like(nan))
+    stats["punctuation"] = (mean_over_queries(w[..., punctuation_keys].sum(axis=-1)) if punctuation_keys.any()
                             else np.zeros_like(nan))
-    word_of = np.asarray(word_of)
-    if self_attention and nq == nk and word_of.shape == (nk,):
-        same = (word_of[:, None] == word_of[None, :]) & (word_of[:, None] >= 0) & ~np.eye(nk, dtype=bool)
+    words = np.asarray(word_of)
+    if self_attention and nq == nk and words.shape == (nk,):
+        same = (words[:, None] == words[None, :]) & (words[:, None] >= 0) & ~np.eye(nk, dtype=bool)
         has_partner = same.any(axis=-1)
         stats["same_word"] = mean_over_queries((w * same).sum(axis=-1), has_partner[None, None, :])
     else:

@@ -26,7 +26,7 @@ TOP = 8  # parts per side drawn in the term matrix
 CELL_PX = 12  # the numbers in the term matrix's cells (plotly would shrink some to fit)
 
 
-def _signs(values: np.ndarray) -> list[str]:
+def _signs(values: np.ndarray | Sequence[float]) -> list[str]:
     return [UP if v >= 0 else DOWN for v in np.asarray(values, dtype=np.float64)]
 
 
@@ -239,7 +239,8 @@ def rope_figure(distances: np.ndarray, curve: np.ndarray, *, actual: int | None 
         value = float(y[int(np.searchsorted(x, actual))]) if actual_score is None else float(actual_score)
         add_trace(fig, go.Scatter(x=[actual], y=[value], mode="markers", name=plotly_text(actual_name),
                                  marker=dict(size=14, color=UP, symbol="diamond", line=dict(width=1, color="white")),
-                                 hovertemplate=f"{plotly_text(actual_name)}<br>{distance_title}: %{{x}}<br>{score_title}: "
+                                 hovertemplate=f"{plotly_text(actual_name)}<br>{distance_title}: %{{x}}<br>"
+                                               f"{score_title}: "
                                                f"%{{y:{numbers.d3(3, sign=True)}}}<extra></extra>"))
         fig.add_vline(x=actual, line=dict(color=UP, width=1, dash="dot"))
     span = float(y.max(initial=0.0) - y.min(initial=0.0)) if y.size else 0.0
@@ -285,7 +286,8 @@ def rope_keys_figure(content: np.ndarray, positional: np.ndarray, key_labels: Se
                                  tickangle=angle),
                       yaxis=dict(title=dict(text=score_title), tickformat=numbers.tick_format(peak), zeroline=True,
                                  zerolinecolor="#888888"),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0), hovermode="closest")
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+                      hovermode="closest")
     return numbers.style(fig, lang)
 
 

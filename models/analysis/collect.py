@@ -98,9 +98,19 @@ def attach_stacks(result: Analysis, stacks: dict[str, AttentionStack | np.ndarra
     # through a weak reference: a closure over the result itself made every analysis a reference cycle, freed only by
     # a full garbage collection after the cache had dropped it (issue 44)
     ref = weakref.ref(result)
-    once = _Once(lambda: _summaries(ref()))
+    once = _Once(lambda: _summaries(_alive(ref)))
     result.statistics = LazyMap(lambda: once()[0])
     result.overview = LazyMap(lambda: once()[1])
+
+
+def _alive(ref: weakref.ref[Analysis]) -> Analysis:
+    """The analysis behind ``ref``; an analysis dropped while its ``statistics`` or ``overview`` was still held
+    (never computed) cannot compute them any more."""
+    result = ref()
+    if result is None:
+        raise ReferenceError("The analysis was freed before its statistics or overview were first read: keep the "
+                             "analysis itself while reading them.")
+    return result
 
 
 class _Once:

@@ -13,6 +13,7 @@ touches Streamlit or plotly. Used by the "Masks" page; usable from a notebook::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -51,7 +52,8 @@ def next_token_kl(reference_logits: np.ndarray, logits: np.ndarray) -> np.ndarra
     ref = np.asarray(reference_logits)
     other = np.asarray(logits)
     if ref.shape != other.shape or ref.ndim != 2:
-        raise InvalidArgumentError(f"Logits must both be (positions, vocab) of the same shape, got {ref.shape} and {other.shape}.",
+        raise InvalidArgumentError(f"Logits must both be (positions, vocab) of the same shape, got {ref.shape} and "
+                                   f"{other.shape}.",
                                    code="arg_same_shape", name="reference_logits, logits", shape="(positions, vocab)",
                                    first=str(ref.shape), second=str(other.shape))
     log_p = _log_softmax(ref)
@@ -79,7 +81,8 @@ def cosine_drift(reference_hidden: np.ndarray, hidden: np.ndarray) -> np.ndarray
     a = np.asarray(reference_hidden, dtype=np.float64)
     b = np.asarray(hidden, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 3:
-        raise InvalidArgumentError(f"Hidden states must both be (layers+1, tokens, hidden) of the same shape, got {a.shape} and {b.shape}.",
+        raise InvalidArgumentError(f"Hidden states must both be (layers+1, tokens, hidden) of the same shape, got "
+                                   f"{a.shape} and {b.shape}.",
                                    code="arg_same_shape", name="reference_hidden, hidden",
                                    shape="(layers+1, tokens, hidden)",
                                    first=str(a.shape), second=str(b.shape))
@@ -93,7 +96,7 @@ def cosine_drift(reference_hidden: np.ndarray, hidden: np.ndarray) -> np.ndarray
 
 def empty_rows(matrix: np.ndarray) -> np.ndarray:
     """Boolean ``(n,)``: True for each query (row) of a boolean ``(n, n)`` mask with no allowed key."""
-    return ~np.asarray(matrix, dtype=bool).any(axis=-1)
+    return cast(np.ndarray, ~np.asarray(matrix, dtype=bool).any(axis=-1))  # numpy's stubs allow a scalar
 
 
 def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None = None) -> np.ndarray:
@@ -111,11 +114,12 @@ def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None =
     Returns:
         bool numpy ``(n, n)``.
     """
+    # MaskMode.matrix is None only for ``native``
     stack = stack or loaded.mask_stack
     if stack == "encoder":
-        return MaskMode("bidirectional").matrix(n)
+        return cast(np.ndarray, MaskMode("bidirectional").matrix(n))
     cfg = loaded.text_config
-    window = getattr(cfg, "sliding_window", None)
+    window: Any = getattr(cfg, "sliding_window", None)  # an int when the model has one (checked below)
     layer_types = getattr(cfg, "layer_types", None)
     sliding = False
     if isinstance(window, int) and window > 0:
@@ -124,8 +128,8 @@ def native_mask(loaded: LoadedModel, n: int, layer: int = 0, stack: str | None =
         else:
             sliding = True
     if sliding:
-        return MaskMode("sliding_window", width=int(window)).matrix(n)
-    return MaskMode("causal").matrix(n)
+        return cast(np.ndarray, MaskMode("sliding_window", width=int(window)).matrix(n))
+    return cast(np.ndarray, MaskMode("causal").matrix(n))
 
 
 def applied_mask(loaded: LoadedModel, analysis: Analysis, layer: int = 0, stack: str | None = None) -> np.ndarray:

@@ -133,7 +133,7 @@ def tile_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Ten
         if causal:
             later = torch.arange(q0, q1, device=s.device)[:, None] < torch.arange(k1, device=s.device)[None, :]
             s = s.masked_fill(later, float("-inf"))
-        elif allowed is not None:
+        elif isinstance(allowed, torch.Tensor):  # not causal: the mask's allowed keys, or None (every key)
             s = s.masked_fill(~allowed[:, :, q0:q1], float("-inf"))
         block_lse = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - block_lse.masked_fill(~torch.isfinite(block_lse), 0.0)[..., None])
@@ -157,7 +157,7 @@ def flex_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Ten
 
     Args, Returns, Raises: as :func:`tile_stats`.
     """
-    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
     b, h, q_len, d = query.shape
     k_len = key.shape[2]
@@ -165,6 +165,8 @@ def flex_stats(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Ten
     key = _repeat(key, h)
     attend = _compiled(flex_attention) if compiled else flex_attention
     dev = query.device
+    forward: BlockMask | None
+    backward: BlockMask | None
     if causal:
         forward = create_block_mask(lambda bi, hi, qi, ki: qi >= ki, None, None, q_len, k_len, device=dev)
         backward = create_block_mask(lambda bi, hi, qi, ki: qi <= ki, None, None, k_len, q_len, device=dev)

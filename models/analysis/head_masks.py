@@ -73,9 +73,10 @@ def parse_pattern(pattern) -> MaskMode | Chosen | None:
     """
     if pattern is None or isinstance(pattern, Chosen):
         return pattern
-    if isinstance(pattern, str):
-        match = re.fullmatch(r"\s*([a-z_\-]+)\s*(?:[:=(]\s*(.*?)\s*\)?)?\s*", pattern.lower())
-        kind = match.group(1).replace("-", "_") if match else ""
+    match = (re.fullmatch(r"\s*([a-z_\-]+)\s*(?:[:=(]\s*(.*?)\s*\)?)?\s*", pattern.lower())
+             if isinstance(pattern, str) else None)
+    if match:
+        kind = match.group(1).replace("-", "_")
         if kind in ("full", "native"):
             if match.group(2):
                 raise InvalidMaskError(f"Pattern '{kind}' takes no parameter, got {checks.shown(match.group(2))}.",
@@ -112,7 +113,7 @@ def is_head_pattern(text: str) -> bool:
     """True for a pattern string only :class:`HeadMasks` take (``full``, ``a_shape``, ``vertical_slash``,
     ``block_sparse``), which :func:`models.analyze` then applies to every head."""
     match = re.match(r"\s*([a-z_\-]+)", text.lower())
-    return bool(match) and match.group(1).replace("-", "_") in ("full", "a_shape") + CHOSEN
+    return match is not None and match.group(1).replace("-", "_") in ("full", "a_shape") + CHOSEN
 
 
 def budget(pattern, n: int) -> int | None:
@@ -123,7 +124,8 @@ def budget(pattern, n: int) -> int | None:
         return pattern.a + pattern.b if pattern.kind == "vertical_slash" else pattern.a * pattern.b
     if isinstance(pattern, MaskMode) and pattern.kind == "sliding_window":
         return pattern.width
-    if isinstance(pattern, MaskMode) and pattern.kind == "sink_window":
+    if (isinstance(pattern, MaskMode) and pattern.kind == "sink_window" and pattern.width is not None
+            and pattern.sinks is not None):  # parse_mask gives both
         return pattern.width + pattern.sinks
     return None
 
@@ -206,7 +208,7 @@ class HeadRules:
         self.chosen: dict = {}
         self.natives: list[np.ndarray] = []  # the model's own masks met, each stored once
         self.native_of: dict[int, int] = {}
-        self._last_native = None
+        self._last_native: tuple[torch.Tensor, int] | None = None
 
     def __repr__(self) -> str:
         kinds = sorted({p.split(":")[0] for p in self.patterns.values()})
@@ -293,7 +295,7 @@ def resolve(loaded: LoadedModel, spec: HeadMasks, n: int) -> tuple[str, HeadRule
         parsed = parse_pattern(pattern)
         if not spec.fit:
             _check_budget(parsed, n, where)
-        found = (parsed, "full" if parsed is None else str(parsed))
+        found: tuple[MaskMode | Chosen | torch.Tensor | None, str] = (parsed, "full" if parsed is None else str(parsed))
         if isinstance(parsed, MaskMode):
             found = (torch.from_numpy(np.ascontiguousarray(parsed.matrix(n))), str(parsed))
         if key is not None:
@@ -330,7 +332,8 @@ def _items(mapping, what: str):
 
 def _check_index(loaded, stack: str, layers: int, heads: int, layer, head) -> None:
     def inside(value, size: int) -> bool:
-        return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < size
+        return (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+                and bool(0 <= value < size))
 
     ok = inside(layer, layers) and (head is None or inside(head, heads))
     if not ok:

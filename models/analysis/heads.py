@@ -13,7 +13,7 @@ from ..errors import InvalidHeadError, UnsupportedOperationError
 from ..loading.model import LoadedModel
 
 
-def validate_heads(loaded: LoadedModel, heads: Iterable) -> frozenset:
+def validate_heads(loaded: LoadedModel, heads: Iterable | None) -> frozenset:
     """Check ``(stack, layer, head)`` triples against the model and return them as a frozenset.
 
     Args:

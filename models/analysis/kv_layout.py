@@ -112,10 +112,10 @@ def kv_cache_bytes(cfg: KVLayout, tokens: int = 1, *, gqa: bool = True, window: 
 def kv_layout(loaded: LoadedModel, bytes_per_value: int | None = None) -> KVLayout:
     """:class:`KVLayout` read from the loaded model's config (``decoder_layers`` when the config has it,
     else ``num_hidden_layers`` or its other names; heads and layers of the first stack when the config names
-    none; ``head_dim`` from the config, else hidden size ÷ heads); ``bytes_per_value`` defaults to the element size of the dtype the model
-    runs in (4 for float32, 2 for bfloat16/float16). ``name`` is the model's name. ``sliding_window`` and
-    ``sliding_layers`` come from the config's ``sliding_window`` and ``layer_types`` (the layers marked
-    ``sliding_attention``; every layer when the config has a window but no layer types, as Mistral).
+    none; ``head_dim`` from the config, else hidden size ÷ heads); ``bytes_per_value`` defaults to the element
+    size of the dtype the model runs in (4 for float32, 2 for bfloat16/float16). ``name`` is the model's name.
+    ``sliding_window`` and ``sliding_layers`` come from the config's ``sliding_window`` and ``layer_types`` (the
+    layers marked ``sliding_attention``; every layer when the config has a window but no layer types, as Mistral).
 
     Raises:
         InvalidArgumentError: the key/value heads do not divide the query heads."""

@@ -95,8 +95,9 @@ class MaskMode:
         ``None`` for ``native``.
 
         ``causal``: ``j <= i``; ``sliding_window``: ``i - w < j <= i`` (Jiang et al. 2023, §2, "Sliding
-        Window Attention"); ``sink_window``: that, or ``j < k`` (Xiao et al. 2023, §3.2); ``strided``: ``j <= i`` and (``i - j < s`` or ``(i - j) mod s == 0``) (Child et
-        al. 2019, §4.2). A width above ``n`` is treated as ``n`` (same matrix).
+        Window Attention"); ``sink_window``: that, or ``j < k`` (Xiao et al. 2023, §3.2); ``strided``: ``j <= i``
+        and (``i - j < s`` or ``(i - j) mod s == 0``) (Child et al. 2019, §4.2). A width above ``n`` is treated as
+        ``n`` (same matrix).
 
         Raises:
             InvalidMaskError: a custom matrix that is not ``(n, n)``.
@@ -112,14 +113,17 @@ class MaskMode:
             return np.ones((n, n), dtype=bool)
         if self.kind == "causal":
             return j <= i
-        # a width beyond the text changes nothing (and must not overflow numpy's integers)
-        width = min(self.width, max(n, 1)) if self.width is not None else None
-        if self.kind == "sliding_window":
-            return (j <= i) & (j > i - width)
-        if self.kind == "strided":  # i - j < width, or i - j a multiple of width (i ≡ j mod width); bool n² only
-            return (j <= i) & ((j > i - width) | (i % width == j % width))
-        if self.kind == "sink_window":
-            return (j <= i) & ((j > i - width) | (j < self.sinks))
+        if self.kind in ("sliding_window", "strided", "sink_window"):
+            # a width beyond the text changes nothing (and must not overflow numpy's integers); a MaskMode built
+            # without a width (parse_mask always gives one) is refused as parse_mask refuses it (:func:`_width`),
+            # one without a sink count takes parse_mask's default (:func:`_sinks`)
+            width = min(_width(self.kind, None) if self.width is None else self.width, max(n, 1))
+            if self.kind == "sliding_window":
+                return (j <= i) & (j > i - width)
+            if self.kind == "strided":  # i - j < width, or i - j a multiple of width (i ≡ j mod width); bool n² only
+                return (j <= i) & ((j > i - width) | (i % width == j % width))
+            sinks = _sinks(None) if self.sinks is None else self.sinks
+            return (j <= i) & ((j > i - width) | (j < sinks))
         m = np.asarray(self.custom, dtype=bool)
         if m.shape != (n, n):
             raise InvalidMaskError(f"Custom mask has shape {m.shape}, but the text has {n} tokens: need ({n}, {n}).",
@@ -141,15 +145,16 @@ def parse_mask(mask) -> MaskMode:
         :class:`MaskMode` (the matrix size is only checked by :meth:`MaskMode.matrix`).
 
     Raises:
-        InvalidMaskError: unknown kind, missing, non-integer or non-positive width (widths above ``MAX_WIDTH`` are the whole text and are clamped to it)
-            (in tokens), a width given to a kind that takes none, a matrix that is not square (ragged rows
-            too) or whose values are not true/false.
+        InvalidMaskError: unknown kind, missing, non-integer or non-positive width (widths above ``MAX_WIDTH``
+            are the whole text and are clamped to it) (in tokens), a width given to a kind that takes none, a
+            matrix that is not square (ragged rows too) or whose values are not true/false.
     """
     if isinstance(mask, MaskMode):
         return mask
     if mask is None:
         return MaskMode("native")
-    if isinstance(mask, np.ndarray) or (isinstance(mask, list) and mask and isinstance(mask[0], (list, tuple, np.ndarray))):
+    if isinstance(mask, np.ndarray) or (isinstance(mask, list) and mask
+                                        and isinstance(mask[0], (list, tuple, np.ndarray))):
         try:
             arr = np.asarray(mask)
             if arr.ndim != 2 or arr.shape[0] != arr.shape[1] or arr.dtype.kind not in "biuf":
@@ -183,7 +188,8 @@ def parse_mask(mask) -> MaskMode:
         raise InvalidMaskError(f"Mask '{kind}' takes no sink count, got {_short(sinks)}.",
                                code="mask_no_sinks", kind=kind, value=_short(sinks))
     if kind not in KINDS or kind == "custom":
-        raise InvalidMaskError(f"Unknown mask {_short(kind)}. Use one of: {', '.join(KINDS[:-1])}, or a boolean matrix.",
+        raise InvalidMaskError(f"Unknown mask {_short(kind)}. Use one of: {', '.join(KINDS[:-1])}, "
+                               "or a boolean matrix.",
                                code="unknown_mask", value=_short(kind), kinds=", ".join(KINDS[:-1]))
     if kind in ("sliding_window", "strided"):
         return MaskMode(kind, width=_width(kind, width))
@@ -249,7 +255,9 @@ def check_fallback_masks(loaded: LoadedModel, masks: Mapping[str, object]) -> No
             "AttentionInterface: a mask per head needs Dikkat's attention function, which adds one mask plane per "
             "head to the family's own scores. Use one mask for the whole stack.",
             code="head_mask_not_routed", model=loaded.name, stacks=", ".join(per_head))
-    wanted = {stack: allowed for stack, allowed in masks.items() if stack in eager}
+    # every mask of such a stack is one tensor (a mask per head was refused above)
+    wanted = {stack: allowed for stack, allowed in masks.items()
+              if stack in eager and isinstance(allowed, torch.Tensor)}
     if not wanted:
         return
     support = fallback_masks.mask_support(loaded)
@@ -267,6 +275,7 @@ def check_fallback_masks(loaded: LoadedModel, masks: Mapping[str, object]) -> No
             f"{base}, and a probe found that its weights follow a per-query mask neither through its "
             "attention_mask argument nor at its softmax: its mask cannot be replaced.",
             code="fallback_mask_unsupported", model=loaded.name)
+    assert support is not None  # None leaves every wanted stack missing: refused above
     for stack, allowed in wanted.items():
         if support.form != "softmax" and not allowed.any(-1).all():
             raise UnsupportedOperationError(

@@ -56,8 +56,9 @@ def generate_target(model: LoadedModel, inputs: dict) -> str:
 
 def collect_hidden(model: LoadedModel, outputs) -> dict[str, np.ndarray]:
     out = {}
-    pairs = (("encoder", "encoder_hidden_states"), ("decoder", "decoder_hidden_states")) if model.family == "encoder-decoder" \
-        else ((("decoder" if model.family == "decoder" else "encoder"), "hidden_states"),)
+    pairs = ((("encoder", "encoder_hidden_states"), ("decoder", "decoder_hidden_states"))
+             if model.family == "encoder-decoder"
+             else ((("decoder" if model.family == "decoder" else "encoder"), "hidden_states"),))
     for stack, attr in pairs:
         hs = getattr(outputs, attr, None)
         if hs:
@@ -65,7 +66,8 @@ def collect_hidden(model: LoadedModel, outputs) -> dict[str, np.ndarray]:
     return out
 
 
-def _head_blocks(model: LoadedModel, hidden: torch.Tensor, last_logits: torch.Tensor, rows: int) -> Iterator[torch.Tensor]:
+def _head_blocks(model: LoadedModel, hidden: torch.Tensor, last_logits: torch.Tensor,
+                 rows: int) -> Iterator[torch.Tensor]:
     """A causal LM's logits block by block from its final hidden states ``(n, hidden)``: the output
     embedding, then the family's final soft-capping (Gemma 2/3: ``cap · tanh(logits / cap)``) when the
     config has one.
@@ -136,7 +138,8 @@ def fill_outputs(model: LoadedModel, result: Analysis, outputs, input_ids, label
         if keep_logits:
             result.logits = logits.float().cpu().numpy()
     elif getattr(outputs, "last_hidden_state", None) is not None or getattr(outputs, "hidden_states", None):
-        last = outputs.last_hidden_state[0] if getattr(outputs, "last_hidden_state", None) is not None else outputs.hidden_states[-1][0]
+        last = (outputs.last_hidden_state[0] if getattr(outputs, "last_hidden_state", None) is not None
+                else outputs.hidden_states[-1][0])
         result.embedding = last.float().mean(dim=0).cpu().numpy()
     # else: a language-model class whose readout was taken away (models.anatomy.decoder.readout_sees_target): no
     # prediction and no embedding, only its maps

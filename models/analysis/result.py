@@ -4,6 +4,7 @@ predictions) and :class:`TopK` (top-k predictions per position)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,8 +106,8 @@ class Analysis:
     mask: str = "native"
     kv_heads: int | None = None
     masks: dict[str, MaskStack] = field(default_factory=dict)
-    statistics: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    overview: dict[str, np.ndarray] = field(default_factory=dict)
+    statistics: Mapping[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    overview: Mapping[str, np.ndarray] = field(default_factory=dict)
     kept: bool = True
     layer_labels: dict[str, list[int]] = field(default_factory=dict)
     sinks: dict[str, list[int]] = field(default_factory=dict)
@@ -125,7 +126,7 @@ class Analysis:
         from ..errors import InvalidArgumentError
 
         stack = stack or next(iter(self.head_masks or self.masks), None)
-        if stack not in self.head_masks and stack not in self.masks:
+        if stack is None or (stack not in self.head_masks and stack not in self.masks):
             raise InvalidArgumentError(f"This analysis recorded no mask for stack {checks.shown(stack)}.",
                                        code="arg_choice", name="stack", options=", ".join(self.masks) or "-",
                                        value=checks.shown(stack))
@@ -134,6 +135,7 @@ class Analysis:
         checks.whole("layer", layer, 0, layers - 1)
         rules = self.head_masks.get(stack)
         if rules is None:
+            assert recorded is not None  # a stack without rules per head is one of ``masks`` (checked above)
             checks.whole("head", head, 0, self.attentions[stack].shape[1] - 1)
             return np.asarray(recorded[layer])
         native = np.asarray(recorded[layer]) if recorded is not None and layer not in rules.rules else None
@@ -210,12 +212,14 @@ class Analysis:
         if self.target is not None:
             out["target"] = self.target
             out["target_tokens"] = [t.label for t in self.target_tokens or []]
-        if self.loss is not None:
+        perplexity = self.perplexity  # None exactly when there is no loss
+        if self.loss is not None and perplexity is not None:
             out["loss"] = round(self.loss, 4)
-            out["perplexity"] = round(self.perplexity, 3)
+            out["perplexity"] = round(perplexity, 3)
         if self.next_token is not None:
             out["next_token_top5"] = [
-                [tok, round(float(p), 4)] for tok, p in zip(self.next_token.tokens[-1][:5], self.next_token.probs[-1][:5])
+                [tok, round(float(p), 4)]
+                for tok, p in zip(self.next_token.tokens[-1][:5], self.next_token.probs[-1][:5])
             ]
         if self.embedding is not None:
             out["embedding_dim"] = int(self.embedding.shape[0])

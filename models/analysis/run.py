@@ -73,7 +73,8 @@ def _only_for(model: LoadedModel, family: str, what: str, instead: dict[str, str
     the argument is for (``what``) and what to do instead on this model's family (``instead[family]``)."""
     if model.family != family:
         raise UnsupportedOperationError(
-            f"Model '{model.name}' is {_A_FAMILY.get(model.family, model.family)}: {what} {instead.get(model.family, '')}".rstrip(),
+            (f"Model '{model.name}' is {_A_FAMILY.get(model.family, model.family)}: "
+             f"{what} {instead.get(model.family, '')}").rstrip(),
             code=code, model=model.name, family=model.family
         )
 
@@ -152,7 +153,8 @@ def analyze(
         model=model.name, family=model.family, capture_path=model.capture_path, text=text, tokens=tokens,
         words=words, attentions={}, text_pair=text_pair, target=target, target_tokens=target_tokens,
         target_words=target_words, truncated=truncated, max_tokens=limit, heads_off=heads_off, mask=mask_desc,
-        kv_heads=model.num_key_value_heads, layer_labels=model.layer_labels(), missing_stacks=dict(model.missing_stacks),
+        kv_heads=model.num_key_value_heads, layer_labels=model.layer_labels(),
+        missing_stacks=dict(model.missing_stacks),
         sinks={stack: sorted(s.layer for s in model.sites if s.stack == stack and s.sink)
                for stack in model.stacks if any(s.sink and s.stack == stack for s in model.sites)},
     )
@@ -178,7 +180,8 @@ def analyze(
     run = Replay(model, replay_call, gates, masks, capture.state.CHUNK_BYTES)
     result.run = run if not eager_stacks else None
     collector.finish(result, None if keep_all else run)
-    result.masks.update({stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0]) for stack, m in eager_masks.items()})
+    result.masks.update({stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0])
+                         for stack, m in eager_masks.items()})
     fill_outputs(model, result, outputs, inputs["input_ids"], labels, top_k, keep_logits, last_hidden)
     if hidden_states:
         result.hidden_states = collect_hidden(model, outputs)
@@ -203,7 +206,8 @@ def _check_arguments(model: LoadedModel, text, text_pair, target, max_tokens, to
     if text_pair is not None:
         text_pair = check_text(text_pair, "text pair")
         _only_for(model, "encoder", "text_pair is the second sentence of an encoder's sentence pair ([CLS] A [SEP] B "
-                  "[SEP]).", {"decoder": "Put both sentences in text.", "encoder-decoder": "Pass the decoder text as target."},
+                  "[SEP]).", {"decoder": "Put both sentences in text.",
+                              "encoder-decoder": "Pass the decoder text as target."},
                   code="text_pair_needs_encoder")
     if target is not None:
         target = check_text(target, "target text")

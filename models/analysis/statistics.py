@@ -52,7 +52,7 @@ class HeadStatistics:
     """
 
     def __init__(self, layers: int, heads: int, n_q: int, n_k: int, *, special: Sequence[bool],
-                 punctuation: Sequence[bool], word_of: Sequence[int], self_attention: bool = True):
+                 punctuation: Sequence[bool], word_of: Sequence[int] | np.ndarray, self_attention: bool = True):
         self.n_q, self.n_k = n_q, n_k
         self.self_attention = bool(self_attention and n_q == n_k)
         self.special = torch.tensor(np.asarray(special, dtype=np.float32))

@@ -90,6 +90,9 @@ class LazyArray(NDArrayOperatorsMixin):
     def _build(self) -> np.ndarray:
         raise NotImplementedError
 
+    def __getitem__(self, key) -> np.ndarray:
+        raise NotImplementedError
+
     def __array__(self, dtype=None, copy=None):
         self._check(self.nbytes, f"The whole {self.what} of shape {self.shape}")
         arr = self._build()
@@ -242,10 +245,12 @@ class AttentionStack(LazyArray):
         def visit(_stack, layer, q0, k0, w):
             out[layer, :, q0:q0 + w.shape[1], k0:k0 + w.shape[2]] = w.float().cpu().numpy()
 
+        assert self.replay is not None  # None only when the weights are kept
         self.replay.run({(self.stack, layer) for layer in range(layers)}, visit)
         return out
 
-    def block(self, layer: int, heads: tuple[int, int] | None = None, rows: tuple[int, int] | None = None) -> np.ndarray:
+    def block(self, layer: int, heads: tuple[int, int] | None = None,
+              rows: tuple[int, int] | None = None) -> np.ndarray:
         """Exact weights of one layer for heads ``h0 .. h1 - 1`` and query rows ``r0 .. r1 - 1``.
 
         Args:
@@ -282,6 +287,7 @@ class AttentionStack(LazyArray):
             if a < b:
                 out[:, a - r0:b - r0, k0:k0 + w.shape[2]] = w[h0:h1, a - q0:b - q0].float().cpu().numpy()
 
+        assert self.replay is not None  # None only when the weights are kept
         self.replay.run({(self.stack, layer)}, visit)
         out.flags.writeable = False
         with self._lock:
@@ -332,7 +338,9 @@ class LazyMap(Mapping):
     """A read-only mapping computed by ``compute()`` the first time it is read (thread-safe)."""
 
     def __init__(self, compute: Callable[[], dict]):
-        self._compute, self._data, self._lock = compute, None, threading.Lock()
+        self._compute: Callable[[], dict] | None = compute
+        self._data: dict | None = None
+        self._lock = threading.Lock()
 
     @property
     def computed(self) -> bool:
@@ -342,6 +350,7 @@ class LazyMap(Mapping):
     def _get(self) -> dict:
         with self._lock:
             if self._data is None:
+                assert self._compute is not None  # dropped only once the values exist
                 self._data = self._compute()
                 self._compute = None
             return self._data

@@ -152,7 +152,8 @@ def control_token_ids(tokenizer) -> frozenset[int]:
     with one of these ids counts as typed only where the text spells it out (an ``[UNK]`` standing for
     characters the vocabulary lacks does not; smollm2's ``<|endoftext|>``, its unknown token, typed does)."""
     ids = set(getattr(tokenizer, "all_special_ids", None) or ())
-    ids |= {i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items() if getattr(t, "special", False)}
+    ids |= {i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()
+            if getattr(t, "special", False)}
     roles = {getattr(tokenizer, f"{r}_token_id", None) for r in ("bos", "eos", "sep", "cls", "pad")}
     mask = getattr(tokenizer, "mask_token_id", None)
     if mask not in roles:

@@ -64,7 +64,8 @@ def place_gates(loaded: LoadedModel, inputs: dict, seen: dict, outputs: dict) ->
             continue
         # the same values, in any order (JetMoE's experts take the rows sorted by expert): nothing in between
         values = out.detach().float().flatten().sort().values
-        takers = [f"{block(mid)}.{sub}" for sub, m in modules[block(mid)].named_modules() if sub and has_weight_matrix(m)]
+        takers = [f"{block(mid)}.{sub}" for sub, m in modules[block(mid)].named_modules()
+                  if sub and has_weight_matrix(m)]
         if not any(seen.get(n) is not None and seen[n][0].numel() == values.numel()
                    and torch.allclose(seen[n][0].float().flatten().sort().values, values, atol=1e-6) for n in takers):
             undecided[mid] = site
@@ -83,7 +84,7 @@ def _gated_probe(loaded: LoadedModel, inputs: dict, undecided: dict[int, Site], 
     model = loaded.model
     modules = dict(model.named_modules())
     candidates = {mid: [f"{block(mid)}.{sub}" for sub, m in modules[block(mid)].named_modules()
-                        if sub and linear_width(m) and linear_width(m)[0] % site.heads == 0]
+                        if sub and (width := linear_width(m)) and width[0] % site.heads == 0]
                   for mid, site in undecided.items()}
     g = {mid: min(1, site.heads - 1) for mid, site in undecided.items()}
     gates = {}

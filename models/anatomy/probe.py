@@ -10,7 +10,8 @@ layer's output projection proven (:mod:`models.anatomy.projections`) or the laye
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -22,6 +23,7 @@ from .gates import place_gates
 from ..sites.inputs import probe_inputs
 from ..sites.maps import attention_tuples, check_maps, rows_sum_to_one
 from .projections import Recorder, find_out_projs, layer_linears
+from .whole_head import incomplete_softmax_gates
 from ..sites.site import GATE_NONE, GATE_PROJ, GATE_SOFTMAX, Site, layer_of, stack_of
 from .tensors import has_weight_matrix
 
@@ -105,7 +107,10 @@ def _interface_sites(loaded: LoadedModel, inputs: dict, calls_made: list, seen: 
                 code="uneven_head_counts", model=loaded.name, model_type=model.config.model_type, stack=stack,
                 counts=", ".join(map(str, counts))
             )
-    loaded.site_index = {mid: sites[0] if len(sites) == 1 else tuple(sites) for mid, sites in per_module.items()}
+    # LoadedModel.site_index is annotated ``dict[int, Site]`` though its docstring (and the capture) take a tuple
+    # of sites for a module called several times per pass
+    loaded.site_index = cast("dict[int, Site]", {mid: sites[0] if len(sites) == 1 else tuple(sites)
+                                                 for mid, sites in per_module.items()})
     sites = [s for sites in per_module.values() for s in sites]
     if loaded.family == "encoder-decoder" and "encoder" not in depth:
         sites += _encoder_from_outputs(loaded, inputs)
@@ -136,7 +141,8 @@ def _fallback_sites(loaded: LoadedModel, inputs: dict):
     out_projs = find_out_projs(model, stacks, seen.seen)
     # a stack with a layer whose output projection was not proven: its heads are switched off at the softmax
     # where one module per layer computes that layer's weights (models.capture.softmax)
-    unproven = {stack for stack, tensors in stacks.items() if any((stack, i) not in out_projs for i in range(len(tensors)))}
+    unproven = {stack for stack, tensors in stacks.items()
+                if any((stack, i) not in out_projs for i in range(len(tensors)))}
     at_softmax = softmax.softmax_modules(loaded, inputs, unproven, scores=set(read_at)) if unproven else {}
     sites = []
     for stack, tensors in stacks.items():
@@ -151,6 +157,17 @@ def _fallback_sites(loaded: LoadedModel, inputs: dict):
         if site.gate == GATE_SOFTMAX or site.read_at_softmax:
             modules = read_at if site.read_at_softmax else at_softmax
             softmax.install_softmax_hooks(site, modules[site.stack][site.layer])
+    # a layer whose heads are not wholly switched off at the softmax (Nyströmformer's convolution of the values):
+    # switched off where they meet instead, and no longer at the softmax
+    moved = incomplete_softmax_gates(loaded, inputs, sites, seen.seen)
+    if moved:
+        loaded.sites = sites = [replace(s, o_proj=moved[(s.stack, s.layer)], gate=GATE_PROJ)
+                                if (s.stack, s.layer) in moved else s for s in sites]
+        install_projection_gates(model, [s for s in sites if (s.stack, s.layer) in moved])
+        for site in sites:
+            if (site.stack, site.layer) in moved:
+                modules = read_at if site.read_at_softmax else at_softmax
+                modules[site.stack][site.layer]._dikkat_softmax_site = site
     return outputs
 
 
@@ -177,8 +194,8 @@ def _scores_to_weights(loaded: LoadedModel, stacks: dict[str, tuple], inputs: di
 def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[Site]:
     """An encoder-decoder whose decoder routes through the interface but whose encoder does not (LongT5,
     BigBird-Pegasus, Pegasus-X): the encoder's sites when its eager ``output_attentions`` are token-by-token
-    maps (:func:`~models.sites.maps.check_maps`), read in the same forward pass (``fallback_stacks``); else none, with the
-    reason in ``missing_stacks``."""
+    maps (:func:`~models.sites.maps.check_maps`), read in the same forward pass (``fallback_stacks``); else none,
+    with the reason in ``missing_stacks``."""
     with torch.no_grad(), Recorder(layer_linears(loaded.model)) as seen:
         outputs = loaded.model(**inputs, output_attentions=True)
     tensors = attention_tuples(outputs, loaded.family, loaded.model.config).get("encoder")
@@ -195,6 +212,7 @@ def _encoder_from_outputs(loaded: LoadedModel, inputs: dict) -> list[Site]:
             f"{why} Its encoder does not route through transformers' AttentionInterface either, so the encoder "
             "is not shown; the decoder and cross-attention are.")
         return []
+    assert tensors is not None  # a missing or empty tuple set ``why`` above
     loaded.fallback_stacks = ("encoder",)
     out_projs = find_out_projs(loaded.model, {"encoder": tensors}, seen.seen)  # proven, or none
     sites = [Site("encoder", layer, int(w.shape[1]), name=f"encoder.{layer}", o_proj=out_projs.get(("encoder", layer)),

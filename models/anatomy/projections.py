@@ -101,7 +101,8 @@ def layer_linears(model) -> dict[str, torch.nn.Module]:
     """``name -> module`` of every linear map inside a block of the model's layer lists (what
     :func:`find_out_projs` looks among)."""
     prefixes = tuple(f"{name}.{i}." for name, length in _layer_lists(model) for i in range(length))
-    return {name: module for name, module in model.named_modules() if name.startswith(prefixes) and linear_width(module)}
+    return {name: module for name, module in model.named_modules()
+            if name.startswith(prefixes) and linear_width(module)}
 
 
 def _out_proj_of(a: torch.Tensor, names: list[str], seen: dict) -> str | None:

@@ -248,7 +248,8 @@ def _find_head(loaded: LoadedModel, layout: FlowLayout, seen: dict, modules: dic
             continue
         out = out.float()
         factor = float((lm_in * out).sum() / (out * out).sum().clamp_min(1e-30))
-        if _close(out * factor, lm_in, tol) and freeze(modules[name], inp[0].float().cpu(), out[0].cpu(), atol=tol) is not None:
+        if (_close(out * factor, lm_in, tol)
+                and freeze(modules[name], inp[0].float().cpu(), out[0].cpu(), atol=tol) is not None):
             layout.head = ("chain", name, lm, factor)
             return
     layout.head_refused = "not_rebuilt"

@@ -75,7 +75,8 @@ def _cos_sin(out):
     if cos.shape != sin.shape or cos.dim() < 1:
         return out
     d = cos.shape[-1]
-    if d % 2 == 0 and torch.equal(cos[..., : d // 2], cos[..., d // 2:]) and torch.equal(sin[..., : d // 2], sin[..., d // 2:]):
+    if (d % 2 == 0 and torch.equal(cos[..., : d // 2], cos[..., d // 2:])
+            and torch.equal(sin[..., : d // 2], sin[..., d // 2:])):
         return cos, sin
     if d % 2 == 0 and torch.equal(cos[..., 0::2], cos[..., 1::2]) and torch.equal(sin[..., 0::2], sin[..., 1::2]):
         cos, sin = cos[..., 0::2], sin[..., 0::2]

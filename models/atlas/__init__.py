@@ -26,10 +26,13 @@ Example::
 
 from .atlas import PROFILE, RANKABLE, Atlas, find_heads, forget_open
 from .build import MAX_TOKENS, Settings, build_atlas, folder_for
-from .corpus import Corpus, check_language, corpus_from_bytes, corpus_from_texts, load_corpus, shipped_clips, shipped_corpus
+from .corpus import (Corpus, check_language, corpus_from_bytes, corpus_from_texts, load_corpus, shipped_clips,
+                     shipped_corpus)
 from .labels import LABELS, causal_labels, second_copy_effects
 from .metrics import METRICS, SUMS, TextSums, bootstrap, induction_pairs, pooled
 
-__all__ = ["LABELS", "causal_labels", "second_copy_effects", "Atlas", "Corpus", "MAX_TOKENS", "METRICS", "PROFILE", "RANKABLE", "SUMS", "Settings", "TextSums",
-           "bootstrap", "build_atlas", "check_language", "corpus_from_bytes", "corpus_from_texts", "find_heads", "forget_open",
+__all__ = ["LABELS", "causal_labels", "second_copy_effects", "Atlas", "Corpus", "MAX_TOKENS", "METRICS", "PROFILE",
+           "RANKABLE", "SUMS", "Settings", "TextSums",
+           "bootstrap", "build_atlas", "check_language", "corpus_from_bytes", "corpus_from_texts", "find_heads",
+           "forget_open",
            "folder_for", "induction_pairs", "load_corpus", "pooled", "shipped_clips", "shipped_corpus"]

@@ -7,6 +7,7 @@ import functools
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,7 +32,12 @@ class Atlas:
 
     Attributes:
         folder: its folder. manifest: its ``manifest.json`` (model, corpus, settings, stacks, ``complete``).
+        ray_run: set only on the atlas :func:`models.atlas.cluster.build_atlas_ray` returns: how its build ran.
     """
+
+    # declared only (an atlas built otherwise has no such attribute); a models.atlas.cluster.RayRun, not imported
+    # here (cluster imports this module)
+    ray_run: Any
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
@@ -362,7 +368,8 @@ def _find(folders: list[Path], name: str, grp: str, model, corpus, top: int, asc
     parts = {f: store.part_files(f, "sums") for f in folders}
     folders = [f for f in folders if parts[f] != "[]"]
     if not folders:
-        return pd.DataFrame(columns=["model", "corpus", "stack", "layer", "head", "value", "texts", "atlas", *VERDICT_COLUMNS])
+        return pd.DataFrame(columns=["model", "corpus", "stack", "layer", "head", "value", "texts", "atlas",
+                                     *VERDICT_COLUMNS])
     value = (f'sum("{num}") / nullif(sum("{den}"), 0)' if name != "distance_var" else
              'sum("distance_sq") / nullif(sum("positions"), 0) - pow(sum("distance") / nullif(sum("positions"), 0), 2)')
     where = ["grp = ?"]

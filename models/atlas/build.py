@@ -11,6 +11,8 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, UTC
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 from collections.abc import Callable
 
 import numpy as np
@@ -24,6 +26,9 @@ from . import store
 from .corpus import Corpus, check_language
 from .eta import Eta
 from .metrics import SUMS, TOP_KEYS, TextSums
+
+if TYPE_CHECKING:
+    from .stream import CorpusFile
 
 #: the longest text read, in tokens, unless asked otherwise (Neuronpedia's ``--seq-len``)
 MAX_TOKENS = 512
@@ -73,7 +78,8 @@ def check_settings(loaded: LoadedModel, max_tokens, limit, repeats, repeat_lengt
                     repeat_length=checks.whole("repeat_length", repeat_length, 2, max(2, loaded.max_positions // 2)))
 
 
-def folder_for(loaded: LoadedModel, corpus: Corpus, settings: Settings, root: Path | None = None) -> Path:
+def folder_for(loaded: LoadedModel | SimpleNamespace, corpus: Corpus | CorpusFile, settings: Settings,
+               root: Path | None = None) -> Path:
     """The atlas folder of (model, corpus, settings) (see :mod:`models.atlas.store`); of ``loaded`` only its
     ``name`` is read, of ``corpus`` its ``name`` and ``digest``.
 
@@ -177,7 +183,7 @@ def _rows(model: str, corpus: str, grp: str, index: int, accs: dict[str, TextSum
         layers, heads = acc.layers, acc.heads
         layer, head = np.meshgrid(np.arange(layers), np.arange(heads), indexing="ij")
         n = layers * heads
-        common = {"model": [model] * n, "corpus": [corpus] * n, "grp": [grp] * n, "text": [index] * n,
+        common: dict[str, list] = {"model": [model] * n, "corpus": [corpus] * n, "grp": [grp] * n, "text": [index] * n,
                   "stack": [stack] * n, "layer": layer.ravel().tolist(), "head": head.ravel().tolist()}
         flat = acc.sums.reshape(n, len(SUMS))
         for key, values in common.items():

@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 from collections.abc import Callable
 
 from .. import checks
@@ -194,7 +195,7 @@ def session(address: str, workers: int | None):
     root = str(Path(__file__).resolve().parents[2])
     env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    options = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "configure_logging": False}
+    options: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "configure_logging": False}
     with _ONE:  # Ray is joined once per process: a second build waits for the first
         head, saved = None, {k: os.environ.get(k) for k in _AUTH}
         try:
@@ -216,7 +217,8 @@ def session(address: str, workers: int | None):
                 address = _started_cluster()
             try:
                 ray.init(address=address, **options)
-            except (ConnectionError, RuntimeError, ValueError) as exc:  # what ray.init raises for a cluster it cannot join
+            # what ray.init raises for a cluster it cannot join
+            except (ConnectionError, RuntimeError, ValueError) as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
                 raise DikkatError(f"Could not join the Ray cluster at {address}: {first}", code="ray_connect",
                                   address=address[:120]) from None
@@ -265,7 +267,8 @@ def _started_cluster() -> str:
 def _set_auth(values: dict) -> None:
     """Ray's authentication settings of this process (None: unset), read again by Ray (its configuration is
     read once, at import: ``authentication_token_setup._enable_token_auth`` reads it again the same way)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    # both live in the compiled module; Ray's _raylet.pyi stub lists neither
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     _set_env(values)
     Config.initialize("")
@@ -366,9 +369,9 @@ def build_atlas_ray(model: str, corpus: Corpus | CorpusFile | str | Path, *, add
                 run.restarts += 1
             run.peak_mib[result["pid"]] = max(run.peak_mib.get(result["pid"], 0.0), result["peak_mib"])
             run.busy_seconds += result["seconds"]
-            position = {(item[0], item[1]): p for p, item in placed}
+            positions = {(item[0], item[1]): p for p, item in placed}
             for grp, index, tokens, truncated, seconds in result["texts"]:
-                run.eta.add(position[(grp, index)], tokens, truncated, seconds)
+                run.eta.add(positions[(grp, index)], tokens, truncated, seconds)
                 if truncated:
                     run.cut.append((grp, index, int(truncated)))
             run.eta.tick()

@@ -74,7 +74,8 @@ def joint_embedding(loaded: LoadedModel, atlas: Atlas, stack: str, layer: int, h
     sample = atlas.texts(limit=texts)
     qs, ks, rows = [], [], []
     for index, content in sample:
-        steps = head_steps(loaded, layer_capture(loaded, content, stack=stack, layer=layer, max_tokens=max_tokens), head)
+        steps = head_steps(loaded, layer_capture(loaded, content, stack=stack, layer=layer, max_tokens=max_tokens),
+                           head)
         tokens = steps.analysis.axis_tokens(stack)[1]
         qs.append(steps.queries)
         ks.append(steps.keys)

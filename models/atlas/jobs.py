@@ -1,6 +1,6 @@
-"""Atlas builds in the background (on the heavy-work pool, :mod:`models.jobs`), one per atlas folder, shared by every caller in the process (every session of
-the app): a page starts or joins a build and reads its progress and the parts written so far; it never waits
-for the whole corpus."""
+"""Atlas builds in the background (on the heavy-work pool, :mod:`models.jobs`), one per atlas folder, shared by
+every caller in the process (every session of the app): a page starts or joins a build and reads its progress and
+the parts written so far; it never waits for the whole corpus."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ class Job:
 
     Attributes:
         folder: the atlas folder. heavy: the pool's job. done, total: texts read / to read. seconds_left: the estimate
-        (None until two texts are timed). tokens_per_second: on Ray, the workers' throughput (else None). error: the exception that ended it, or None. finished: it has ended
-        (complete, stopped, or failed). owner: the session that started it.
+        (None until two texts are timed). tokens_per_second: on Ray, the workers' throughput (else None). error: the
+        exception that ended it, or None. finished: it has ended (complete, stopped, or failed). owner: the session
+        that started it.
     """
 
     def __init__(self, folder: Path, heavy: heavy_jobs.Job) -> None:

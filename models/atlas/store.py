@@ -16,9 +16,10 @@ Layout of ``<cache>/atlas/<model>/<corpus>-<digest>-<settings>/``:
 A part is written to a temporary name and renamed, so an interrupted build leaves whole parts only; the next
 build reads which texts are in and goes on from there. The in-process build numbers its parts ``NNNNN``; a build on
 Ray (:mod:`models.atlas.cluster`) names each part after its shard, ``rPPPPPPPPPxS`` (the shard's first item and
-its size), so a shard run again after its worker died writes the same files again instead of a second copy. Parquet (Apache Arrow's columnar format) keeps each
-column compressed and typed; DuckDB queries every part of every atlas on disk in one SQL statement
-(``read_parquet`` over a glob), which is what "find heads across models" needs, without a server.
+its size), so a shard run again after its worker died writes the same files again instead of a second copy.
+Parquet (Apache Arrow's columnar format) keeps each column compressed and typed; DuckDB queries every part of every
+atlas on disk in one SQL statement (``read_parquet`` over a glob), which is what "find heads across models" needs,
+without a server.
 """
 
 from __future__ import annotations

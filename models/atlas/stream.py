@@ -1,8 +1,9 @@
 """A corpus read from its file as it is used, never whole: what an atlas on Ray reads (10k-1M texts).
 
 :class:`CorpusFile` reads a ``.txt`` (one text a line), ``.jsonl``, ``.csv`` or ``.parquet`` file (a text column,
-``text`` unless another is named) line by line or, for Parquet, batch by batch (:meth:`pyarrow.parquet.ParquetFile.iter_batches`).
-Each text is cleaned as :func:`models.atlas.corpus.corpus_from_texts` cleans it (stripped, empty ones left out, cut
+``text`` unless another is named) line by line or, for Parquet, batch by batch
+(:meth:`pyarrow.parquet.ParquetFile.iter_batches`). Each text is cleaned as
+:func:`models.atlas.corpus.corpus_from_texts` cleans it (stripped, empty ones left out, cut
 to :data:`~models.atlas.corpus.MAX_TEXT_CHARS` characters), so the same texts give the same digest, and so the same
 atlas folder, as the in-process build; unlike an in-memory :class:`~models.atlas.corpus.Corpus` it has no cap on
 the file's size or the number of texts.

@@ -47,10 +47,11 @@ class Hook:
     def install(self, state: CaptureState | None = None) -> torch.utils.hooks.RemovableHandle:
         """Register the hook (with ``own``, for calls while ``state`` is the current one); returns torch's handle
         (``.remove()``)."""
-        # torch registers a hook with kwargs in two steps (``_forward_hooks``, then ``_forward_hooks_with_kwargs``; removal
-        # likewise), so another session's forward call through the shared model that reads them in between calls it
-        # without the kwargs: ``hook() missing 1 required positional argument`` in that session (27 flow runs of a
-        # 30-student soak). Such a call is never this pass's own (its forward starts after the install): skipped.
+        # torch registers a hook with kwargs in two steps (``_forward_hooks``, then ``_forward_hooks_with_kwargs``;
+        # removal likewise), so another session's forward call through the shared model that reads them in between
+        # calls it without the kwargs: ``hook() missing 1 required positional argument`` in that session (27 flow
+        # runs of a 30-student soak). Such a call is never this pass's own (its forward starts after the install):
+        # skipped.
         arity = (2 if self.pre else 3) + bool(self.with_kwargs)
         own, inner = self.own, self.fn
 

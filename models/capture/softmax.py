@@ -176,18 +176,23 @@ def _enter(site):
     replaces the stack's mask (:func:`applying`) or, for a site gated here (``Site.gate == "softmax"``), switches
     some of its heads off (``capture``'s gates)."""
     def pre_hook(module, args):
+        # the module's site now: a layer whose heads moved to its output projection after the hooks were installed
+        # (models.anatomy.whole_head) is no longer gated here
+        site_now = getattr(module, "_dikkat_softmax_site", None) or site
         applying_now = _APPLYING.get()
-        allowed = applying_now.masks.get(site.stack) if applying_now is not None else None
+        allowed = applying_now.masks.get(site_now.stack) if applying_now is not None else None
         state = current()
-        gate = state.gates.get((site.stack, site.layer)) if (state is not None and site.gate == GATE_SOFTMAX) else None
-        read = state is not None and site.read_at_softmax
+        gated_here = state is not None and site_now.gate == GATE_SOFTMAX
+        gate = state.gates.get((site_now.stack, site_now.layer)) if gated_here else None
+        read = state is not None and site_now.read_at_softmax
         if allowed is None and gate is None and not read:
             return
         record = None
         if gate is not None or read:
             def record(weights, state=state):
-                state.at_softmax[(site.stack, site.layer)] = weights.detach()
-        mode = _AtSoftmax(allowed, gate, site.heads, record, local=getattr(module, "_dikkat_local_window", False))
+                state.at_softmax[(site_now.stack, site_now.layer)] = weights.detach()
+        mode = _AtSoftmax(allowed, gate, site_now.heads, record,
+                          local=getattr(module, "_dikkat_local_window", False))
         mode.__enter__()
         _ENTERED.set(_ENTERED.get() + ((module, mode),))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextvars
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
@@ -93,7 +93,7 @@ class CaptureState:
             :mod:`models.flow` calls the family's eager function again on chosen query rows.
     """
 
-    sites: dict[int, Site | tuple[Site, ...]] = field(default_factory=dict)
+    sites: Mapping[int, Site | tuple[Site, ...]] = field(default_factory=dict)
     forwards: dict[int, int] = field(default_factory=dict)
     seen: dict[int, int] = field(default_factory=dict)
     record: bool = True
@@ -130,7 +130,7 @@ def per_head(gate: torch.Tensor, batch: int) -> torch.Tensor:
 
 @contextmanager
 def capture(
-    sites: dict[int, Site],
+    sites: Mapping[int, Site | tuple[Site, ...]],
     *,
     record: bool = True,
     gates: dict[tuple[str, int], torch.Tensor] | None = None,

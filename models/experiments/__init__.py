@@ -35,6 +35,7 @@ import inspect
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
@@ -78,7 +79,7 @@ class Experiment:
     key: str
     module: str
     models: tuple[str, ...]
-    runner: Callable[[LoadedModel, Progress], object]
+    runner: Callable[..., object]  # (loaded, *, progress=None) -> result
     estimator: Callable[[LoadedModel], float]
 
     @property
@@ -101,7 +102,7 @@ def _lazy(module: str, fn: str) -> Callable:
     """``models.experiments.<module>.<fn>``, imported when first called (the registry imports no experiment)."""
     def call(*args, **kwargs):
         return getattr(importlib.import_module(f"{__name__}.{module}"), fn)(*args, **kwargs)
-    call.target = (module, fn)
+    cast(Any, call).target = (module, fn)  # read by Experiment.result_type
     return call
 
 

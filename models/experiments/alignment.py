@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 from collections.abc import Sequence
 
 import numpy as np
@@ -106,8 +107,8 @@ def _extract_times(twin, features: torch.Tensor, attention_mask: torch.Tensor, l
     with torch.no_grad():
         out = twin(input_features=features, decoder_input_ids=torch.tensor([ids], device=features.device),
                    output_attentions=True, return_dict=True)
-        fake = GenerateEncoderDecoderOutput(sequences=torch.tensor([ids + [int(gc.eos_token_id)]]),
-                                            cross_attentions=(out.cross_attentions,))
+        sequences = cast(torch.LongTensor, torch.tensor([ids + [int(gc.eos_token_id)]]))  # an int64 tensor
+        fake = GenerateEncoderDecoderOutput(sequences=sequences, cross_attentions=(out.cross_attentions,))
         stamps = twin._extract_token_timestamps(fake, gc.alignment_heads, num_frames=attention_mask.sum(-1).cpu(),
                                                 num_input_ids=len(prompt))
     return np.round(stamps[0, len(prompt): len(prompt) + len(text_ids)].double().cpu().numpy(), 6)
@@ -247,6 +248,7 @@ def _one_clip(loaded: LoadedModel, twin, path: Path, language: str, heads, contr
     mono = audio.mean(axis=1 if audio.shape[1] < audio.shape[0] else 0) if audio.ndim == 2 else audio
     report(progress, done + share * 0.5)
     a = result.analysis
+    assert a.target_tokens is not None and a.target_words is not None  # an encoder-decoder's analysis has both
     prompt = 4  # <|startoftranscript|> <|lang|> <|transcribe|> <|notimestamps|>
     text_tokens = a.target_tokens[prompt:]
     text_ids = [t.id for t in text_tokens]

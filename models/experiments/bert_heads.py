@@ -15,7 +15,8 @@ from .patterns import PatternCounts, _patterns, _types
 
 @dataclass
 class ClarkResult:
-    """:class:`.clark.TargetsResult` and :class:`.patterns.PatternCounts` of the same inputs; ``seconds``: their total wall time."""
+    """:class:`.clark.TargetsResult` and :class:`.patterns.PatternCounts` of the same inputs; ``seconds``: their total
+    wall time."""
 
     targets: TargetsResult
     patterns: PatternCounts
@@ -25,8 +26,9 @@ class ClarkResult:
 @checks.needs_model
 def what_heads_look_at(loaded: LoadedModel, sentences: Sequence | None = None, *,
                        progress: Progress = None) -> ClarkResult:
-    """:func:`.clark.bert_attention_targets` and :func:`.patterns.pattern_counts` from one analysis of each input (default:
-    :func:`.clark.default_pairs`, Clark et al.'s ``[CLS] A [SEP] B [SEP]`` format, on which every Kovaleva type can occur).
+    """:func:`.clark.bert_attention_targets` and :func:`.patterns.pattern_counts` from one analysis of each input
+    (default: :func:`.clark.default_pairs`, Clark et al.'s ``[CLS] A [SEP] B [SEP]`` format, on which every Kovaleva
+    type can occur).
 
     Raises:
         as :func:`.clark.bert_attention_targets`.

@@ -134,7 +134,7 @@ def _inputs(sentences) -> list[str | tuple[str, str]]:
         InvalidArgumentError: not a list of such, or empty. EmptyTextError: a blank text.
     """
     if sentences is None:
-        return default_sentences()
+        return list(default_sentences())
     items = list(checks.sequence("sentences", [sentences] if isinstance(sentences, str) else sentences))
     for i, s in enumerate(items):
         if isinstance(s, tuple) and len(s) == 2:
@@ -169,7 +169,7 @@ def key_groups(tokens: list[Token]) -> dict[str, np.ndarray]:
     return {"first": first, "separator": special & ~first, "punctuation": punct, "delimiter": special | punct}
 
 
-def target_sums(weights: np.ndarray, tokens: list[Token]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+def target_sums(weights: np.ndarray, tokens: list[Token]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per head, the summed share of each target over the queries that count, and how many queries count.
 
     Args:

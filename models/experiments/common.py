@@ -6,12 +6,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
+from typing import TypeVar
 
 from .. import checks
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 Progress = Callable[[float], None] | None
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Stopwatch:
         return time.perf_counter() - self.start
 
 
-def probe_estimate(first_unit: Callable[[], object], units: int) -> tuple[object, float]:
+def probe_estimate(first_unit: Callable[[], T], units: int) -> tuple[T, float]:
     """Run the first of ``units`` equal units of work and estimate the whole: its time × ``units``.
 
     Returns:

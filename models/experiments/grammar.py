@@ -161,6 +161,7 @@ class _Reader:
 
 def _logprob(loaded: LoadedModel, text: str, span: tuple[int, int], off) -> float:
     a = analyze(loaded, text, heads_off=off or None, keep=False, keep_logits=True, top_k=1)
+    assert a.logits is not None  # keep_logits=True on a causal LM (the only kind asked)
     return suffix_logprob(a.logits, [t.id for t in a.tokens], [(t.start, t.end) for t in a.tokens],
                           [t.special for t in a.tokens], *span)
 
@@ -176,8 +177,8 @@ def _word_orders(loaded: LoadedModel, stack: str, items: list, tick):
     share ``(L, H)``, the chance of a random pick, and ``(text, suffix span)`` of every SOV and OSV sentence."""
     layers, heads = loaded.stacks[stack]
     acc = np.zeros((len(ORDERS), layers, heads))
-    tops = {o: [] for o in ("SOV", "OSV")}
-    suffix = {o: [] for o in ("SOV", "OSV")}
+    tops: dict[str, list[np.ndarray]] = {o: [] for o in ("SOV", "OSV")}
+    suffix: dict[str, list[int]] = {o: [] for o in ("SOV", "OSV")}
     chance, spans = [], []
     for it in items:
         candidates_per_order = []
@@ -374,6 +375,7 @@ def estimate_seconds(loaded: LoadedModel, limit: int | None = None) -> float:
     read = clock.seconds
     clock = Stopwatch()
     if causal:
+        assert r.case is not None  # the shipped first word-order sentence has its accusative suffix
         _logprob(loaded, first["SOV"], r.case, off)
     else:
         from ..pruning import embed

@@ -202,6 +202,7 @@ def induction_heads(loaded: LoadedModel, *, length: int = LENGTH, sequences: int
                 f"'{loaded.name}''s tokenizer does not read the random words back as the same tokens.",
                 code="induction_roundtrip", model=loaded.name)
         scores.append(induction_scores(np.asarray(a.attentions[stack][:]), start, length))
+        assert a.logits is not None  # keep_logits=True on a causal LM
         f, sec = _copy_losses(a.logits, ids, start, length)
         texts.append((text, ids, start))
         first.append(f)
@@ -220,6 +221,7 @@ def induction_heads(loaded: LoadedModel, *, length: int = LENGTH, sequences: int
         out = []
         for text, ids, start in texts:
             a = analyze(loaded, text, max_tokens=2 * length + 8, heads_off=off, keep=False, keep_logits=True, top_k=1)
+            assert a.logits is not None  # keep_logits=True on a causal LM
             out.append(_copy_losses(a.logits, ids, start, length)[1])
             done += 1
             report(progress, done / steps)

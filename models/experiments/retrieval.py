@@ -97,7 +97,8 @@ class RetrievalHeads:
 
 @checks.needs_model
 def retrieval_heads(loaded: LoadedModel, *, lengths=LENGTHS, depths=DEPTHS, fractions=FRACTIONS, draws: int = DRAWS,
-                    window: int = WINDOW, sinks: int = SINKS, seed: int = 0, progress: Progress = None) -> RetrievalHeads:
+                    window: int = WINDOW, sinks: int = SINKS, seed: int = 0,
+                    progress: Progress = None) -> RetrievalHeads:
     """Wu et al. 2024's retrieval heads in DuoAttention's form (:func:`models.sparse.duo_compare`).
 
     Args:

@@ -139,9 +139,9 @@ def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: S
 
     The text is read three ways per window size: the model's own causal mask (once), ``sliding_window:w`` (each
     query sees its last ``w`` tokens) and ``sink_window:w,sinks`` (those plus the first ``sinks`` tokens), see
-    :mod:`models.analysis.masks`. The loss is :attr:`models.Analysis.loss`, ``CE(logits[:-1], ids[1:])`` in nats. Unlike the
-    paper, the positions stay the text's own (a mask, not an evicting cache with re-numbered positions), so this
-    isolates what the first tokens' keys add, not the position shift.
+    :mod:`models.analysis.masks`. The loss is :attr:`models.Analysis.loss`, ``CE(logits[:-1], ids[1:])`` in nats.
+    Unlike the paper, the positions stay the text's own (a mask, not an evicting cache with re-numbered positions),
+    so this isolates what the first tokens' keys add, not the position shift.
 
     ``full``: the :func:`first_token_share` of the same text and ``max_tokens``, whose loss is the full-attention
     loss (one pass fewer).
@@ -153,7 +153,8 @@ def streaming_losses(loaded: LoadedModel, text: str | None = None, *, windows: S
         EmptyTextError, ModelOutOfMemoryError: as :func:`models.analyze`.
     """
     _causal_lm(loaded, "The StreamingLLM experiment")
-    if isinstance(windows, (str, bytes)) or not isinstance(windows, (list, tuple, range, np.ndarray)) or not len(windows):
+    if (isinstance(windows, (str, bytes)) or not isinstance(windows, (list, tuple, range, np.ndarray))
+            or not len(windows)):
         raise InvalidArgumentError(f"windows must be a non-empty list of window sizes, got {windows!r}.",
                                    code="arg_sequence", name="windows", least=1, value=checks.shown(windows))
     windows = [check_int("window", w, 1) for w in windows]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -128,7 +129,7 @@ class Flow:
         """
         layer = self._layer(layer)
         n = self.x_in.shape[0]
-        rows = list(range(n)) if rows is None else sorted(set(checks.positions("rows", rows, n)))
+        rows = list(range(n)) if rows is None else sorted(set(cast(list[int], checks.positions("rows", rows, n))))
         cache = self._rows.setdefault(int(layer), {})
         todo = [r for r in rows if r not in cache]
         if todo:
@@ -165,18 +166,19 @@ class Flow:
         norms = self.layers[self._layer(layer)].value_norms  # (heads, n_k)
         if head is not None:
             head = checks.whole("head", head, 0, norms.shape[0] - 1)
+        got: np.ndarray | None
         try:
-            weights = np.asarray(weights, dtype=np.float32)
+            got = np.asarray(weights, dtype=np.float32)
         except (TypeError, ValueError):
-            weights = None
+            got = None
         n = self.x_in.shape[0]
         want = (norms.shape[0], n, norms.shape[1]) if head is None else (n, norms.shape[1])
-        if weights is None or weights.shape != want:
+        if got is None or got.shape != want:
             raise InvalidArgumentError(f"weights must be a float array of shape {want}, got "
-                                       f"{None if weights is None else weights.shape}.", code="arg_shape",
+                                       f"{None if got is None else got.shape}.", code="arg_shape",
                                        name="weights", shape=str(want),
-                                       got=str(None if weights is None else weights.shape))
-        return weights * (norms[:, None, :] if head is None else norms[head][None, :])
+                                       got=str(None if got is None else got.shape))
+        return got * (norms[:, None, :] if head is None else norms[head][None, :])
 
     def route(self, position: int = -1, threshold: float = 0.04) -> Route:
         """The graph of routes to the last stream at ``position`` (edges with contribution ≥ ``threshold``;
@@ -237,13 +239,14 @@ class Flow:
             if lf.carry is not None:  # post-LN: through this layer's output norm, then each later layer's two
                 v = lf.carry[1].apply(v[None], rows)[0]
                 for later in self.layers[layer + 1:]:
+                    assert later.carry is not None  # carry_known everywhere: a post-LN stack, every layer carries
                     v = later.carry[1].apply(later.carry[0].apply(v[None], rows), rows)[0]
             carried.append(v)
         c = torch.stack(carried)  # (L, H, d)
         x = torch.from_numpy(self.layers[-1].x_out[p]).to(c.device)
-        rows = (x[None, None] - c).reshape(-1, c.shape[-1])
+        without = (x[None, None] - c).reshape(-1, c.shape[-1])  # the last stream less each head's carried output
         full = head(x[None])[0]
-        out = torch.cat([full[None] - head(rows[i:i + 64]) for i in range(0, rows.shape[0], 64)])
+        out = torch.cat([full[None] - head(without[i:i + 64]) for i in range(0, without.shape[0], 64)])
         out = out.reshape(c.shape[0], c.shape[1], -1)
         out[(c == 0).all(-1)] = 0.0  # a head that adds nothing (switched off) changes nothing, not rounding noise
         final = int(torch.argmax(full))
@@ -265,8 +268,9 @@ def _head_fn(loaded, layout: FlowLayout):
     modules (a cached flow must not keep a model the model cache dropped)."""
     if layout.head is None:
         return None
+    spec = layout.head
     modules = dict(loaded.model.named_modules())
-    names = [layout.head[1]] if layout.head[0] == "module" else list(layout.head[1:3])
+    names = [spec[1]] if spec[0] == "module" else list(spec[1:3])
     refs = {name: weakref.ref(modules[name]) for name in names}
 
     def call(name, x):
@@ -278,10 +282,10 @@ def _head_fn(loaded, layout: FlowLayout):
 
     def head(x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            if layout.head[0] == "module":
-                logits = call(layout.head[1], x)
+            if spec[0] == "module":
+                logits = call(spec[1], x)
             else:
-                _, norm, lm, factor = layout.head
+                _, norm, lm, factor = spec
                 logits = call(lm, call(norm, x) * factor)
             if layout.softcap is not None:
                 logits = torch.tanh(logits / layout.softcap) * layout.softcap
@@ -330,7 +334,8 @@ def information_flow(loaded, analysis, *, stack: str | None = None) -> Flow:
     if stack is None:
         stack = layout.head_stack or loaded.input_stack
     if not isinstance(stack, str) or stack == "cross" or stack not in loaded.stacks:
-        raise InvalidArgumentError(f"stack must be one of {[s for s in loaded.stacks if s != 'cross']}, got {checks.shown(stack)}"
+        raise InvalidArgumentError(f"stack must be one of {[s for s in loaded.stacks if s != 'cross']}, got "
+                                   f"{checks.shown(stack)}"
                                    " (cross-attention's flow is part of the decoder's: its MLP stage).",
                                    code="arg_choice", name="stack", value=checks.shown(stack),
                                    options=", ".join(s for s in loaded.stacks if s != "cross"))
@@ -381,6 +386,7 @@ def special_share(analysis, flow: Flow) -> tuple[np.ndarray, np.ndarray]:
     special = np.array([t.special for t in k_tokens])
     raw, weighted = [], []
     for layer, lf in enumerate(flow.layers):
+        assert lf.gate is not None  # set by the flow pass (models.flow.record)
         on = lf.gate.cpu().numpy() != 0  # a head switched off adds nothing: left out of both means
         att = flow.weights(layer)[on]  # (H on, n, n_k)
         vw = att * lf.value_norms[on][:, None, :]

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -147,10 +149,11 @@ class LayerFlow:
     gate: torch.Tensor | None = field(default=None, repr=False)
     o_proj: object = field(default=None, repr=False)  # weakref.ref to the output projection
 
-    def weights(self, rows: list[int] | np.ndarray) -> torch.Tensor:
+    def weights(self, rows: Sequence[int] | np.ndarray) -> torch.Tensor:
         """float32 ``(H, len(rows), n_k)``: the attention weights of query ``rows`` (sorted, distinct), computed
         again by the family's own eager function on those rows (the call's query, key, value, mask and extra
         arguments: bit for bit the weights of an eager call on those row blocks)."""
+        assert self.call is not None  # set by FlowRecorder._measure, like every kept tensor below
         eager, module_ref, query, key, value, mask, empty, args, kwargs = self.call
         module = _alive(module_ref, "attention weights")
         q_len, k_len = query.shape[-2], key.shape[-2]
@@ -179,18 +182,21 @@ class LayerFlow:
     def value_per_head(self) -> torch.Tensor:
         """float32 ``(H, n_k, d_head)``: the value each query head reads (grouped-query attention: query head
         ``h`` reads key/value head ``h // (H / kv_heads)``, as transformers' ``repeat_kv``)."""
+        assert self.call is not None and self.gate is not None
         value = self.call[4][0].float()
         return value.repeat_interleave(self.gate.shape[0] // value.shape[0], dim=0)
 
     def values(self) -> torch.Tensor:
         """float32 ``(H, n_k, d)``: ``f_j^h = W_O^h v_j^h`` (Kobayashi et al. 2020, eq. 5)."""
         w, _ = _weight(_alive(self.o_proj, "value vectors"))
+        assert self.gate is not None
         return torch.einsum("hkc,dhc->hkd", self.value_per_head(), w.view(w.shape[0], self.gate.shape[0], -1))
 
     def head_out(self, position: int) -> torch.Tensor:
         """float32 ``(H, d)``: each head's output at ``position`` as it enters the residual stream, ``P(W_O^h o_h)``
         (zero for a head switched off: its slice of ``o_in`` is 0)."""
         w, _ = _weight(_alive(self.o_proj, "head outputs"))
+        assert self.gate is not None and self.o_in is not None
         heads = self.gate.shape[0]
         z = torch.einsum("hc,dhc->hd", self.o_in[position].view(heads, -1), w.view(w.shape[0], heads, -1))
         return z if self.post is None else self.post.apply(z[None], slice(position, position + 1))[0]
@@ -207,6 +213,7 @@ class LayerFlow:
         """float32 ``(len(rows), n_k, d)``: each source token's part ``t_ij`` of the stream after the attention
         (``x_mid_i = residual_i + Σ_j t_ij + bias_i``); ``n_k · d`` floats per row, for short inputs and tests."""
         idx = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+        assert self.gate is not None
         alpha = self.weights(rows) * self.gate[:, None, None]
         return self._parts(alpha.permute(2, 1, 0), self.values().transpose(0, 1), idx.to(alpha.device)).transpose(0, 1)
 
@@ -219,6 +226,8 @@ class LayerFlow:
         ``x_mid_i`` are computed in blocks of at most :data:`BLOCK_BYTES`; every pair is computed (exact).
         """
         f = self.values()
+        assert self.gate is not None and self.x_mid is not None
+        assert self.residual is not None and self.bias_part is not None
         heads, n_k, d = f.shape
         rows_t = torch.as_tensor(np.asarray(rows, dtype=np.int64))
         alpha = self.weights(rows) * self.gate[:, None, None].to(f.device)
@@ -251,8 +260,8 @@ class FlowRecorder:
         self.layers: dict[int, LayerFlow] = {}
         self.x_in0: np.ndarray | None = None
         self.seen: dict[str, tuple] = {}
-        self.state = None
-        self.outputs = None
+        self.state: capture.CaptureState | None = None
+        self.outputs: Any = None
         self.probing = False
         self.modules = dict(loaded.model.named_modules())
         self.mine = {k[1]: v for k, v in layout.layers.items() if k[0] == stack}
@@ -298,6 +307,7 @@ class FlowRecorder:
 
     def _measure(self, layer: int, lay: LayerLayout, x: torch.Tensor, x_out: torch.Tensor) -> LayerFlow:
         where = (self.stack, layer)
+        assert self.state is not None and self.state.calls is not None  # run_flow sets both before the pass
         eager, module, *rest = self.state.calls[(self.stack, layer)]
         call = (eager, weakref.ref(module), *rest)
         o_in, o = (t[0].float() for t in self.seen[lay.o_proj])
@@ -309,8 +319,9 @@ class FlowRecorder:
         head_dim = w.shape[1] // heads
         gate = self.gates.get((self.stack, layer))
         gate = torch.ones(heads, device=x.device) if gate is None else gate.reshape(-1, heads)[0].float().to(x.device)
-        lf = LayerFlow(heads=None, heads_residual=None, heads_bias=None, mlp=None, mlp_residual=None,
-                       value_norms=None, x_out=None, call=call, gate=gate, o_proj=weakref.ref(o_proj), o_in=o_in)
+        unset = np.empty(0, np.float32)  # the measures, filled in below
+        lf = LayerFlow(heads=unset, heads_residual=unset, heads_bias=unset, mlp=unset, mlp_residual=unset,
+                       value_norms=unset, x_out=unset, call=call, gate=gate, o_proj=weakref.ref(o_proj), o_in=o_in)
         value = lf.value_per_head()  # (H, n_k, d_head)
         # the weights again on some rows (all of a short text): A·V must be the projection's input
         some = sorted(set(range(min(n, CHECK_ROWS // 2))) | set(range(max(0, n - CHECK_ROWS // 2), n)))
@@ -324,6 +335,7 @@ class FlowRecorder:
         if lay.kind == "pre":
             x_mid, residual = x + o, x
         else:
+            assert lay.post is not None  # sandwich and post-LN layers have one (LayerLayout)
             post, _, out = self._frozen(lay.post, where)
             x_mid, residual = (x + out, x) if lay.kind == "sandwich" else (out, post.apply(x))
         carried = z if post is None else post.apply(z)  # (n, H, d)
@@ -339,6 +351,7 @@ class FlowRecorder:
             after, after_in, _ = self._frozen(lay.after, where)
             # A(x_mid + ffn) = A(x_mid) + A(ffn) + β: the residual part is A(x_mid) when A's input is x_mid + ffn
             if lay.after_reads_mid:
+                assert post is not None  # a post-LN layer's, frozen above
                 kept_mid = after.apply(x_mid)
                 lf.carry, lf.carry_known = (post, after), True
         mlp_shares = shares(proximity(torch.stack([x_out - kept_mid, kept_mid], 1), x_out[:, None]))
@@ -356,9 +369,10 @@ class FlowRecorder:
 
 @checks.needs_model
 def run_flow(loaded, layout: FlowLayout, stack: str, replay) -> FlowRecorder:
-    """Run ``replay`` (an analysis's forward call, :class:`models.analysis.store.Replay`) once with a :class:`FlowRecorder`
-    on ``stack``; returns the recorder with every layer measured. Attention runs the fused kernel where the model
-    has one (no weights are materialised in the pass); each layer's call is kept to compute weights of chosen rows.
+    """Run ``replay`` (an analysis's forward call, :class:`models.analysis.store.Replay`) once with a
+    :class:`FlowRecorder` on ``stack``; returns the recorder with every layer measured. Attention runs the fused kernel
+    where the model has one (no weights are materialised in the pass); each layer's call is kept to compute weights of
+    chosen rows.
 
     Raises:
         ModelOutOfMemoryError: the pass ran out of memory.

@@ -69,7 +69,8 @@ def default_twin(loaded: LoadedModel, implementation: str = "sdpa") -> torch.nn.
                                                       dtype=loaded.dtype)
         except (ValueError, ImportError) as exc:
             raise UnsupportedOperationError(
-                f"Model '{loaded.name}' ({config.model_type}) has no '{implementation}' attention implementation: {exc}",
+                f"Model '{loaded.name}' ({config.model_type}) has no '{implementation}' attention implementation: "
+                f"{exc}",
                 code="no_attn_implementation", model=loaded.name, model_type=config.model_type,
                 implementation=implementation, detail=str(exc)
             ) from exc
@@ -83,7 +84,8 @@ def default_twin(loaded: LoadedModel, implementation: str = "sdpa") -> torch.nn.
         leftovers = [n for n, p in list(twin.named_parameters()) + list(twin.named_buffers()) if p.is_meta]
         if leftovers:
             raise UnsupportedOperationError(
-                f"Could not share every weight of '{loaded.name}' with an '{implementation}' copy (missing: {leftovers[:3]}).",
+                f"Could not share every weight of '{loaded.name}' with an '{implementation}' copy "
+                f"(missing: {leftovers[:3]}).",
                 code="twin_weights_missing", model=loaded.name, implementation=implementation,
                 missing=", ".join(leftovers[:3])
             )
@@ -97,7 +99,7 @@ class _PeakTensorMemory(torch.utils._python_dispatch.TorchDispatchMode):
     exist before, are not counted). Every op's outputs are seen; a storage counts until its last
     tensor is freed. Thread-local (dispatch modes are per thread)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.live: dict[int, list[int]] = {}
         self.current = 0
@@ -175,10 +177,12 @@ def default_lengths(loaded: LoadedModel, top: int = 1024) -> list[int]:
 def _cost_inputs(loaded: LoadedModel, n: int) -> dict[str, torch.Tensor]:
     """``n`` token ids (a sentence repeated), batch 1; encoder-decoders get a one-token decoder input."""
     if not loaded.reads_text:
-        raise UnsupportedOperationError(f"Model '{loaded.name}' does not read text tokens: its cost is not measured here.",
+        raise UnsupportedOperationError(f"Model '{loaded.name}' does not read text tokens: its cost is not measured "
+                                        "here.",
                                         code="cost_needs_text", model=loaded.name)
     tok = loaded.tokenizer
-    ids = tok("Kedi fareyi kovaladı. The cat chased the mouse across the garden.", add_special_tokens=False)["input_ids"]
+    ids = tok("Kedi fareyi kovaladı. The cat chased the mouse across the garden.",
+              add_special_tokens=False)["input_ids"]
     ids = (ids * (n // max(1, len(ids)) + 1))[:n]
     inputs = {"input_ids": torch.tensor([ids], device=loaded.device)}
     if loaded.family == "encoder-decoder":
@@ -315,5 +319,5 @@ def measure_cost(
 def quadratic_reference(ns: Sequence[int], anchor_n: int, anchor_value: float) -> np.ndarray:
     """``c·n²`` through one measured point (``c = anchor_value / anchor_n²``): the curve a cost that
     grows with the attention matrix would follow, in ``anchor_value``'s unit. float64 ``(len(ns),)``."""
-    ns = np.asarray(ns, dtype=np.float64)
-    return anchor_value * (ns / float(anchor_n)) ** 2
+    lengths = np.asarray(ns, dtype=np.float64)
+    return anchor_value * (lengths / float(anchor_n)) ** 2

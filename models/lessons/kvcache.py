@@ -55,7 +55,8 @@ def compare_generation(loaded: LoadedModel, prompt: str, max_new_tokens: int = 3
     """
 
     if loaded.family != "decoder":
-        raise UnsupportedOperationError(f"Model '{loaded.name}' is an {loaded.family}: the KV cache is for text generation by decoders.",
+        raise UnsupportedOperationError(f"Model '{loaded.name}' is an {loaded.family}: the KV cache is for text "
+                                        "generation by decoders.",
                                         code="kv_needs_decoder", model=loaded.name, family=loaded.family)
     prompt = checks.text(prompt, "prompt")
     max_new_tokens = checks.whole("max_new_tokens", max_new_tokens, 1, max(1, loaded.max_positions - 1))

@@ -50,10 +50,12 @@ def _input_hook(module, args, kwargs=None):
 def _ensure_hooks(loaded: LoadedModel) -> dict[tuple[str, int], torch.nn.Module]:
     """Install :func:`_input_hook` once on each attention module; return ``(stack, layer) -> module``."""
     by_id = {id(m): m for m in loaded.model.modules()}
-    modules = {}
+    modules: dict[tuple[str, int], torch.nn.Module] = {}
     for mid, sites in loaded.site_index.items():
         module = by_id.get(mid)
-        for site in (sites if isinstance(sites, tuple) else (sites,)) if module is not None else ():
+        if module is None:
+            continue
+        for site in sites if isinstance(sites, tuple) else (sites,):
             modules[(site.stack, site.layer)] = module
     with _HOOK_LOCK:
         for module in modules.values():
@@ -93,7 +95,8 @@ class LayerCapture:
 def check_head(loaded: LoadedModel, stack: str, layer: int, head: int | None = None) -> None:
     stacks = loaded.stacks
     if not isinstance(stack, str) or stack not in stacks:
-        raise InvalidHeadError(f"Model '{loaded.name}' has no {checks.shown(stack)} stack (it has {', '.join(stacks)}).",
+        raise InvalidHeadError(f"Model '{loaded.name}' has no {checks.shown(stack)} stack "
+                               f"(it has {', '.join(stacks)}).",
                                code="no_such_stack", model=loaded.name, stack=checks.shown(stack),
                                stacks=", ".join(stacks))
     n_layers, n_heads = stacks[stack]
@@ -107,7 +110,7 @@ def check_head(loaded: LoadedModel, stack: str, layer: int, head: int | None = N
 
 def _index(value, n: int) -> bool:
     """Whether ``value`` is a whole number (not a bool) in [0, n)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and 0 <= value < n
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and bool(0 <= value < n)
 
 
 @checks.needs_model
@@ -148,7 +151,8 @@ def layer_captures(loaded: LoadedModel, text: str, *, stack: str | None = None, 
     """
     stack = loaded.input_stack if stack is None else stack
     if isinstance(stack, str) and stack == "cross":
-        raise UnsupportedOperationError("The Q/K/V walk-through covers self-attention (encoder or decoder), not cross-attention.",
+        raise UnsupportedOperationError("The Q/K/V walk-through covers self-attention (encoder or decoder), "
+                                        "not cross-attention.",
                                         code="qkv_no_cross")
     check_head(loaded, stack, 0)
     layers = list(range(loaded.stacks[stack][0])) if layers is None else list(checks.sequence("layers", layers))
@@ -179,7 +183,8 @@ def _unpack(loaded: LoadedModel, result: Analysis, stack: str, layer: int, modul
                                         code="layer_not_called", model=loaded.name, layer=layer)
     hidden = named.get("hidden_states")
     if hidden is None:
-        raise UnsupportedOperationError(f"Cannot find the input of {type(module).__name__} (no hidden_states argument).",
+        raise UnsupportedOperationError(f"Cannot find the input of {type(module).__name__} "
+                                        "(no hidden_states argument).",
                                         code="layer_no_input", module=type(module).__name__)
     mask = named.get("attention_mask")
     if mask is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 
@@ -249,7 +250,8 @@ def rope_dot_grid(loaded: LoadedModel | None, positions: int, seed: int = 0, *, 
     return (rq @ rk.T).numpy().astype(np.float32)
 
 
-def textbook_rope_tables(positions: int, head_dim: int = 64, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+def textbook_rope_tables(positions: int, head_dim: int = 64,
+                         theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin float32 tensors ``(positions, head_dim)`` of RoPE with ``inv_freq_i = θ^(-2i/d)`` (Su et
     al. 2021, eq. 15), duplicated over the two halves as transformers does (``head_dim`` even)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
@@ -258,7 +260,8 @@ def textbook_rope_tables(positions: int, head_dim: int = 64, theta: float = 1000
     return emb.cos(), emb.sin()
 
 
-def rope_angles(loaded: LoadedModel | None, positions: int, *, head_dim: int = 64, theta: float = 10000.0) -> np.ndarray:
+def rope_angles(loaded: LoadedModel | None, positions: int, *, head_dim: int = 64,
+                theta: float = 10000.0) -> np.ndarray:
     """Rotation angle in radians of each 2-D pair at each position: ``pos · inv_freq_i``.
 
     ``inv_freq_i = θ^(-2i/d)`` (Su et al. 2021, eq. 15): the loaded model's own frequencies when it has a
@@ -276,6 +279,7 @@ def rope_angles(loaded: LoadedModel | None, positions: int, *, head_dim: int = 6
     head_dim, theta = _rope_args(loaded, head_dim, theta, positions)
     rot = find_rotary(loaded) if loaded is not None else None
     if rot is not None:  # the module's own frequencies: the angle it turns each pair by from position 0 to 1
+        assert loaded is not None  # find_rotary ran on it
         cos, sin = rot.tables([1], loaded.device)
         angle = np.arctan2(sin[0].double().numpy(), cos[0].double().numpy())
         inv = angle[: angle.shape[-1] // 2]  # the tables come in two halves, one angle per pair in each
@@ -336,7 +340,7 @@ def _fold(word: str) -> str:
     return word.replace("I", "ı").replace("İ", "i").lower()
 
 
-def word_attention(attn: np.ndarray, query_words: Sequence[Word], key_words: Sequence[Word]) -> np.ndarray:
+def word_attention(attn: npt.ArrayLike, query_words: Sequence[Word], key_words: Sequence[Word]) -> np.ndarray:
     """Aggregate token attention to words: sum over a key word's pieces, mean over a query word's pieces.
 
     Summing over key pieces keeps "how much of the row goes to this word"; averaging over query pieces
@@ -403,7 +407,8 @@ def word_order_experiment(loaded: LoadedModel, text_a: str = "Kedi fareyi kovala
     fa, fb = [_fold(w.text) for w in wa], [_fold(w.text) for w in wb]
     if sorted(fa) != sorted(fb):
         raise WordMismatchError(
-            f"The two sentences must use the same words in another order: {[w.text for w in wa]} vs {[w.text for w in wb]}.",
+            f"The two sentences must use the same words in another order: {[w.text for w in wa]} "
+            f"vs {[w.text for w in wb]}.",
             code="word_order_mismatch", words_a=", ".join(w.text for w in wa), words_b=", ".join(w.text for w in wb)
         )
     used = [False] * len(fb)

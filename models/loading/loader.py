@@ -116,7 +116,8 @@ def _resolve(name: str) -> tuple[ModelSpec, Path | None, str | None]:
                     lambda out: convert_gguf(path, out),
                 )
                 return _adhoc_spec(name, "folder"), folder, None
-            raise NoUsableModelError(f"{_quoted(name)} is a file; give a model folder (config.json + safetensors) or a .gguf file.",
+            raise NoUsableModelError(f"{_quoted(name)} is a file; give a model folder (config.json + safetensors) "
+                                     "or a .gguf file.",
                                      code="model_path_is_file", name=_quoted(name))
         ggufs = sorted(path.glob("*.gguf"))
         if not (path / "config.json").exists() and len(ggufs) == 1:
@@ -208,7 +209,8 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
     dev = _pick_device(device)
     dt = _pick_dtype(dtype, dev)
     if device_map is not None and not isinstance(device_map, (str, dict)):
-        raise InvalidArgumentError(f"device_map must be 'auto', 'balanced', 'sequential' or a dict, got {device_map!r}.",
+        raise InvalidArgumentError(f"device_map must be 'auto', 'balanced', 'sequential' or a dict, "
+                                   f"got {device_map!r}.",
                                    code="arg_choice", name="device_map",
                                    options="'auto', 'balanced', 'sequential', dict",
                                    value=checks.shown(device_map))
@@ -232,6 +234,7 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
         if hub_id is not None:
             folder = hub.download(hub_id)
             _check_folder(folder)
+        assert folder is not None  # _resolve gives a local folder or a hub id
         rebuilt = False
         while True:
             try:

@@ -45,8 +45,8 @@ class LoadedModel:
         missing_stacks: ``stack -> why it is not shown``: a stack that neither routes through the interface
             nor returns token-by-token maps (Pegasus-X's local/global encoder).
         call_kwargs: extra arguments of every analysing forward pass, found at load time
-            (:func:`models.anatomy.decoder.decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose decoder is causal
-            only without a cache (FSMT builds its causal mask only then, as in training).
+            (:func:`models.anatomy.decoder.decoder_call`): ``{"use_cache": False}`` for an encoder-decoder whose
+            decoder is causal only without a cache (FSMT builds its causal mask only then, as in training).
         notes: what the user should know about how the model was loaded, each a dict with ``code``, its params
             and ``message`` (English): ``dtype_fallback`` (params ``asked``, ``used``, ``kind``): the model could
             not run in the half dtype asked for (or chosen by ``auto``) and was loaded in float32, which

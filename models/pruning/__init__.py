@@ -36,12 +36,15 @@ travel in the :func:`models.capture.rerun` context of each call.
 """
 
 from .core import (
-    DEFAULT_SHARES, HeadId, MAX_TOKENS, METRIC_KINDS, Prepared, check_heads, evaluate, gates_from_keep, head_list, keep_matrix, metric_kind, prepare,
+    DEFAULT_SHARES, HeadId, MAX_TOKENS, METRIC_KINDS, Prepared, check_heads, evaluate, gates_from_keep, head_list,
+    keep_matrix, metric_kind, prepare,
 )
 from .curve import CurveEstimate, PruningCurve, estimate_curve_seconds, pruning_curve
 from .effects import Continuation, Ranking, cosine, embed, greedy_continuation, rank_sentences
 from .select import heads_from_text, heads_to_text, keep_best_per_layer, least_important, whole_layer
-from .importance import HeadScores, ablation_scores, ablation_scores_one_at_a_time, gradient_importance, rank_correlation
+from .importance import (
+    HeadScores, ablation_scores, ablation_scores_one_at_a_time, gradient_importance, rank_correlation,
+)
 
 __all__ = [
     "Continuation",

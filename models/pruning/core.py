@@ -237,13 +237,16 @@ def _row_metric(loaded: LoadedModel, prep: Prepared, outputs) -> torch.Tensor:
     """Metric of each batch row, float ``(batch,)`` (see module docstring)."""
     if prep.kind == "embedding_distance":
         unit = _float(_unit_embedding(loaded, outputs))
+        assert prep.reference is not None  # prepare() sets it for this kind
         return 1.0 - unit @ _float(prep.reference)
     logits = _float(outputs.logits)
     batch = logits.shape[0]
+    labels = prep.labels
+    assert labels is not None  # prepare() sets them for the loss kinds
     if prep.kind == "loss":
-        pred, target = logits[:, :-1], prep.labels[:, 1:].expand(batch, -1)
+        pred, target = logits[:, :-1], labels[:, 1:].expand(batch, -1)
     else:
-        pred, target = logits, prep.labels.expand(batch, -1)
+        pred, target = logits, labels.expand(batch, -1)
     # Cross-entropy -log softmax(z)_y = logsumexp(z) - z_y, without copying the (batch, n, vocab) logits.
     counted = target != -100
     picked = pred.gather(-1, target.clamp_min(0)[..., None])[..., 0]

@@ -65,7 +65,8 @@ def greedy_continuation(loaded: LoadedModel, text: str, heads_off: Iterable = ()
         ModelOutOfMemoryError: the generation ran out of memory (:func:`models.capture.rerun`).
     """
     if loaded.head != "lm":
-        raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot continue text.",
+        raise UnsupportedOperationError(f"'{loaded.name}' is not a decoder with a language-model head: it cannot "
+                                        "continue text.",
                                         code="cannot_continue", model=loaded.name)
     text = checks.text(text, "prompt")
     gates = _gates_for(loaded, heads_off)

@@ -64,8 +64,8 @@ def whole_layer(stacks: dict[str, tuple[int, int]], stack: str, layer: int) -> f
         raise InvalidArgumentError(f"stacks must map each stack to (layers, heads), got {checks.shown(stacks)}.",
                                    code="arg_instance", name="stacks", detail="a dict stack -> (layers, heads)",
                                    value=checks.shown(stacks))
-    if not isinstance(stack, str) or stack not in stacks or isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
-            or not 0 <= layer < stacks.get(stack, (0, 0))[0]:
+    if not isinstance(stack, str) or stack not in stacks or isinstance(layer, bool) \
+            or not isinstance(layer, (int, np.integer)) or not 0 <= layer < stacks.get(stack, (0, 0))[0]:
         raise InvalidHeadError(f"No layer {layer!r} in stack {stack!r} (stacks: {dict(stacks)}).",
                                code="bad_layer", stack=str(stack), layer=str(layer))
     return frozenset((stack, int(layer), h) for h in range(stacks[stack][1]))

@@ -64,7 +64,8 @@ def attention_tuples(outputs, family: str, config=None) -> dict[str, tuple]:
     turned into full ``(queries, keys)`` maps (:func:`local_to_full`)."""
     stacks = {}
     if family == "encoder-decoder":
-        for stack, attr in (("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"), ("cross", "cross_attentions")):
+        for stack, attr in (("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"),
+                            ("cross", "cross_attentions")):
             value = getattr(outputs, attr, None)
             if value:
                 stacks[stack] = value

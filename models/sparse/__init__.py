@@ -6,5 +6,6 @@ from .kept import KEPT_PATTERNS, KeptShare, kept_share, kv_bytes, pattern_at
 from .duo import DuoResult, DuoRow, duo_compare
 from .needle import DEPTHS, Needle, NeedleRun, make_needles, retrieval_scores, run_needle
 
-__all__ = ["DEPTHS", "DuoResult", "DuoRow", "duo_compare", "KEPT_PATTERNS", "KeptShare", "Needle", "NeedleRun", "kept_share", "kv_bytes", "make_needles",
+__all__ = ["DEPTHS", "DuoResult", "DuoRow", "duo_compare", "KEPT_PATTERNS", "KeptShare", "Needle", "NeedleRun",
+           "kept_share", "kv_bytes", "make_needles",
            "pattern_at", "retrieval_scores", "run_needle"]

@@ -83,7 +83,7 @@ def duo_compare(loaded, lengths=(2048,), depths=DEPTHS, fractions=(0.05, 0.10), 
         for needle in needles:
             runs.append((needle, run_needle(loaded, needle, mask)))
             step()
-        by_length = {}
+        by_length: dict[int, list[float]] = {}
         for needle, run in runs:
             by_length.setdefault(needle.length, []).append(run.recall)
         return [r.recall for _, r in runs], [r.loss for _, r in runs], by_length
@@ -109,7 +109,8 @@ def duo_compare(loaded, lengths=(2048,), depths=DEPTHS, fractions=(0.05, 0.10), 
         name = f"top-{k} retrieval full"
         rows.append(DuoRow(name, k, float(np.mean(rec)), (float(np.mean(rec)),) * 2, float(np.mean(loss)), kv(top)))
         per_length[name] = {n: float(np.mean(v)) for n, v in by.items()}
-        means, losses, by_all = [], [], {}
+        means, losses = [], []
+        by_all: dict[int, list[float]] = {}
         for _ in range(draws):
             pick = rng.choice(layers * heads, size=k, replace=False)
             mask = full_heads([divmod(int(i), heads) for i in pick], window, sinks)

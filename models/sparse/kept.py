@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import torch
@@ -35,8 +36,8 @@ BLOCK = 64  # MInference's block size (Jiang et al. 2024, Algorithm 3)
 
 def pattern_at(kind: str, budget: int) -> str:
     """The pattern of ``kind`` that keeps about ``budget`` keys per query: ``sliding_window:B``,
-    ``a_shape:B-4,4``, ``strided:max(2, B/2)`` (window B/2 plus every (B/2)-th earlier token, so a little more than B/2 on
-    average), ``vertical_slash:B/2,B/2``, ``block_sparse:min(64, B),B/min(64, B)``.
+    ``a_shape:B-4,4``, ``strided:max(2, B/2)`` (window B/2 plus every (B/2)-th earlier token, so a little more
+    than B/2 on average), ``vertical_slash:B/2,B/2``, ``block_sparse:min(64, B),B/min(64, B)``.
 
     Raises:
         InvalidArgumentError: an unknown kind or a budget below 2."""
@@ -85,7 +86,8 @@ def kept_share(analysis, budget: int, stack: str | None = None, kinds=KEPT_PATTE
     Raises:
         InvalidArgumentError: a budget out of range, an unknown kind or stack.
     """
-    stack = checks.choice("stack", next(iter(analysis.attentions)) if stack is None else stack, list(analysis.attentions))
+    stack = checks.choice("stack", next(iter(analysis.attentions)) if stack is None else stack,
+                          list(analysis.attentions))
     layers, heads, n_q, n_k = analysis.attentions[stack].shape
     budget = checks.whole("budget", budget, 2, max(2, n_k))
     patterns = tuple(pattern_at(kind, budget) for kind in checks.sequence("kinds", kinds))
@@ -94,8 +96,9 @@ def kept_share(analysis, budget: int, stack: str | None = None, kinds=KEPT_PATTE
     held: dict[int, torch.Tensor] = {}
 
     rules = [hm.parse_pattern(pattern) for pattern in patterns]
-    static = {p: torch.from_numpy(rule.matrix(n_k)[n_k - n_q:]) for p, rule in enumerate(rules)
-              if not isinstance(rule, hm.Chosen)}  # the same keys for every head and layer
+    # the same keys for every head and layer (pattern_at never gives ``full``: each rule is a mask or chosen)
+    static = {p: torch.from_numpy(cast(np.ndarray, rule.matrix(n_k))[n_k - n_q:]) for p, rule in enumerate(rules)
+              if isinstance(rule, hm.MaskMode)}
 
     def done(layer: int) -> None:
         w = held.pop(layer)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -195,7 +196,7 @@ def run_needle(loaded: LoadedModel, needle: Needle, mask=None) -> NeedleRun:
     return NeedleRun(correct, loss, copied)
 
 
-def retrieval_scores(runs: list[tuple[Needle, NeedleRun]]) -> np.ndarray:
+def retrieval_scores(runs: Sequence[tuple[Needle, NeedleRun]]) -> np.ndarray:
     """Float32 ``(layers, heads)``: each head's retrieval score, ``|g_h ∩ k| / |k|`` averaged over the needles
     (Wu et al. 2024, §2, eq. 1); ``g_h``: the distinct needle digits the head copied, ``k``: the needle's digits.
 
@@ -206,7 +207,7 @@ def retrieval_scores(runs: list[tuple[Needle, NeedleRun]]) -> np.ndarray:
                for r in runs):
         raise InvalidArgumentError("runs must be (Needle, NeedleRun) pairs, as run_needle gives.", code="arg_choice",
                                    name="runs", options="(Needle, NeedleRun) pairs", value=checks.shown(runs))
-    total = None
+    total: np.ndarray | None = None
     for needle, run in runs:
         digits = [needle.ids[p] for p in needle.answer]
         distinct = sorted(set(digits))
@@ -215,4 +216,5 @@ def retrieval_scores(runs: list[tuple[Needle, NeedleRun]]) -> np.ndarray:
             got += run.copied[..., [i for i, x in enumerate(digits) if x == d]].any(axis=-1)
         score = got / max(len(distinct), 1)
         total = score if total is None else total + score
+    assert total is not None  # runs holds at least one pair (checks.sequence)
     return (total / len(runs)).astype(np.float32)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ _CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float1
 
 # Whisper-base shape (Radford et al. 2022, "Robust Speech Recognition via Large-Scale Weak
 # Supervision", Table 1: base = 6 layers, width 512, 8 heads).
-WHISPER_BASE = dict(
+WHISPER_BASE: dict[str, Any] = dict(  # WhisperConfig's keyword arguments
     vocab_size=51865, num_mel_bins=80, d_model=512, encoder_layers=6, decoder_layers=6,
     encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
     max_source_positions=1500, max_target_positions=448,
@@ -306,7 +307,7 @@ def _generation_config(ct2_config: dict, tokenizer_data: dict):
     names = {t["id"]: t["content"] for t in tokenizer_data["added_tokens"]}
     lang_ids = [int(i) for i in ct2_config.get("lang_ids", range(50259, 50358))]
     lang_to_id = {names[i]: i for i in lang_ids if i in names}
-    gc = GenerationConfig(
+    gc: Any = GenerationConfig(  # Any: the Whisper attributes below are not declared on the class
         decoder_start_token_id=SOT, bos_token_id=EOT, eos_token_id=EOT, pad_token_id=EOT,
         max_length=448, begin_suppress_tokens=[int(i) for i in ct2_config.get("suppress_ids_begin", [220, EOT])],
         suppress_tokens=[int(i) for i in ct2_config.get("suppress_ids", [])],

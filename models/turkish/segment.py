@@ -169,7 +169,7 @@ def turkish_share(text: str) -> float:
     words = segment_words(text, check_language=False)
     judged = [w for w in words if w.morphemes[0].kind != "punct" and not any(c.isdigit() for c in w.text)
               and w.turkish is not None]
-    return sum(w.turkish for w in judged) / len(judged) if judged else 1.0
+    return sum(bool(w.turkish) for w in judged) / len(judged) if judged else 1.0
 
 
 def _clause_end(matches: list, index: int) -> bool:
@@ -194,6 +194,7 @@ def _word(text: str, start: int, end: int, index: int, previous: Reading | None,
     surface = text[start:end]
     norm, first, after = analyzer.normalise(surface)
     cut = _apostrophe(surface, first)
+    parts: tuple[Part, ...]
     if norm.isdigit():
         parts, known, count, reading = (Part(0, len(norm), "Num", ("Num",)),), False, 0, None
     else:
@@ -290,8 +291,9 @@ def _context(reading: Reading, proper_name: bool, previous: Reading | None, apos
 
     ``verb``: None unless the word reads both as a finite verb (:attr:`models.turkish.analyzer.Reading.finite`) and
     as a one-part word (:func:`_verb_or_word`); else whether it stands where a verb is at home (:func:`_verb_place`;
-    Turkish puts its verb last, Göksel & Kerslake 2005, ch. 23). There, a one-part noun, number, adjective or adverb spelling the same string is the lexicon's
-    record of a word form, +1 (``çıktı`` "printout", ``yedi`` "seven", ``yediler`` "the Seven", ``gelir`` "income"
+    Turkish puts its verb last, Göksel & Kerslake 2005, ch. 23). There, a one-part noun, number, adjective or
+    adverb spelling the same string is the lexicon's record of a word form, +1 (``çıktı`` "printout", ``yedi``
+    "seven", ``yediler`` "the Seven", ``gelir`` "income"
     give way to ``çık+tı``, ``ye+di``, ``ye+di+ler``, ``gel+ir``); elsewhere the finite verb +1 (``yedi kedi``: the
     number; ``genç yazar kitabı yazdı``: ``yazar`` the noun)."""
     penalty = reading.penalty

@@ -95,8 +95,8 @@ def membership(tokens: Sequence[Token], morphemes: Sequence[Morpheme] | Sequence
         counts: dict[tuple[int, int], int] = {}
         for pos in range(tok.start, min(tok.end, len(chars))):
             if chars[pos] >= 0:
-                key = (seg, chars[pos])
-                counts[key] = counts.get(key, 0) + 1
+                part = (seg, chars[pos])
+                counts[part] = counts.get(part, 0) + 1
         total = sum(counts.values())
         rows.append({k: c / total for k, c in counts.items()} if total else {})
     columns: dict[tuple, int] = {}
@@ -104,7 +104,7 @@ def membership(tokens: Sequence[Token], morphemes: Sequence[Morpheme] | Sequence
     units: list[Morpheme | None] = []
     segments: list[int] = []
     for i, row in enumerate(rows):
-        keys = sorted(row) if row else [("token", i)]
+        keys: list[tuple] = sorted(row) if row else [("token", i)]  # (segment, morpheme) or ("token", i)
         for key in keys:
             if key not in columns:
                 columns[key] = len(columns)

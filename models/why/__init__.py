@@ -18,8 +18,8 @@ computed under that analysis's settings), on the interface path:
    curve ``σ · (R_Δ q̃_i)·(R_0 k̃_j)`` over distances ``Δ`` (Su et al. 2021, §3.4.2), so a previous-token head is seen
    to be positional (:class:`~.results.RopeSplit` states it precisely).
 4. **Composition**: :func:`composition`: Q-, K- and V-composition scores between heads of different layers from the
-   weights (Elhage et al. 2021, "Three kinds of composition", virtual weights ``W_QK``, ``W_OV``), and from the decomposition
-   which earlier heads write what one head's key side reads (:meth:`~.results.RowTerms.by_head`).
+   weights (Elhage et al. 2021, "Three kinds of composition", virtual weights ``W_QK``, ``W_OV``), and from the
+   decomposition which earlier heads write what one head's key side reads (:meth:`~.results.RowTerms.by_head`).
 
 Every identity is checked on the run (the parts of the query and of the key add up to the vectors the model used,
 the terms to the score, the softmax of the logits to the model's weights, within

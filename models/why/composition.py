@@ -97,9 +97,9 @@ def _read(side) -> torch.Tensor:
 
 
 def _maps(loaded, stack: str) -> list:
-    """Per layer of ``stack``: ``rq (H, dh, d)``, ``rk``, ``rv (Hkv, dh, d)``, ``wo (H, d, dh)`` (through the layer's own
-    post-attention norms) and ``carry (d, d)`` (a post-LN layer's two norms, else None); from one probe pass, kept in
-    ``loaded.probes``."""
+    """Per layer of ``stack``: ``rq (H, dh, d)``, ``rk``, ``rv (Hkv, dh, d)``, ``wo (H, d, dh)`` (through the layer's
+    own post-attention norms) and ``carry (d, d)`` (a post-LN layer's two norms, else None); from one probe pass, kept
+    in ``loaded.probes``."""
     kept = loaded.probes.setdefault("why_composition", {})
     if stack in kept:
         return kept[stack]

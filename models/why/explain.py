@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ from ..flow.record import guard_memory
 from .record import earlier_layer, run_pass
 from .refuse import broken, refuse
 from .results import NeuronView, RopeSplit, RowTerms
-from .sides import device_of, find_side, freeze_side, rotate
+from .sides import FrozenSide, device_of, find_side, freeze_side, rotate
 from .stream import Component, Stream, embedding_parts, stream_biases
 
 _CACHE: OrderedDict = OrderedDict()  # (id(analysis), stack, layer) -> (weakref to the analysis, LayerWhy)
@@ -44,6 +46,28 @@ class LayerWhy:
             value, mask, extra arguments; a weak reference to the module). labels: the query tokens' text.
         tol: the tolerance of the checks (:func:`models.anatomy.tensors.tolerance` of the model's dtype).
     """
+
+    model: str
+    stack: str
+    layer: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    n_q: int
+    n_k: int
+    components: list[Component]
+    scaling: float
+    softcap: float | None
+    rotary: bool
+    position_bias: torch.Tensor | None
+    q: FrozenSide
+    k: FrozenSide
+    stream: Stream
+    call: tuple[Any, ...]  # (eager, weakref to the module, query, key, value, mask, empty rows, args, kwargs)
+    labels: list[str]
+    tol: float
+    max_positions: int
+    tables: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
@@ -180,7 +204,8 @@ class LayerWhy:
             InvalidArgumentError: a head or position out of range, ``max_distance`` not in [1, model's positions].
             UnsupportedOperationError: a family without RoPE (code ``why_refused``, reason ``no_rope``).
         """
-        if not self.rotary:
+        q_rope, k_rope = self.q.side.rope, self.k.side.rope
+        if not self.rotary or q_rope is None or k_rope is None:
             refuse(self.model, self.stack, "no_rope")
         head = self._head(head)
         i = self._pos("i", i, self.n_q)
@@ -190,10 +215,10 @@ class LayerWhy:
         j = int(torch.argmax(weights)) if j is None else j
         g = self._kv(head)
         cos, sin = self.tables(top + 1)
-        side = self.q.side.rope[1]
+        side = q_rope[1]
         q0 = rotate(self.q.before_rope[i, head].double()[None], cos[:1], sin[:1], side)[0]
         k0 = rotate(self.k.before_rope[:, g].double(), cos[:1].expand(self.n_k, -1), sin[:1].expand(self.n_k, -1),
-                    self.k.side.rope[1])
+                    k_rope[1])
         content = self.scaling * (k0 @ q0)
         positional = raw - content
         total = content.abs() + positional.abs()
@@ -213,9 +238,9 @@ def _site(loaded, stack: str, layer: int):
 def explain(loaded, analysis, stack: str | None = None, layer: int = 0, keep: bool = True) -> LayerWhy:
     """Make layer ``layer`` of ``stack`` of ``analysis`` ready to explain its scores: one forward pass of the analysis's
     own call (same heads off, same mask) up to that layer's attention call, with the stream entering it split into
-    parts and its query and key chains proven (see :mod:`models.why`). With ``keep``, the last two are kept (per analysis,
-    stack and layer, no longer than the analysis lives) so a caller asking for several heads and positions runs the
-    pass once; a caller with a cache of its own (the app's, bounded by bytes) passes ``keep=False``.
+    parts and its query and key chains proven (see :mod:`models.why`). With ``keep``, the last two are kept (per
+    analysis, stack and layer, no longer than the analysis lives) so a caller asking for several heads and positions
+    runs the pass once; a caller with a cache of its own (the app's, bounded by bytes) passes ``keep=False``.
 
     Args:
         loaded: the model ``analysis`` came from. analysis: from :func:`models.analyze` (interface path).
@@ -244,7 +269,7 @@ def explain(loaded, analysis, stack: str | None = None, layer: int = 0, keep: bo
         return why
     with _LOCK:
         # dropped when the analysis is freed: a layer explained never outlives the analysis it explains
-        _CACHE[key] = (weakref.ref(analysis, lambda _, key=key: _forget(key)), why)
+        _CACHE[key] = (weakref.ref(analysis, lambda _: _forget(key)), why)
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
     return why
@@ -275,6 +300,10 @@ def where(loaded, analysis, stack, layer) -> tuple[str, int]:
     return stack, checks.whole("layer", layer, 0, loaded.stacks[stack][0] - 1)
 
 
+@overload
+def checked(loaded, analysis, stack, layer, head, i, j: int) -> tuple[str, int, int, int, int]: ...
+@overload
+def checked(loaded, analysis, stack, layer, head, i, j: None = None) -> tuple[str, int, int, int, None]: ...
 def checked(loaded, analysis, stack, layer, head, i, j=None) -> tuple[str, int, int, int, int | None]:
     """``(stack, layer, head, i, j)`` of a call of :mod:`models.why` checked before its pass runs (positions as
     indices ``0 .. n − 1``; ``j`` None stays None): the heads from ``loaded.stacks``, the query and key counts from

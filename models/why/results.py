@@ -17,6 +17,7 @@ model's queries and keys.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -199,8 +200,8 @@ class RowTerms:
         if share:
             row = row / max(float(np.abs(row).sum()), 1e-30)
         heads = [c for c in comps if c.kind == "head"]
-        layers = max((c.layer for c in heads), default=-1) + 1
-        width = max((c.head for c in heads), default=-1) + 1
+        layers = max((cast(int, c.layer) for c in heads), default=-1) + 1  # a head's part has its layer and head
+        width = max((cast(int, c.head) for c in heads), default=-1) + 1
         out = np.zeros((layers, width), np.float32)
         for c, v in zip(comps, row):
             if c.kind == "head":

@@ -148,11 +148,12 @@ def find_side(want: torch.Tensor, x: torch.Tensor, seen: dict, modules: dict, in
         lin_in, lin_out = seen[name]
         if lin_in.shape[0] != n:
             continue
-        norm = None if close(lin_in, x, tol) else next(
-            (m for m in norms if seen[m][0].shape == x.shape and close(seen[m][0], x, tol)
-             and close(seen[m][1], lin_in, tol)), False)
-        if norm is False:
-            continue
+        norm: str | None = None
+        if not close(lin_in, x, tol):
+            norm = next((m for m in norms if seen[m][0].shape == x.shape and close(seen[m][0], x, tol)
+                         and close(seen[m][1], lin_in, tol)), None)
+            if norm is None:
+                continue
         for rows in _row_sets(lin_out.shape[-1], heads, dh):
             y = lin_out[:, rows].reshape(n, heads, dh)
             for head_norm, whole, y2 in _head_norms(y, norms, seen, inside, tol):
@@ -277,6 +278,7 @@ class FrozenSide:
         y = y * self.side.factor
         if self.cos is None:
             return y
+        assert self.sin is not None and self.side.rope is not None  # set with cos (freeze_side)
         return rotate(y, self.cos[pos], self.sin[pos], self.side.rope[1])
 
 

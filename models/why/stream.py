@@ -96,6 +96,7 @@ class Stream:
         through each later post-LN layer's ``P`` then ``A`` (:data:`T_l` in the module docstring)."""
         for e in self.earlier[born + 1:]:
             if e.kind == "post":
+                assert e.post is not None and e.after is not None  # a post-LN layer has both (earlier_layer)
                 v = _apply(e.after, _apply(e.post, v, pos), pos)
         return v
 
@@ -110,8 +111,10 @@ class Stream:
             z = torch.einsum("phc,dhc->hpd", e.o_in[pos].reshape(-1, heads, dh), e.w_o.reshape(-1, heads, dh))
             rest = e.rest[pos][None]
             if e.kind in ("sandwich", "post"):
+                assert e.post is not None  # sandwich and post-LN layers have one (earlier_layer)
                 z = _apply(e.post, z, pos)
             if e.kind == "post":
+                assert e.after is not None  # a post-LN layer has one (earlier_layer)
                 z, rest = _apply(e.after, z, pos), _apply(e.after, rest, pos)
             yield self.carry(z, layer, pos)
             yield self.carry(rest, layer, pos)
@@ -132,8 +135,10 @@ def stream_biases(n: int, d: int, start: torch.Tensor | None, earlier: list[Earl
         if e.kind == "pre":
             b = b + bias
         elif e.kind == "sandwich":
+            assert e.post is not None  # a sandwich layer has one (earlier_layer)
             b = b + _apply(e.post, bias.expand(1, n, d), every)[0] + e.post.shift
         else:
+            assert e.post is not None and e.after is not None  # a post-LN layer has both (earlier_layer)
             b = _apply(e.post, (b + bias)[None], every)[0] + e.post.shift
             b = _apply(e.after, b[None], every)[0] + e.after.shift
     return b

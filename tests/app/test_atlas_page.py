@@ -203,7 +203,8 @@ def test_causal_labels_say_label_or_pattern_only(cache, minilm):
             ("en", "previous-token head: switching it off changes the model's next-token loss (nats) by +0.0520 "
                    "(95 % interval 0.0310 to 0.0700, 16 texts).", "Pattern only (self head, Self = 0.512)"),
             ("tr", "önceki token kafası: kapatılınca modelin sonraki token kaybı (nat) +0,0520 değişiyor "
-                   "(%95 aralığı 0,0310 ile 0,0700 arası, 16 metin).", "Yalnızca örüntü (kendine bakan kafa, Kendine dikkat = 0,512)")):
+                   "(%95 aralığı 0,0310 ile 0,0700 arası, 16 metin).",
+             "Yalnızca örüntü (kendine bakan kafa, Kendine dikkat = 0,512)")):
         at = _upload(_page(lang), "labels.txt", data)
         at.selectbox(key="atlas_layer").set_value(4).run()
         at.selectbox(key="atlas_head").set_value(7).run()
@@ -349,7 +350,8 @@ def test_the_page_builds_on_ray_and_lists_the_cut_texts(cache, minilm):
     assert any("all 7 texts read" in c.value for c in at.caption)
     assert any(e.label.startswith("1 texts were cut to 32 tokens") for e in at.expander)
     cut = [d.value for d in at.dataframe if "Tokens cut" in d.value.columns][0]
-    assert list(cut["Text"]) == [7] and cut["Tokens cut"].iloc[0] > 0 and cut["Starts with"].iloc[0].startswith("a very")
+    assert list(cut["Text"]) == [7] and cut["Tokens cut"].iloc[0] > 0 \
+        and cut["Starts with"].iloc[0].startswith("a very")
     assert atlas.Atlas(job.folder).complete
 
 

@@ -81,7 +81,8 @@ def test_whispers_alignment_heads_run_from_the_page_with_a_table_per_clip():
     _clean(at)
     words = [list(tb.value.iloc[:, 0]) for tb in at.table[:2]]
     assert words[0] == ["The", "cat", "chased", "the", "mouse", "."], words
-    ours = _compare_rows(at)["Token times from the 8 alignment heads against transformers' timestamps: largest / mean gap"]
+    ours = _compare_rows(at)[
+        "Token times from the 8 alignment heads against transformers' timestamps: largest / mean gap"]
     largest, mean = (float(part.split()[0]) for part in ours.split(" / "))
     assert largest <= 0.25 and mean <= 0.08, ours  # measured 0.18 s / 0.045 s
     at.radio(key="lang").set_value("tr").run()
@@ -150,17 +151,20 @@ def test_the_turkish_experiments_draw_their_results_in_both_languages():
     shared.CACHE.put(("experiments", "grammar", "multilingual-e5-small"), r)
     # a causal LM's result drawn from the same arrays (the page's other branch), kept under gemma3-270m
     causal = dataclasses.replace(r, stack="decoder", metric="suffix_logprob", full=-2.0, off=-2.6,
-                                 random=np.array([-2.1]), agree_full=-1.0, agree_off=-1.3, agree_random=np.array([-1.1]),
+                                 random=np.array([-2.1]), agree_full=-1.0, agree_off=-1.3,
+                                 agree_random=np.array([-1.1]),
                                  agreement_preference=0.7, agreement_preferred=0.75)
     shared.CACHE.put(("experiments", "grammar", "gemma3-270m"), causal)
     layers = 18
     rng = np.random.default_rng(0)
     lens = inner_language.InnerLanguage(("fr", "en"), inner_language.load_pairs()[:3], 1,
-                                        rng.uniform(0, 0.3, (2, 3, layers + 1)), rng.uniform(0, 0.3, (2, 3, layers + 1)),
+                                        rng.uniform(0, 0.3, (2, 3, layers + 1)),
+                                        rng.uniform(0, 0.3, (2, 3, layers + 1)),
                                         np.array([0.67, 1.0]), layers, 1.0)
     shared.CACHE.put(("experiments", "inner_language", "gemma3-270m"), lens)
     try:
-        at = open_linked("views/experiments.py", "multilingual-e5-small", {"exp_which": "grammar"}, "Kedi fareyi kovaladı")
+        at = open_linked("views/experiments.py", "multilingual-e5-small", {"exp_which": "grammar"},
+                         "Kedi fareyi kovaladı")
         _clean(at)
         assert at.selectbox(key="exp_model_grammar").value == "multilingual-e5-small"
         rows = _compare_rows(at)
@@ -172,7 +176,8 @@ def test_the_turkish_experiments_draw_their_results_in_both_languages():
         at.selectbox(key="exp_model_grammar").set_value("gemma3-270m").run()
         _clean(at)
         rows = _compare_rows(at)
-        assert rows["Top 4 tracking heads off: rise of the accusative suffix's surprisal"].startswith("+0.60 nats"), rows
+        assert rows["Top 4 tracking heads off: rise of the accusative suffix's surprisal"].startswith(
+            "+0.60 nats"), rows
         assert any(k.startswith("Plural agreement") and v.startswith("log p gap +0.70 nats") for k, v in rows.items())
         at.segmented_control(key="exp_which").set_value("inner_language").run()
         _clean(at)

@@ -467,7 +467,8 @@ def test_a_stack_that_is_not_shown_says_so(tmp_path_factory, lang):
     at = run_app({"lang": lang, "model_custom": str(folder)}, {"text": "the cat chased the mouse"})
     assert not at.exception
     warnings = " ".join(w.value for w in at.warning)
-    head = "This model's encoder self-attention is not shown." if lang == "en" else "Bu modelin kodlayıcı öz-dikkati gösterilmiyor."
+    head = ("This model's encoder self-attention is not shown." if lang == "en"
+            else "Bu modelin kodlayıcı öz-dikkati gösterilmiyor.")
     assert head in warnings and "dict" in warnings, warnings
 
 

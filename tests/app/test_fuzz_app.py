@@ -29,7 +29,8 @@ CUSTOM = st.sampled_from(["~nosuchuser", "/etc", "/etc/passwd", "../../..", "a" 
                           "owner/name", "![x](http://beacon.invalid/b.png)", "mini"])
 NUMBERS = st.one_of(st.integers(-5, 10**8).map(str), JUNK)
 QUERY = st.fixed_dictionaries({}, optional={
-    "text": TEXTS, "model_key": MODEL_KEYS, "model_custom": CUSTOM, "lang": st.one_of(st.sampled_from(["en", "tr"]), JUNK),
+    "text": TEXTS, "model_key": MODEL_KEYS, "model_custom": CUSTOM,
+    "lang": st.one_of(st.sampled_from(["en", "tr"]), JUNK),
     "view": st.one_of(st.sampled_from(["head", "model", "heatmap", "summary"]), JUNK),
     "layer": st.one_of(st.integers(-3, 40).map(str), JUNK), "head": st.one_of(st.integers(-3, 14).map(str), JUNK),
     "stack": st.one_of(st.sampled_from(["encoder", "decoder", "cross"]), JUNK),
@@ -40,10 +41,13 @@ QUERY = st.fixed_dictionaries({}, optional={
     "off": st.one_of(st.sampled_from(["encoder.0.0,encoder.1.1", "decoder.0.1", "encoder.99.0,x.y.z,,"]), JUNK),
     "masks_kinds": st.one_of(st.lists(st.sampled_from(["causal", "bidirectional", "sliding_window", "strided",
                                                        "custom", "junk"]), max_size=7).map(",".join), JUNK),
-    "masks_window": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_stride": st.one_of(st.integers(-3, 40).map(str), JUNK),
-    "masks_cmp_layer": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_cmp_head": st.one_of(st.just("mean"), JUNK),
+    "masks_window": st.one_of(st.integers(-3, 40).map(str), JUNK),
+    "masks_stride": st.one_of(st.integers(-3, 40).map(str), JUNK),
+    "masks_cmp_layer": st.one_of(st.integers(-3, 40).map(str), JUNK),
+    "masks_cmp_head": st.one_of(st.just("mean"), JUNK),
     "masks_gqa_layer": st.one_of(st.integers(-3, 40).map(str), JUNK), "masks_encdec_choice": CUSTOM,
-    "masks_src": TEXTS, "masks_tgt": TEXTS, "masks_clip": JUNK, "masks_align_threshold": st.one_of(st.just("0.35"), JUNK),
+    "masks_src": TEXTS, "masks_tgt": TEXTS, "masks_clip": JUNK,
+    "masks_align_threshold": st.one_of(st.just("0.35"), JUNK),
     # the lessons' widgets (issue 13: every page's state in the URL)
     "qkv_layer": NUMBERS, "qkv_head": NUMBERS, "qkv_query": NUMBERS, "qkv_stack": st.one_of(st.just("decoder"), JUNK),
     "qkv_noscale": st.sampled_from(["1", "0", "x"]), "qkv_temperature": st.one_of(st.just("2.5"), JUNK),
@@ -61,7 +65,8 @@ QUERY = st.fixed_dictionaries({}, optional={
     "atlas_layer": NUMBERS, "atlas_head": NUMBERS,
 })
 # the text fields of each page (the sidebar's sentence is on every page); a field a page does not draw is ignored
-FIELDS = {"views/explore.py": ["pair"], "views/masks.py": ["masks_src", "masks_tgt", "masks_audio_tgt", "masks_encdec_model"],
+FIELDS = {"views/explore.py": ["pair"],
+          "views/masks.py": ["masks_src", "masks_tgt", "masks_audio_tgt", "masks_encdec_model"],
           "views/positions.py": ["pos_text_a", "pos_text_b"], "views/kvcache.py": ["kv_prompt"]}
 TRACEBACK = re.compile(r"Traceback|File \"/|site-packages|\.py\", line")
 SERVER_PATHS = ("/work", "/tmp", "/root", "/etc", "/usr", "/srv", "site-packages")

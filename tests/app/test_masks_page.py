@@ -170,7 +170,8 @@ def test_gqa_section(minilm, smollm2):
     at = _app("smollm2-135m", section="gqa")
     _clean(at)
     figs = _figures(at)
-    kv_texts = [tr["text"][0] for tr in figs["masks_gqa_fig"]["data"] if tr.get("text") and tr["text"][0].startswith("KV")]
+    kv_texts = [tr["text"][0] for tr in figs["masks_gqa_fig"]["data"]
+                if tr.get("text") and tr["text"][0].startswith("KV")]
     assert kv_texts == ["KV0", "KV1", "KV2"]
     table = at.dataframe[0].value
     row = table[table.iloc[:, 0] == "bfloat16 / float16"].iloc[0]
@@ -373,7 +374,8 @@ def test_masks_per_head_section_renders_in_both_languages(smollm2, lang):
     subheaders = [s.value for s in at.subheader]
     assert MASKS["masks_ph_result"][lang] in subheaders and MASKS["masks_ph_keep_title"][lang] in subheaders
     z, legend = _grid(at)
-    assert z.shape == (30, 9) and legend == [MASKS["masks_ph_kind_full"][lang], MASKS["masks_ph_kind_sink_window"][lang]]
+    assert z.shape == (30, 9) and legend == [MASKS["masks_ph_kind_full"][lang],
+                                             MASKS["masks_ph_kind_sink_window"][lang]]
     assert int((z == 0).sum()) == 27
     keep = _figures(at)["masks_ph_keep_fig"]
     assert sum(tr["type"] == "heatmap" for tr in keep["data"]) == 5
@@ -426,7 +428,8 @@ def test_a_bad_pattern_is_said_in_the_interface_language_and_what_was_typed_stay
     """A width of 0, then a budget larger than the text: the engine's message in the interface language, the typed
     pattern kept in its box; a good one then draws. (Each value opens the page afresh: outside a script run AppTest
     formats a translated radio's options in English, so the Turkish page cannot be driven by set_value.)"""
-    expected = {"sliding_window:0": {"en": "needs a width of at least 1", "tr": "en az 1 olan bir tam sayı genişlik ister"},
+    expected = {"sliding_window:0": {"en": "needs a width of at least 1",
+                                     "tr": "en az 1 olan bir tam sayı genişlik ister"},
                 "sliding_window:99": {"en": "more than the text's 5 tokens", "tr": "metnin 5 parçasından fazla"}}
     for typed, message in expected.items():
         at = _per_head(lang, masks_ph_preset="custom", masks_ph_default=typed)

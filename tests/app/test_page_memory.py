@@ -16,7 +16,8 @@ from links import open_linked
 from models.loading import loader
 from views import shared
 
-WORDS = ["cat", "mouse", "garden", "river", "teacher", "student", "window", "morning", "evening", "forest", "mountain", "city", "train", "book"]
+WORDS = ["cat", "mouse", "garden", "river", "teacher", "student", "window", "morning", "evening", "forest", "mountain",
+         "city", "train", "book"]
 # page -> (file, link parameters)
 PAGES = {
     "explore": ("views/explore.py", {"view": "head"}),

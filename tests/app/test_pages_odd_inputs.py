@@ -71,7 +71,8 @@ PAGES_ALL = ["views/explore.py", "views/pruning.py", "views/masks.py", "views/qk
              "views/cost.py", "views/kvcache.py", "views/why.py"]
 
 
-@pytest.mark.parametrize("page, start, to", [(page, "en", "tr") for page in PAGES_ALL] + [("views/explore.py", "tr", "en")])
+@pytest.mark.parametrize("page, start, to",
+                         [(page, "en", "tr") for page in PAGES_ALL] + [("views/explore.py", "tr", "en")])
 def test_switching_the_language_on_a_page_with_buttons_does_not_crash(page, start, to, smollm2):
     """The language switch writes widget values back into Session State so that translated option labels
     survive it; it must not write back the values of buttons and download buttons (read-only in Session

@@ -313,8 +313,10 @@ def test_one_heads_attention_before_and_after_at_the_morpheme_level(minilm, lang
     q, k = turkish.analysis_units(before, "encoder")
     layer, head = at.selectbox(key="prune_show_layer").value, at.selectbox(key="prune_show_head").value
     zb, za, zd = (decode(d["z"]) for d in fig["data"])
-    np.testing.assert_allclose(zb, turkish.morpheme_attention(before.attentions["encoder"][layer, head], q, k), atol=1e-6)
-    np.testing.assert_allclose(za, turkish.morpheme_attention(after.attentions["encoder"][layer, head], q, k), atol=1e-6)
+    np.testing.assert_allclose(zb, turkish.morpheme_attention(before.attentions["encoder"][layer, head], q, k),
+                               atol=1e-6)
+    np.testing.assert_allclose(za, turkish.morpheme_attention(after.attentions["encoder"][layer, head], q, k),
+                               atol=1e-6)
     np.testing.assert_allclose(zd, za - zb, atol=1e-6)
     assert np.abs(zd).max() > 1e-4 and np.allclose(za.sum(axis=1), 1.0, atol=1e-5)
     acc = "yi — accusative" if lang == "en" else "yi — belirtme hâli"

@@ -288,7 +288,8 @@ def test_a_link_reopens_each_teaching_page(smollm2):
     at = _linked("views/positions.py", "smollm2-135m", {"pos_m": "3", "pos_n": "11", "pos_t": "100",
                                                         "pos_text_a": "kovaladı Fareyi kedi", "pos_wo_head": "2"})
     assert [at.number_input(key=k).value for k in ("pos_m", "pos_n", "pos_t")] == [3, 11, 100]
-    assert at.text_input(key="pos_text_a").value == "kovaladı Fareyi kedi" and at.selectbox(key="pos_wo_head").value == 2
+    assert at.text_input(key="pos_text_a").value == "kovaladı Fareyi kedi" \
+        and at.selectbox(key="pos_wo_head").value == 2
     at.selectbox(key="pos_wo_head").set_value("mean").run()  # the one picker's mean-over-heads option
     assert at.query_params.get("pos_wo_head") is None  # the default is the mean: not written
     at = _linked("views/positions.py", "smollm2-135m", {"pos_wo_layer": "29", "pos_wo_head": "9"})

@@ -72,7 +72,8 @@ def test_cost_log_axis_labels_powers_of_ten_only():
 
     fig = cost_curves({"t": ([128, 256, 512], [0.001, 0.004, 0.016])}, x_title="n", y_title="s", title="x", log=True)
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.dtick == 1
-    assert cost_curves({"t": ([1, 2], [1, 2])}, x_title="n", y_title="s", title="x", log=False).layout.yaxis.dtick is None
+    assert cost_curves({"t": ([1, 2], [1, 2])}, x_title="n", y_title="s", title="x",
+                       log=False).layout.yaxis.dtick is None
 
 
 def test_pruning_table_headers_and_the_device_line_read_as_words():

@@ -41,9 +41,9 @@ def _captions(at) -> str:
 
 
 def test_why_page_on_smollm2_shows_the_analysis_weight_and_follows_heads_off(smollm2):
-    """A rotary decoder in English: every section drawn, the weight shown is ``models.analyze``'s weight at [layer, head,
-    i, j] (written as the page writes it), the RoPE split is there; switching off every head of layer 0 on the Head
-    pruning page changes the score of a head of layer 3."""
+    """A rotary decoder in English: every section drawn, the weight shown is ``models.analyze``'s weight at [layer,
+    head, i, j] (written as the page writes it), the RoPE split is there; switching off every head of layer 0 on the
+    Head pruning page changes the score of a head of layer 3."""
     link = {"why_layer": "3", "why_head": "2", "why_i": "7", "why_j": "4"}
     at = open_linked("views/why.py", "smollm2-135m", link, TEXT)
     _clean(at)
@@ -51,7 +51,8 @@ def test_why_page_on_smollm2_shows_the_analysis_weight_and_follows_heads_off(smo
     assert (at.selectbox(key="why_i").value, at.selectbox(key="why_j").value) == (7, 4)
     weights = models.analyze(smollm2, TEXT).attentions["decoder"]
     assert _metric(at, "Weight") == nb.num(float(weights[3, 2, 7, 4]), 4, "en")
-    assert [h.value for h in at.header][:4] == ["1. Neuron view: the query and the key", "2. The score as a sum of terms",
+    assert [h.value for h in at.header][:4] == ["1. Neuron view: the query and the key",
+                                                "2. The score as a sum of terms",
                                                 "3. Which earlier heads feed this score", "4. Position or content?"]
     assert "Content (distance 0)" in [m.label for m in at.metric]
     terms = next(m.value for m in at.markdown if m.value.startswith("The largest terms"))

@@ -37,7 +37,8 @@ def test_smollm2_induction_heads_pass_their_causal_test(smollm2, tmp_path):
     assert (prev["quantity"] == "downstream_induction").all() and prev["passed"].any()
     assert a.labels() is not None
     try:
-        atlas.build_atlas(smollm2, atlas.corpus_from_texts(["고양이가 쥐를 쫓았다. 개가 정원에서 잔다. 오늘은 날씨가 아주 좋다."]), root=tmp_path)
+        atlas.build_atlas(smollm2, atlas.corpus_from_texts(
+            ["고양이가 쥐를 쫓았다. 개가 정원에서 잔다. 오늘은 날씨가 아주 좋다."]), root=tmp_path)
     except models.InvalidCorpusError as exc:
         assert exc.code == "corpus_language"
     else:

@@ -135,8 +135,8 @@ def test_causal_labels_on_ray_equal_the_in_process_ones(minilm, tmp_path):
     here = here.sort_values(key, ignore_index=True)
     assert len(here) >= 4 and there[key].equals(here[key])
     assert list(there["passed"]) == list(here["passed"])
-    np.testing.assert_allclose(there[["delta", "lo", "hi"]].to_numpy(float), here[["delta", "lo", "hi"]].to_numpy(float),
-                               atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(there[["delta", "lo", "hi"]].to_numpy(float),
+                               here[["delta", "lo", "hi"]].to_numpy(float), atol=1e-5, rtol=1e-4)
     assert a.labels()[key].equals(there[key])
     assert (a.table()["verdict"] != "untested").sum() == len(set(map(tuple, here[["stack", "layer", "head"]].values)))
 

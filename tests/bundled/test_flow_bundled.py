@@ -16,7 +16,8 @@ SENTENCES = [s["text"] for s in json.loads((Path(__file__).resolve().parents[2] 
                                            .read_text(encoding="utf-8"))["sentences"]]
 
 
-@pytest.mark.parametrize("name,raw_min,weighted_max", [("minilm-l6", 0.55, 0.25), ("multilingual-e5-small", 0.65, 0.38)])
+@pytest.mark.parametrize("name,raw_min,weighted_max",
+                         [("minilm-l6", 0.55, 0.25), ("multilingual-e5-small", 0.65, 0.38)])
 def test_value_weighting_moves_attention_off_special_tokens(name, raw_min, weighted_max):
     """Kobayashi et al. 2020 (fig. 3, BERT-base): much weight on [CLS]/[SEP], little once ‖W_O v‖ is counted.
     Measured on the 12 shipped sentences: minilm-l6 0.594 -> 0.215, multilingual-e5-small 0.700 -> 0.346 (mean over

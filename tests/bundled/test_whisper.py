@@ -55,7 +55,8 @@ def test_load_finds_three_stacks(whisper):
     assert whisper.processor is not None
     cfg = whisper.model.config
     assert (cfg.d_model, cfg.num_mel_bins, cfg.vocab_size) == (512, 80, 51865)
-    assert whisper.model.generation_config.alignment_heads == [[3, 1], [4, 2], [4, 3], [4, 7], [5, 1], [5, 2], [5, 4], [5, 6]]
+    assert whisper.model.generation_config.alignment_heads == [[3, 1], [4, 2], [4, 3], [4, 7], [5, 1], [5, 2], [5, 4],
+                                                               [5, 6]]
 
 
 def test_converted_folder_loads_with_plain_transformers(whisper):
@@ -100,7 +101,8 @@ def test_ct2_reader_on_a_tiny_file():
     body = struct.pack("<I", 6) + _ct2_string("TinySpec") + struct.pack("<II", 1, 2)
     body += _ct2_string("a/weight") + struct.pack("<B", 2) + struct.pack("<II", 2, 3) + struct.pack("<B", 4)
     body += struct.pack("<I", w.nbytes) + w.tobytes()
-    body += _ct2_string("a/heads") + struct.pack("<B", 0) + struct.pack("<B", 2) + struct.pack("<I", 2) + struct.pack("<h", 8)
+    body += (_ct2_string("a/heads") + struct.pack("<B", 0) + struct.pack("<B", 2) + struct.pack("<I", 2)
+             + struct.pack("<h", 8))
     body += struct.pack("<I", 1) + _ct2_string("b/weight") + _ct2_string("a/weight")
     spec, v = cw.read_ct2_model(body)
     assert spec == "TinySpec" and int(v["a/heads"]) == 8
@@ -183,7 +185,8 @@ def test_shapes_rows_and_labels(english):
     for stack, w in a.attentions.items():
         assert w.dtype == np.float32
         np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-4, err_msg=stack)
-    assert [t.label for t in a.target_tokens[:4]] == ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
+    assert [t.label for t in a.target_tokens[:4]] == ["<|startoftranscript|>", "<|en|>", "<|transcribe|>",
+                                                      "<|notimestamps|>"]
     assert all(t.special for t in a.target_tokens[:4]) and not any(t.special for t in a.target_tokens[4:])
     for t in a.target_tokens[4:]:
         assert a.target[t.start:t.end] == t.text

@@ -85,7 +85,8 @@ def test_websocket_upgrade_passes_through(two_replicas):
         response = _get(port, "/_stcore/stream", cookie="dikkat_replica=a",
                         headers={"Host": host, "Origin": f"http://{host}", "Upgrade": "websocket",
                                  "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-                                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "streamlit"})
+                                 "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                                 "Sec-WebSocket-Protocol": "streamlit"})
         assert response.status == 101, host
 
 
@@ -132,7 +133,8 @@ def test_each_replica_is_visited_once_by_the_server_itself(two_replicas, tmp_pat
     through_nginx = warm.warm(f"http://127.0.0.1:{port}", [""], timeout=300, say=lines.append)
     assert isinstance(through_nginx[""], float), lines
     # a page other than the first, by its url path (the lesson steps' visits); one that is not there is said
-    pages = warm.warm(f"http://127.0.0.1:{port + 1}", ["masks?model_key=minilm-l6&masks_section=bert_gpt", "nosuch?x=1"],
+    pages = warm.warm(f"http://127.0.0.1:{port + 1}",
+                      ["masks?model_key=minilm-l6&masks_section=bert_gpt", "nosuch?x=1"],
                       timeout=300, say=lines.append)
     assert isinstance(pages["masks?model_key=minilm-l6&masks_section=bert_gpt"], float), lines
     assert isinstance(pages["nosuch?x=1"], str), lines
@@ -309,5 +311,6 @@ def test_replicas_that_would_share_too_few_cores_are_advised_against():
     assert said is not None and "2 replicas on 2 cores" in said and "2.22 s against 1.46 s" in said
     assert "from 4 cores" in said and "REPLICAS=1" in said
     assert replicas.core_advice(3, 4) is not None and "from 6 cores" in replicas.core_advice(3, 4)
-    assert replicas.core_advice(1, 1) is None and replicas.core_advice(2, 4) is None and replicas.core_advice(4, 16) is None
+    assert replicas.core_advice(1, 1) is None and replicas.core_advice(2, 4) is None \
+        and replicas.core_advice(4, 16) is None
     assert replicas.usable_cores() >= 1

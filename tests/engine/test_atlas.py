@@ -176,7 +176,8 @@ def test_an_interrupted_build_resumes_without_reading_finished_texts(tiny, tmp_p
     whole = atlas.build_atlas(loaded, corpus, repeats=2, root=tmp_path / "other")
     pd_cols = ["previous", "induction", "entropy", "first"]
     np.testing.assert_allclose(b.table()[pd_cols].to_numpy(), whole.table()[pd_cols].to_numpy(), atol=1e-12)
-    assert b.folder == atlas.folder_for(loaded, corpus, atlas.build.check_settings(loaded, None, None, 2, None), tmp_path)
+    assert b.folder == atlas.folder_for(loaded, corpus, atlas.build.check_settings(loaded, None, None, 2, None),
+                                        tmp_path)
 
 
 def test_examples_related_and_find_heads_across_atlases(tiny, tmp_path):

@@ -16,7 +16,8 @@ from models.loading.library_errors import GGUF_CODES, LOAD_CODES
 
 ROOT = Path(__file__).resolve().parents[2]
 # codes built from an expression at the raise site, and every value it can take
-DYNAMIC = {'EMPTY_CODES.get(name, "empty_text")': ["empty_text", "empty_text_pair", "empty_target_text", "empty_prompt"],
+DYNAMIC = {'EMPTY_CODES.get(name, "empty_text")': ["empty_text", "empty_text_pair", "empty_target_text",
+                                                  "empty_prompt"],
            '"unreadable_" + what': ["unreadable_text", "unreadable_text_pair"],
            "code": ["text_pair_needs_encoder", "target_needs_encdec"],  # analysis._only_for's callers
            "why.code": list(LOAD_CODES),  # a library's failure while loading a folder (library_errors.load_failure)

@@ -69,13 +69,28 @@ def test_every_dikkat_error_raise_has_a_code_with_a_turkish_text_filled_by_its_p
 
 def test_no_turkish_template_quotes_a_library_message():
     """``{detail}`` carries a library's (or Python's) English text: never shown in a translation."""
-    quoting = [k for k, v in _strings().items() if k.startswith("errmsg_") and "detail" in _placeholders(v.get("tr", ""))]
+    quoting = [k for k, v in _strings().items()
+               if k.startswith("errmsg_") and "detail" in _placeholders(v.get("tr", ""))]
     assert not quoting, quoting
 
 
 # ---- "no English sentence" -------------------------------------------------------------------------------------
 
-ENGLISH = set(["a", "an", "the", "is", "are", "was", "were", "be", "been", "not", "no", "of", "to", "in", "on", "at", "by", "as", "it", "its", "this", "that", "these", "with", "for", "from", "and", "or", "but", "so", "if", "than", "then", "there", "which", "who", "you", "your", "we", "our", "can", "cannot", "could", "should", "would", "will", "may", "might", "must", "does", "do", "did", "has", "have", "had", "please", "install", "update", "upgrade", "command", "read", "load", "loading", "loaded", "file", "files", "model", "models", "type", "version", "architecture", "recognize", "recognized", "supported", "support", "yet", "out", "date", "because", "issue", "error", "while", "header", "invalid", "weights", "shape", "size", "mismatch", "set", "thus", "raising", "start", "starts", "magic", "bytes", "trying", "checkpoint", "work", "very", "new", "release", "fully", "covered", "incomplete", "metadata", "deserializing", "expecting", "value", "line", "column", "property", "name", "enclosed", "double", "quotes", "unrecognized", "key", "should", "valid", "unknown", "found", "missing", "expected", "got", "only", "use", "used", "using", "when", "what", "how", "why", "see", "details", "report", "above", "below", "require", "requires", "required", "need", "needs", "needed", "buffer", "least", "most", "actual", "offset", "unpacking", "more", "less", "any", "all", "some", "each", "every", "one", "into", "over", "under", "after", "before", "about", "also", "just", "like", "other", "same", "such"])
+ENGLISH = set(["a", "an", "the", "is", "are", "was", "were", "be", "been", "not", "no", "of", "to", "in", "on", "at",
+               "by", "as", "it", "its", "this", "that", "these", "with", "for", "from", "and", "or", "but", "so", "if",
+               "than", "then", "there", "which", "who", "you", "your", "we", "our", "can", "cannot", "could", "should",
+               "would", "will", "may", "might", "must", "does", "do", "did", "has", "have", "had", "please", "install",
+               "update", "upgrade", "command", "read", "load", "loading", "loaded", "file", "files", "model", "models",
+               "type", "version", "architecture", "recognize", "recognized", "supported", "support", "yet", "out",
+               "date", "because", "issue", "error", "while", "header", "invalid", "weights", "shape", "size",
+               "mismatch", "set", "thus", "raising", "start", "starts", "magic", "bytes", "trying", "checkpoint",
+               "work", "very", "new", "release", "fully", "covered", "incomplete", "metadata", "deserializing",
+               "expecting", "value", "line", "column", "property", "name", "enclosed", "double", "quotes",
+               "unrecognized", "key", "should", "valid", "unknown", "found", "missing", "expected", "got", "only",
+               "use", "used", "using", "when", "what", "how", "why", "see", "details", "report", "above", "below",
+               "require", "requires", "required", "need", "needs", "needed", "buffer", "least", "most", "actual",
+               "offset", "unpacking", "more", "less", "any", "all", "some", "each", "every", "one", "into", "over",
+               "under", "after", "before", "about", "also", "just", "like", "other", "same", "such"])
 
 
 def english_run(text: str, params: dict | None = None) -> str | None:

@@ -72,7 +72,8 @@ def test_a_probed_model_takes_the_replaced_mask(tiny, model_type, mask, form):
     if not (allowed & (first[0] == 0)).any():  # within the native mask: the first layer is its restriction
         np.testing.assert_allclose(got[0], _restricted(first, allowed), atol=1e-6)
     assert not np.allclose(got[-1], np.asarray(native.attentions[stack])[-1], atol=1e-3)
-    np.testing.assert_array_equal(np.asarray(replaced.masks[stack]), np.broadcast_to(allowed, got.shape[:1] + allowed.shape))
+    np.testing.assert_array_equal(np.asarray(replaced.masks[stack]),
+                                  np.broadcast_to(allowed, got.shape[:1] + allowed.shape))
     assert native.masks == {}  # the native mask of a fallback model is its own business
 
 
@@ -135,8 +136,8 @@ def test_an_encoder_decoder_takes_a_mask_per_stack_at_the_softmax(tiny):
     a = models.analyze(loaded, TEXT, target="the cat", mask={"encoder": enc, "decoder": dec})
     w = np.asarray(a.attentions["encoder"])
     assert (w[:, :, ~enc] == 0).all() and (w[:, :, enc] > 0).all()
-    np.testing.assert_allclose(np.asarray(a.attentions["decoder"]), np.broadcast_to(np.eye(m), a.attentions["decoder"].shape),
-                               atol=1e-7)
+    np.testing.assert_allclose(np.asarray(a.attentions["decoder"]),
+                               np.broadcast_to(np.eye(m), a.attentions["decoder"].shape), atol=1e-7)
     np.testing.assert_allclose(np.asarray(a.attentions["cross"]).sum(-1), 1, atol=1e-5)
 
 

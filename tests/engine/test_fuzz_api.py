@@ -27,8 +27,10 @@ MASKS = st.one_of(
 )
 HEADS = st.one_of(
     st.none(), st.text(max_size=6),
-    st.sets(st.tuples(st.sampled_from(["encoder", "decoder", "x"]), st.integers(-2, 8), st.integers(-2, 14)), max_size=3),
-    st.lists(st.tuples(st.sampled_from(["encoder"]), st.one_of(st.integers(0, 5), st.booleans(), st.floats())), max_size=2),
+    st.sets(st.tuples(st.sampled_from(["encoder", "decoder", "x"]), st.integers(-2, 8), st.integers(-2, 14)),
+            max_size=3),
+    st.lists(st.tuples(st.sampled_from(["encoder"]), st.one_of(st.integers(0, 5), st.booleans(), st.floats())),
+             max_size=2),
 )
 TEXTS = st.text(st.characters(codec="utf-8"), max_size=80)
 WORDS = st.text(st.sampled_from(list("Kedi fareyi kovaladı the cat")), min_size=1, max_size=40).filter(str.strip)
@@ -56,7 +58,8 @@ def test_analyze_returns_attention_or_a_dikkat_error(minilm, text, pair, mask, h
     assert len(a.tokens) <= min(a.max_tokens, minilm.max_positions)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(a=st.text(st.sampled_from(list("abcçdefgğıijk .,!?'-ş")), min_size=1, max_size=1500),
        b=st.text(st.sampled_from(list("xyzşöü mnop.'-kedi")), min_size=1, max_size=1500),
        limit=st.integers(8, 300))

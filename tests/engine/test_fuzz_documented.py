@@ -41,7 +41,8 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, data
 GIB = 1 << 30
 
 # values that are wrong for almost every parameter
-BAD = st.one_of(st.none(), st.booleans(), st.integers(-(10 ** 12), 10 ** 12), st.sampled_from([-1, 0, 10 ** 6, 2 ** 63]),
+BAD = st.one_of(st.none(), st.booleans(), st.integers(-(10 ** 12), 10 ** 12),
+                st.sampled_from([-1, 0, 10 ** 6, 2 ** 63]),
                 st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4), st.just("a\ud800b"),
                 st.lists(st.integers(-3, 3), max_size=3), st.just(np.array([1.5, np.nan])), st.just(object()))
 TEXT = st.sampled_from(["the cat chased the mouse", "kedi fareyi kovaladı", "a", "the cat. the mouse!"])
@@ -289,20 +290,24 @@ CALLS = {
     "positions.alibi_slopes": (None, st.fixed_dictionaries({"heads": small(-1, 10 ** 7)}),
                                lambda m, a, f, kw: positions.alibi_slopes(**kw)),
     "positions.rope_dot_grid": (None, st.fixed_dictionaries({"positions": small(-1, 10 ** 6),
-                                                             "head_dim": small(-1, 130), "theta": arg(st.floats(-1, 1e6))}),
+                                                             "head_dim": small(-1, 130),
+                                                             "theta": arg(st.floats(-1, 1e6))}),
                                 lambda m, a, f, kw: positions.rope_dot_grid(None, **kw)),
     "kvcache.compare_generation": ("dec", st.fixed_dictionaries({"prompt": arg(TEXT), "max_new_tokens": small(-1, 3),
                                                                  "implementation": arg(["sdpa", "captured"])}),
                                    lambda m, a, f, kw: kvcache.compare_generation(m, **kw)),
-    "cost.measure_cost": ("dec", st.fixed_dictionaries({"lengths": arg(st.lists(st.one_of(st.integers(-2, 24), st.just(10 ** 6)), max_size=2)),
-                                                        "repeats": small(-1, 2)}),
-                          lambda m, a, f, kw: cost.measure_cost(m, **kw)),
+    "cost.measure_cost": ("dec", st.fixed_dictionaries({
+        "lengths": arg(st.lists(st.one_of(st.integers(-2, 24), st.just(10 ** 6)), max_size=2)),
+        "repeats": small(-1, 2)}),
+        lambda m, a, f, kw: cost.measure_cost(m, **kw)),
     "cost.attention_matrix_size": (None, st.fixed_dictionaries({"n": small(-1, 10 ** 9), "layers": small(-1, 4)}),
                                    lambda m, a, f, kw: cost.attention_matrix_size(**kw)),
     # head atlas (README "Head atlas")
     "atlas.build_atlas": ("dec_atlas", st.fixed_dictionaries({
-        "corpus": arg(st.builds(lambda t: atlas.corpus_from_texts(t, name="f"), st.lists(TEXT, min_size=1, max_size=3))),
-        "max_tokens": arg(st.one_of(st.none(), st.integers(-1, 70))), "limit": arg(st.one_of(st.none(), st.integers(-1, 3))),
+        "corpus": arg(st.builds(lambda t: atlas.corpus_from_texts(t, name="f"),
+                                st.lists(TEXT, min_size=1, max_size=3))),
+        "max_tokens": arg(st.one_of(st.none(), st.integers(-1, 70))),
+        "limit": arg(st.one_of(st.none(), st.integers(-1, 3))),
         "repeats": small(-1, 2)}),
         lambda m, a, f, kw: atlas.build_atlas(m.model, kw.pop("corpus"), root=m.root, **kw).table()),
     "atlas.corpus_from_texts": (None, st.fixed_dictionaries({"texts": arg(st.lists(arg(TEXT), max_size=3))}),
@@ -315,7 +320,8 @@ CALLS = {
     "Atlas.related": ("dec_atlas", st.fixed_dictionaries({"stack": arg(["decoder"]), "layer": small(-1, 2),
                                                           "head": small(-1, 4), "k": small(-1, 9)}),
                       lambda m, a, f, kw: m.atlas.related(**kw)),
-    "Atlas.metric": ("dec_atlas", st.fixed_dictionaries({"name": arg(list(atlas.RANKABLE)), "stack": arg(["decoder", "x"])}),
+    "Atlas.metric": ("dec_atlas", st.fixed_dictionaries({"name": arg(list(atlas.RANKABLE)),
+                                                         "stack": arg(["decoder", "x"])}),
                      lambda m, a, f, kw: m.atlas.metric(**kw)),
     "atlas.find_heads": ("dec_atlas", st.fixed_dictionaries({"metric": arg(list(atlas.RANKABLE)), "top": small(-1, 5),
                                                              "model": arg([None, "x"])}),
@@ -344,7 +350,8 @@ CALLS = {
         "default": arg(["full", "sink_window:2,1", "vertical_slash:2,2", "block_sparse:2,1", "a_shape:3,1", "x",
                         "sliding_window:0", "vertical_slash:9", "block_sparse:99,1"]),
         "heads": arg(st.dictionaries(st.tuples(st.integers(-1, 3), st.integers(-1, 5)),
-                                     st.sampled_from(["full", "causal", "strided:2", "sliding_window:40"]), max_size=2)),
+                                     st.sampled_from(["full", "causal", "strided:2", "sliding_window:40"]),
+                                     max_size=2)),
         "layers": arg(st.dictionaries(st.integers(-1, 3), st.sampled_from(["full", "bidirectional"]), max_size=2)),
         "fit": arg([False, True])}),
         lambda m, a, f, kw: np.asarray(models.analyze(m, "the cat chased the mouse", mask=HeadMasks(**kw))
@@ -353,7 +360,8 @@ CALLS = {
         "scores": arg(st.sampled_from([np.ones((2, 4)), np.zeros(3), np.full((2, 2), np.nan)])), "k": small(-1, 9),
         "window": small(-1, 70), "sinks": small(-1, 5)}), lambda m, a, f, kw: duo_attention(**kw)),
     "sparse.kept_share": ("dec", st.fixed_dictionaries({"budget": small(-1, 8), "stack": arg([None, "decoder", "x"]),
-                                                        "kinds": arg([["sliding_window", "vertical_slash"], ["x"], []])}),
+                                                        "kinds": arg([["sliding_window", "vertical_slash"], ["x"],
+                                                                      []])}),
                           lambda m, a, f, kw: sparse.kept_share(a, **kw)),
     "sparse.kv_bytes": ("dec", st.fixed_dictionaries({"spec": arg(["sink_window:4,1", "full", "x"]),
                                                       "n": small(-1, 100)}),
@@ -448,7 +456,8 @@ def test_every_documented_function_is_fuzzed():
                   "pattern_counts", "pattern_type", "whisper_alignment", "dtw", "median_filter", "heads_that_can_go",
                   "estimate_seconds", "information_flow", "neuron_view", "row_terms", "score_terms", "rope_split",
                   "composition", "grammar_probes", "inner_language", "lens_probabilities", "HeadMasks",
-                  "duo_attention", "kept_share", "kv_bytes", "make_needles", "run_needle", "retrieval_scores", "duo_compare"]
+                  "duo_attention", "kept_share", "kv_bytes", "make_needles", "run_needle", "retrieval_scores",
+                  "duo_compare"]
     covered = " ".join(CALLS)
     for name in documented:
         assert name in readme, name

@@ -29,7 +29,8 @@ def test_every_axis_out_of_range_names_itself(tiny, keep):
         assert str(info.value).startswith(f"{code.removeprefix('index_')} {index} is out of range for {size}")
     with pytest.raises(models.IndexOutOfRangeError) as info:
         weights[0, 0, 0, 0, 0]
-    assert info.value.code == "index_axes" and info.value.params == {"index": 5 if keep else 4, "size": 4 if keep else 3}
+    assert info.value.code == "index_axes" \
+        and info.value.params == {"index": 5 if keep else 4, "size": 4 if keep else 3}
     with pytest.raises(models.InvalidArgumentError) as info:
         weights[0, 1.5]
     assert info.value.code == "bad_index"

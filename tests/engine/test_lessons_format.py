@@ -204,7 +204,8 @@ MISTAKES = [  # (code, the lesson's table, where the error points)
     ("lesson_question_field", _lesson(_step(question=_key(query="chased"))), "steps.1.question.query"),
     ("lesson_question_field", _swap(_lesson(_step(question=_key())), "steps.0.params.model_key", ...),
      "steps.1.question.model"),
-    ("lesson_question_field", _swap(_lesson(_step(question=_key())), "steps.0.params.text", ...), "steps.1.params.text"),
+    ("lesson_question_field", _swap(_lesson(_step(question=_key())), "steps.0.params.text", ...),
+     "steps.1.params.text"),
     ("lesson_question_text_model", _lesson(_step("masks", **WHISPER, question={
         "kind": "top_head", "prompt": T, "heads": ["decoder.0.0", "decoder.0.1"]})), "steps.1.question"),
     ("lesson_question_loss", _lesson(_step(question={"kind": "loss_change", "prompt": T, "mask": "causal"})),

@@ -43,7 +43,8 @@ def test_top_key_is_the_argmax_of_the_weights_row(tiny, arch, stack):
         assert len(values) == (query % n + 1 if stack == "decoder" else n)
         assert sum(got.detail.values()) == pytest.approx(1.0, abs=1e-5)
     label = Q.choices_for(loaded, Q.TopKey(prompt=PROMPT, layer=0, head=0, query=-1), STATE)[2].label
-    assert label["en"] == label["tr"] == f"2 · {a.tokens[2].label.strip()}" and a.tokens[2].label.strip() in ("cat", "chased")
+    assert label["en"] == label["tr"] == f"2 · {a.tokens[2].label.strip()}" \
+        and a.tokens[2].label.strip() in ("cat", "chased")
 
 
 @pytest.mark.parametrize("arch, stack", [("gpt2", "decoder"), ("bert", "encoder")])
@@ -124,7 +125,8 @@ def test_a_question_that_does_not_fit_the_model_or_the_text_says_why(tiny):
         assert _code(fn, gpt2, key(prompt=PROMPT, layer=0, head=0, query=0, stack="encoder"), STATE) == "lesson_stack"
         assert _code(fn, gpt2, key(prompt=PROMPT, layer=0, head=0, query=5), STATE) == "lesson_question_query_range"
         assert _code(fn, gpt2, key(prompt=PROMPT, layer=0, head=0, query=-6), STATE) == "lesson_question_query_range"
-        assert _code(fn, gpt2, key(prompt=PROMPT, layer=0, head=0, query=0), {"text": "  "}) == "lesson_question_no_text"
+        assert _code(fn, gpt2, key(prompt=PROMPT, layer=0, head=0, query=0),
+                     {"text": "  "}) == "lesson_question_no_text"
         assert _code(fn, gpt2, Q.Sink(prompt=PROMPT), {}) == "lesson_question_no_text"
         assert _code(fn, bert, Q.LossChange(prompt=PROMPT, mask="causal"), STATE) == "lesson_question_loss"
         assert _code(fn, gpt2, Q.TopHead(prompt=PROMPT, heads=("decoder.0.0", "decoder.0.9")),

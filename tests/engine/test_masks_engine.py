@@ -275,7 +275,8 @@ def test_width_longer_than_the_text_equals_causal(tiny):
                  ("strided", 10 ** 40)):
         w = models.analyze(loaded, "kedi fare", mask=mask).attentions["decoder"]
         np.testing.assert_array_equal(w, causal)
-    assert models.parse_mask("sliding_window:99999999999999999999").matrix(3).tolist() == np.tril(np.ones((3, 3), bool)).tolist()
+    assert models.parse_mask("sliding_window:99999999999999999999").matrix(3).tolist() \
+        == np.tril(np.ones((3, 3), bool)).tolist()
 
 
 @pytest.mark.parametrize("arch,stack", [("bert", "decoder"), ("gpt2", "encoder"), ("gpt2", "bogus")])
@@ -309,7 +310,8 @@ def test_sink_window_mask_by_hand(tiny):
     assert models.parse_mask("streaming:8").sinks == 4  # StreamingLLM's four by default
     want = [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [1, 0, 0, 1, 1]]
     assert m.matrix(5).astype(int).tolist() == want
-    assert models.parse_mask("sink_window:3,0").matrix(6).tolist() == models.parse_mask("sliding_window:3").matrix(6).tolist()
+    assert models.parse_mask("sink_window:3,0").matrix(6).tolist() \
+        == models.parse_mask("sliding_window:3").matrix(6).tolist()
     for bad in ("sink_window:2,-1", "sink_window:0,1", "sink_window:2,x", "causal:1,2", ("strided", 2, 1)):
         with pytest.raises(models.InvalidMaskError):
             models.parse_mask(bad)

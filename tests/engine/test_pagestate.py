@@ -96,7 +96,8 @@ def test_a_page_binds_only_what_it_declares():
     folders = {"masks": "mask_sections", "atlas": "atlas_sections"}
     for page in pagestate.PAGES:
         folder = folders.get(page.name)
-        paths = [ROOT / "views" / f"{page.name}.py"] + (sorted((ROOT / "views" / folder).glob("*.py")) if folder else [])
+        paths = [ROOT / "views" / f"{page.name}.py"] + (sorted((ROOT / "views" / folder).glob("*.py"))
+                                                        if folder else [])
         used = set()
         for path in paths:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -173,9 +173,9 @@ def test_indexing_an_on_demand_stack_follows_numpy(tiny):
     loaded = tiny("llama")
     lazy = models.analyze(loaded, LONG, keep=False).attentions["decoder"]
     full = np.asarray(models.analyze(loaded, LONG, keep=True).attentions["decoder"])
-    keys = [1, -1, (0,), (1, 2), (0, 2, 5), (0, -1, slice(3, 9)), (0, 2, [1, 3]), (0, 2, Ellipsis), (0, 2, slice(None, None, 2)),
-            (0, 1, None), (1, slice(0, 2), [0, 1]), (0, slice(None), slice(0, 5), [1, 3]), (0, [0, 3]), (1, Ellipsis, 4),
-            (0, 1, 2, 3), (slice(None), 0), (Ellipsis, 0, 0), (np.int64(1), np.int64(3))]
+    keys = [1, -1, (0,), (1, 2), (0, 2, 5), (0, -1, slice(3, 9)), (0, 2, [1, 3]), (0, 2, Ellipsis),
+            (0, 2, slice(None, None, 2)), (0, 1, None), (1, slice(0, 2), [0, 1]), (0, slice(None), slice(0, 5), [1, 3]),
+            (0, [0, 3]), (1, Ellipsis, 4), (0, 1, 2, 3), (slice(None), 0), (Ellipsis, 0, 0), (np.int64(1), np.int64(3))]
     for key in keys:
         got, want = lazy[key], full[key]
         assert got.shape == want.shape and np.array_equal(got, want), key
@@ -218,7 +218,8 @@ def test_concurrent_long_analyses_keep_their_own_hidden_states(tiny, monkeypatch
         th.join()
     assert not errors, errors
     for i, w in enumerate(want):
-        assert np.array_equal(got[i].next_token.ids, w.next_token.ids) and got[i].loss == pytest.approx(w.loss, rel=1e-6)
+        assert np.array_equal(got[i].next_token.ids, w.next_token.ids) \
+            and got[i].loss == pytest.approx(w.loss, rel=1e-6)
 
 
 @pytest.mark.parametrize("arch", ["bert-mlm", "llama", "gemma3", "t5", "bart"])
@@ -229,7 +230,8 @@ def test_layers_nobody_reads_run_the_fused_kernel(tiny, arch, monkeypatch):
     loaded = tiny(arch)
     calls = []
     real = capture.interface._sdpa()
-    monkeypatch.setattr(capture.interface, "_sdpa", lambda: lambda *a, **k: (calls.append(k.get("is_causal")), real(*a, **k))[1])
+    monkeypatch.setattr(capture.interface, "_sdpa",
+                        lambda: lambda *a, **k: (calls.append(k.get("is_causal")), real(*a, **k))[1])
     stack = "decoder" if loaded.family == "decoder" else "encoder"
     n = len(models.analyze(loaded, LONG, keep=True).axis_tokens(stack)[0])
     allowed = np.tril(np.ones((n, n), dtype=bool))
@@ -248,7 +250,8 @@ def test_layers_nobody_reads_run_the_fused_kernel(tiny, arch, monkeypatch):
     calls.clear()
     own = [models.analyze(loaded, LONG, keep=keep, keep_logits=loaded.head != "none", hidden_states=True)
            for keep in (True, False)]
-    # a decoder's own causal mask goes to sdpa as is_causal (no mask written out); Gemma 3's sliding layer keeps its mask
+    # a decoder's own causal mask goes to sdpa as is_causal (no mask written out); Gemma 3's sliding layer keeps its
+    # mask
     want_causal = {"llama": [True, True], "gemma3": [None, True], "bart": [False, False, True, False, True, False],
                    "t5": [False, False, True, False, True, False], "bert-mlm": [False, False]}[arch]
     assert calls == want_causal, calls
@@ -276,7 +279,8 @@ def test_a_computed_layer_serves_its_heads_and_rows(tiny, monkeypatch):
     full = np.asarray(models.analyze(loaded, LONG, keep=True).attentions["decoder"])
     runs = []
     real = store.Replay.run
-    monkeypatch.setattr(store.Replay, "run", lambda self, want, visit: (runs.append(sorted(want)), real(self, want, visit)))
+    monkeypatch.setattr(store.Replay, "run",
+                        lambda self, want, visit: (runs.append(sorted(want)), real(self, want, visit)))
     assert np.array_equal(lazy[1], full[1]) and len(runs) == 1
     assert np.array_equal(lazy[1, 2], full[1, 2]) and np.array_equal(lazy[1, 0, 3:5], full[1, 0, 3:5])
     assert len(runs) == 1  # served from the computed layer

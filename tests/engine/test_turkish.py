@@ -124,7 +124,8 @@ def test_the_reviewed_words_in_their_sentences(text, index, expected):
     """The review's words (Adam, yedi, çıktı, sudan, yediler) and their classes, in context (a plain string: only
     the segmentation is checked)."""
     got = _word_of(text, index)
-    assert [g if isinstance(e, tuple) else g[0] for g, e in zip(got, expected)] == expected and len(got) == len(expected)
+    assert [g if isinstance(e, tuple) else g[0] for g, e in zip(got, expected)] == expected \
+        and len(got) == len(expected)
 
 
 def test_the_review_words_alone_are_in_the_hand_checked_list():

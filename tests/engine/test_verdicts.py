@@ -44,6 +44,7 @@ def test_clark_rules_and_the_bleu_row_is_not_judged():
     assert _held("clark", r)[0] is False
     assert _held("prunable", NS(flat_share=0.3)) == [True, None]
     assert _held("alignment", NS(max_difference=0.0, mean_difference=0.0, control_mean_difference=0.4)) == [True, True]
-    assert _held("alignment", NS(max_difference=0.1, mean_difference=0.05, control_mean_difference=0.1)) == [False, False]
+    assert _held("alignment", NS(max_difference=0.1, mean_difference=0.05,
+                                 control_mean_difference=0.1)) == [False, False]
     with pytest.raises(models.InvalidArgumentError):
         verdicts("nope", None)

@@ -75,18 +75,20 @@ def test_no_module_is_over_500_lines():
 # pages never share a key by accident; Explore's keys are the app's first link parameters (layer, head, view)
 # and keep their short names, the sidebar's are the app's own
 PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), "mask_sections": ("masks_",),
-                 "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",), "why": ("why_", "_why_"),
+                 "positions": ("pos_",), "pruning": ("prune_", "_prune_"), "qkv": ("qkv_",), "flow": ("flow_",),
+                 "why": ("why_", "_why_"),
                  "experiments": ("exp_",), "atlas": ("atlas_",), "atlas_sections": ("atlas_",),
                  "live": ("live_", "_live_"), "live_sections": ("live_", "_live_")}
-SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live", "explore_parts": "explore"}  # a page's parts, one module each, and their page
+# a page's parts, one module each, and their page
+SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live", "explore_parts": "explore"}
 APP_KEYS = {"_device_slot", "_selection", "example", "lang", "model_custom", "model_key",
             "scale", "text"}
 
 
 def _session_keys(path: Path) -> set[str]:
     """The literal Session State keys a view file names: ``key=``, ``session_state[...]`` / ``.get`` /
-    ``.setdefault`` / ``.pop``, a :class:`UrlState`'s ``bind`` / ``read`` / ``sync`` / ``drop``, ``clamp``, ``layer_head`` and ``UrlState`` (an f-string's
-    literal start counts)."""
+    ``.setdefault`` / ``.pop``, a :class:`UrlState`'s ``bind`` / ``read`` / ``sync`` / ``drop``, ``clamp``,
+    ``layer_head`` and ``UrlState`` (an f-string's literal start counts)."""
     import ast
     keys = set()
 
@@ -101,7 +103,8 @@ def _session_keys(path: Path) -> set[str]:
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             args = list(node.args)
-            if name in ("get", "setdefault", "pop") and "session_state" in ast.unparse(node.func) or name in ("bind", "read", "sync", "drop", "url_drop", "clamp"):
+            if name in ("get", "setdefault", "pop") and "session_state" in ast.unparse(node.func) \
+                    or name in ("bind", "read", "sync", "drop", "url_drop", "clamp"):
                 args = args[:1]
             elif name == "layer_head":
                 args = args[:2]

@@ -13,7 +13,8 @@ HELPER = ROOT / "views" / "shared" / "fields.py"
 # text boxes that take a name, not a text to analyse: a model's (classroom mode refuses names it does not offer),
 # a corpus file's text column; a live class's room code, teacher token and the address its students open
 NAME_FIELDS = {"model_custom", "masks_encdec_model", "atlas_column", "live_code_input", "live_token", "live_address",
-               "masks_ph_default", "atlas_ray_address"}  # a mask pattern per head; a Ray cluster's address (views/mask_sections/per_head_custom.py)
+               # a mask pattern per head; a Ray cluster's address (views/mask_sections/per_head_custom.py)
+               "masks_ph_default", "atlas_ray_address"}
 TEXT_BOXES = ("text_input", "text_area", "chat_input")
 
 

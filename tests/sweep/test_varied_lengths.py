@@ -4,7 +4,9 @@ sweep found failing at other shapes (DeepSeek-V4, XLNet, CPM-Ant, Nyströmformer
 the families people load (GPT-2, Llama with GQA, Mistral's sliding window, Gemma 3, Qwen 2, Phi-3, BLOOM's ALiBi,
 GPT-Neo's local layers, BERT, RoBERTa, T5, BART, Marian). A raw error, numbers that are not the model's own, a
 head switch that does nothing, or a next-token readout that sees its target fails; a refusal with its reason
-passes."""
+passes. Then a second shape of config (``archsweep.SHAPES["b"]``: 48 wide, 6 heads, 3 query heads per key/value
+head) at two lengths, and the encoders with a sentence pair (``[CLS] A [SEP] B [SEP]``, the tokens and segment ids
+checked against the tokenizer's own) in both shapes."""
 
 from __future__ import annotations
 
@@ -27,3 +29,24 @@ def text_of(words: int) -> str:
 def test_exact_or_refused_at_every_length(model_type, words, tmp_path):
     result = archsweep.check(model_type, tmp_path, text=text_of(words))
     assert result.verdict in ("pass", "partial", "refused"), result.why
+
+
+ENCODERS = ["nystromformer", "funnel", "bert", "roberta"]
+
+
+@pytest.mark.parametrize("words", (4, 16))
+@pytest.mark.parametrize("model_type", TYPES)
+def test_exact_or_refused_in_another_shape(model_type, words, tmp_path):
+    result = archsweep.check(model_type, tmp_path, text=text_of(words), shape="b")
+    assert result.verdict in ("pass", "partial", "refused"), result.why
+
+
+@pytest.mark.parametrize("shape", ("a", "b"))
+@pytest.mark.parametrize("words", (1, 12))
+@pytest.mark.parametrize("model_type", ENCODERS)
+def test_a_sentence_pair_is_exact_or_refused(model_type, words, shape, tmp_path):
+    result = archsweep.check(model_type, tmp_path, text=text_of(words), pair=" ".join(reversed(text_of(words +
+                             3).split())), shape=shape)
+    assert result.verdict in ("pass", "partial", "refused"), result.why
+    if result.verdict == "refused":  # the refusal names its reason; a pair itself is never the reason
+        assert "pair" not in result.error, result.error

@@ -17,7 +17,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from viz import alignment, audio_alignment, cost, experiments, flow, head_masks, heatmap, masks, model_view, positions, pruning, qkv
+from viz import (
+    alignment, audio_alignment, cost, experiments, flow, head_masks, heatmap, masks, model_view, positions, pruning,
+    qkv,
+)
 from viz import numbers as nb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +45,11 @@ def test_decimals_and_thousands(value, decimals, en, tr):
 def test_integers_signed_scientific_and_general():
     assert (nb.integer(131072, "en"), nb.integer(131072, "tr")) == ("131,072", "131.072")
     assert nb.integer(float("nan"), "tr") == "—"
-    assert (nb.signed(0.25, 3, "en"), nb.signed(-1.5, 2, "tr"), nb.signed(-1e-9, 2, "tr")) == ("+0.250", "-1,50", "+0,00")
+    assert (nb.signed(0.25, 3, "en"), nb.signed(-1.5, 2, "tr"), nb.signed(-1e-9, 2, "tr")) == \
+        ("+0.250", "-1,50", "+0,00")
     assert (nb.sci(8.9e-8, 1, "en"), nb.sci(8.9e-8, 1, "tr")) == ("8.9e-08", "8,9e-08")
-    assert (nb.number(4e-7, 3, "tr"), nb.number(0.25, 3, "tr"), nb.number(0.0, 3, "en")) == ("4,0e-07", "0,250", "0.000")
+    assert (nb.number(4e-7, 3, "tr"), nb.number(0.25, 3, "tr"), nb.number(0.0, 3, "en")) == \
+        ("4,0e-07", "0,250", "0.000")
     assert (nb.general(1234.5, 6, "tr"), nb.general(1.5e-7, 6, "en"), nb.general(float("nan"), 6, "tr")) == \
         ("1.234,5", "1.5e-07", "—")
 
@@ -92,8 +97,8 @@ BUILDERS = {
     "alignment.alignment_figure": lambda lang: alignment.alignment_figure(W, LABELS, LABELS, lang=lang),
     "audio_alignment.spectrogram_attention_figure": lambda lang: audio_alignment.spectrogram_attention_figure(
         np.zeros((8, 10)), np.full((N, 10), 1e-7), LABELS, frame_seconds=0.02, peaks=[1, 2, 3, 4], lang=lang),
-    "cost.cost_curves": lambda lang: cost.cost_curves({"t": ([128, 4096], [0.001, 0.5])}, reference=([128, 4096], [1e-4, 0.1]),
-                                                      lang=lang),
+    "cost.cost_curves": lambda lang: cost.cost_curves({"t": ([128, 4096], [0.001, 0.5])},
+                                                      reference=([128, 4096], [1e-4, 0.1]), lang=lang),
     "cost.kv_bars": lambda lang: cost.kv_bars(["4K", "8K"], [0.001, 0.002], [0.01, 0.02], lang=lang),
     "experiments.per_layer_lines": lambda lang: experiments.per_layer_lines({"x": np.array([0.012, 0.33])}, title="t",
                                                                            layer_title="l", value_title="v", lang=lang),
@@ -123,7 +128,8 @@ BUILDERS = {
     "head_masks.kept_share_figure": lambda lang: head_masks.kept_share_figure(np.full((2, 3, 4), 1e-7), ["a", "b"],
                                                                               lang=lang),
     "heatmap.head_heatmap": lambda lang: heatmap.head_heatmap(np.zeros((N, N)), LABELS, LABELS, lang=lang),
-    "masks.mask_figure": lambda lang: masks.mask_figure(np.tril(np.ones((N, N), dtype=bool)), LABELS, LABELS, lang=lang),
+    "masks.mask_figure": lambda lang: masks.mask_figure(np.tril(np.ones((N, N), dtype=bool)), LABELS, LABELS,
+                                                        lang=lang),
     "masks.attention_figure": lambda lang: masks.attention_figure(TINY, LABELS, LABELS, lang=lang),
     "masks.kl_figure": lambda lang: masks.kl_figure(LABELS, {"causal": np.full(N, 1e-7)}, lang=lang),
     "masks.drift_figure": lambda lang: masks.drift_figure({"causal": np.full(N, 1e-7)}, lang=lang),
@@ -132,7 +138,8 @@ BUILDERS = {
     "positions.sinusoidal_heatmap": lambda lang: positions.sinusoidal_heatmap(TINY, LABELS, lang=lang),
     "positions.rope_rotations": lambda lang: positions.rope_rotations(np.full((N, 3), 1e-7), [0, 2], lang=lang),
     "positions.distance_grid": lambda lang: positions.distance_grid(np.zeros((N, N)), lang=lang),
-    "positions.alibi_figure": lambda lang: positions.alibi_figure(np.array([0.5, 0.0039]), np.triu(np.full((N, N), np.nan), 1),
+    "positions.alibi_figure": lambda lang: positions.alibi_figure(np.array([0.5, 0.0039]),
+                                                                  np.triu(np.full((N, N), np.nan), 1),
                                                                   LABELS, 1, lang=lang),
     "positions.word_order_figure": lambda lang: positions.word_order_figure(LABELS, W, W, W - W, lang=lang),
     "pruning.head_grid": lambda lang: pruning.head_grid(np.full((2, 3), 1e-7), np.eye(2, 3, dtype=bool), diverging=True,
@@ -145,8 +152,8 @@ BUILDERS = {
     "qkv.weighted_values": lambda lang: qkv.weighted_values(TINY, np.full(N, 0.25), np.zeros(N), LABELS, lang=lang),
     "qkv.rope_before_after": lambda lang: qkv.rope_before_after(TINY, TINY, LABELS, lang=lang),
 }
-MODULES = (alignment, audio_alignment, cost, experiments, flow, head_masks, heatmap, masks, model_view, positions, pruning,
-           qkv)
+MODULES = (alignment, audio_alignment, cost, experiments, flow, head_masks, heatmap, masks, model_view, positions,
+           pruning, qkv)
 NOT_BUILDERS = {"experiments.published_marks"}  # adds lines to a figure a builder made
 
 

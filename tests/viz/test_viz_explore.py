@@ -151,7 +151,8 @@ def test_a_head_view_fragment_keeps_labels_as_data_and_finds_its_own_div():
 
     labels = ["<!--<script>", "</script>", "a&b"]
     w = np.full((1, 3, 3), 1 / 3, dtype=np.float32)
-    for html in (head_view_fragment(w, labels, labels, head_names=["h"]), head_view_html(w, labels, labels, head_names=["h"])):
+    for html in (head_view_fragment(w, labels, labels, head_names=["h"]),
+                 head_view_html(w, labels, labels, head_names=["h"])):
         data = re.search(r'class="hv-data"[^>]*>(.*?)</script>', html, re.S).group(1)
         assert "<" not in data and ">" not in data and "&" not in data
         assert json.loads(data)["q"] == labels

@@ -25,7 +25,8 @@ KN = [f"k{b}" for b in range(12)] + ["<b>bias</b>"]
 def test_term_table_keeps_every_sum():
     cells, rows, cols, rest_row, rest_col = vw.term_table(M, top=4)
     assert cells.shape == (5, 5) and rest_row and rest_col
-    assert list(rows) == list(np.argsort(-np.abs(M.sum(1)))[:4]) and list(cols) == list(np.argsort(-np.abs(M.sum(0)))[:4])
+    assert list(rows) == list(np.argsort(-np.abs(M.sum(1)))[:4]) \
+        and list(cols) == list(np.argsort(-np.abs(M.sum(0)))[:4])
     np.testing.assert_allclose(cells.sum(), M.sum())
     np.testing.assert_allclose(cells[:4].sum(1), M.sum(1)[rows])  # each kept row: its part's whole query-side total
     np.testing.assert_allclose(cells[:, :4].sum(0), M.sum(0)[cols])

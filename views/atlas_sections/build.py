@@ -4,7 +4,9 @@ its progress (a fragment redrawn every second), and one line on what is on disk.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pandas as pd
 import streamlit as st
@@ -43,7 +45,8 @@ def _shipped(language: str) -> A.Corpus | None:
 
 
 def _uploaded(column: str) -> A.Corpus | None:
-    """The uploaded corpus (parsed once per file and column), or None: nothing uploaded, or the engine's reason shown."""
+    """The uploaded corpus (parsed once per file and column), or None: nothing uploaded, or the engine's reason
+    shown."""
     file = st.session_state.get("atlas_upload")
     if file is None:
         st.info(t("atlas_upload_needed"))
@@ -110,7 +113,7 @@ def _engine() -> tuple[str, int | None] | None:
         return None
     URL.bind("atlas_engine", "here", options=ENGINES)
     st.selectbox(t("atlas_engine"), ENGINES, key="atlas_engine", help=t("atlas_engine_help"),
-                 format_func={e: tp(f"atlas_engine_{e}") for e in ENGINES}.get)
+                 format_func=cast("Callable[[Any], str]", {e: tp(f"atlas_engine_{e}") for e in ENGINES}.get))
     engine = st.session_state.get("atlas_engine") or "here"
     if engine == "here":
         return None
@@ -138,8 +141,8 @@ def _settings(loaded: models.LoadedModel, column) -> tuple[int, int, int, tuple 
                         help=t("atlas_max_tokens_help", limit=limit))
         st.number_input(t("atlas_limit"), min_value=0, max_value=atlas_corpus.MAX_TEXTS, step=16, key="atlas_limit",
                         help=t("atlas_limit_help"))
-        st.number_input(t("atlas_repeats"), min_value=0, max_value=URL.bounds("atlas_repeats")[1], step=1, key="atlas_repeats",
-                        help=t("atlas_repeats_help"), disabled=loaded.family != "decoder")
+        st.number_input(t("atlas_repeats"), min_value=0, max_value=URL.bounds("atlas_repeats")[1], step=1,
+                        key="atlas_repeats", help=t("atlas_repeats_help"), disabled=loaded.family != "decoder")
         engine = _engine()
     return (int(st.session_state["atlas_max_tokens"]), int(st.session_state["atlas_limit"]),
             int(st.session_state["atlas_repeats"]), engine)
@@ -184,8 +187,9 @@ def corpus_and_settings(loaded: models.LoadedModel, spec) -> tuple[A.Corpus | No
     default = "tr" if shared.lang() == "tr" and "Turkish" in (spec.languages if spec is not None else "") else "en"
     URL.bind("atlas_corpus", default, options=CORPORA)
     row = st.columns([5, 3, 3], vertical_alignment="bottom")
+    corpus_names = {c: tp(f"atlas_corpus_{c}") for c in CORPORA}
     row[0].segmented_control(t("atlas_corpus"), CORPORA, key="atlas_corpus", required=True,
-                             format_func={c: tp(f"atlas_corpus_{c}") for c in CORPORA}.get, help=t("atlas_corpus_help"))
+                             format_func=cast("Callable[[Any], str]", corpus_names.get), help=t("atlas_corpus_help"))
     settings = _settings(loaded, row[1])
     choice = st.session_state.get("atlas_corpus") or default
     if choice != "upload":

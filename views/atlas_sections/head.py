@@ -4,7 +4,9 @@ examples (corpus text as escaped HTML, each with a button into Explore) and, on 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pandas as pd
 import streamlit as st
@@ -51,7 +53,8 @@ def _labels(atlas: A.Atlas, stack: str, layer: int, head: int) -> None:
     for _, r in mine.iterrows():
         name = tp(f"atlas_label_{r['label']}")
         numbers = dict(quantity=tp(f"atlas_q_{r['quantity']}"), delta=nb.signed(float(r["delta"]), 4, shared.lang()),
-                       lo=nb.num(float(r["lo"]), 4, shared.lang()), hi=nb.num(float(r["hi"]), 4, shared.lang()), texts=int(r["texts"]))
+                       lo=nb.num(float(r["lo"]), 4, shared.lang()), hi=nb.num(float(r["hi"]), 4, shared.lang()),
+                       texts=int(r["texts"]))
         if not bool(r.get("primary", True)):
             st.caption(t("atlas_label_also", **numbers))
         elif bool(r["passed"]):
@@ -152,13 +155,17 @@ def head_section(name: str, atlas: A.Atlas, table: pd.DataFrame, selected: tuple
     # the head's title, then its pickers on the same row (a grid cell, a ranked row or a related head set them too)
     heading, *cols = st.columns([4, 2, 1, 1] if multi else [5, 1, 1], vertical_alignment="bottom")
     if multi:
-        cols[0].selectbox(t("atlas_stack"), stacks, key="atlas_stack", format_func={s: stack_name(s) for s in stacks}.get)
+        names = {s: stack_name(s) for s in stacks}
+        cols[0].selectbox(t("atlas_stack"), stacks, key="atlas_stack",
+                          format_func=cast("Callable[[Any], str]", names.get))
         cols = cols[1:]
-    stack = st.session_state.get("atlas_stack") if st.session_state.get("atlas_stack") in stacks else selected[0]
+    chosen = st.session_state.get("atlas_stack")
+    stack = cast(str, chosen) if chosen in stacks else selected[0]
     layers, heads = atlas.stacks[stack]
     layer, head = shared.layer_head("atlas_layer", "atlas_head", layers, heads, url=URL, columns=cols[:2],
                                     labels=("atlas_layer", "atlas_head"), layer_default=default[1],
                                     head_default=default[2])
+    assert head is not None  # no mean over heads offered: always a head
     for key in ("atlas_stack", "atlas_layer", "atlas_head"):  # always in the link: the fallback, the top head of the
         URL.bound[key] = None                                   # metric, changes as a build adds texts
     title = t("atlas_head_title", layer=layer, head=head)

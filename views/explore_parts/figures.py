@@ -23,7 +23,8 @@ from viz.prepare import Prepared
 
 from .state import HEAD_VIEW_MAX, HEAD_VIEW_ZOOM, HEATMAP_MAX, ZOOM, ExploreState, Shown, computed_or_stop, hv_slider
 
-head_heatmap, model_view_figure = shared.shared_figure(vh.head_heatmap), shared.shared_figure(vmv.model_view)  # built once
+# built once
+head_heatmap, model_view_figure = shared.shared_figure(vh.head_heatmap), shared.shared_figure(vmv.model_view)
 
 
 def _title(base: str, prep: Prepared, state: ExploreState) -> str:
@@ -73,6 +74,7 @@ def heatmap(state: ExploreState, prep: Prepared, shown: Shown) -> Shown:
     """The chosen head (``shown.matrix``): in full when it fits, else pooled to HEATMAP_MAX cells a side plus a window
     at full resolution (long inputs; the window is then what the CSV export writes)."""
     matrix, stem, fmt, title = shown.matrix, state.stem, state.fmt, _heatmap_title(state, prep)
+    assert matrix is not None  # the heatmap and model views have a chosen map (None: the summary table)
     nq, nk = len(prep.q_labels), len(prep.k_labels)
     hover_q, hover_k = _hover(state, prep)
     sink = state.layer in state.analysis.sinks.get(state.stack, ()) and state.mode != "rollout"
@@ -145,7 +147,8 @@ def head_view(state: ExploreState, prep: Prepared, zoom: float = HEAD_VIEW_ZOOM,
         weights = prep.weights[state.layer][:, qs, ks]
         hv_q, hv_k, hv_qseg, hv_kseg = prep.q_labels[qs], prep.k_labels[ks], prep.q_segments[qs], prep.k_segments[ks]
         n_shown, tips = end - start, (hover_q and hover_q[qs], hover_k and hover_k[ks])  # tips: the morphemes' labels
-    hv_notes, long_notes = list(state.notes), ()
+    hv_notes = list(state.notes)
+    long_notes: tuple[str, ...] = ()
     if n_rows > HEAD_VIEW_MAX:
         long_notes = (t("hv_long", n=n_rows, a=start, b=end - 1, m=HEAD_VIEW_MAX),)
         hv_notes.append(t("hv_long_short", a=start, b=end - 1, n=n_rows))

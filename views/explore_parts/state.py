@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import streamlit as st
@@ -16,6 +17,9 @@ from views import shared
 from views.shared import t
 from viz.morphemes import prepare_units
 from viz.prepare import Prepared, prepare as prepare_view
+
+if TYPE_CHECKING:
+    from streamlit.delta_generator import DeltaGenerator
 
 # The head view draws at most this many tokens (or words) per column; longer inputs are paged.
 URL = shared.UrlState("explore")  # the page's link state, one for the page and its parts
@@ -64,7 +68,7 @@ class ExploreState:
     k_tokens: Sequence[models.Token]
     notes: tuple[str, ...]  # what the options did, in words (C03, C04), captioned under the figure
     long_notes: tuple[str, ...]  # what a long text's reader must know, said once above the figure
-    notice_slot: object  # where those notes go (an st.empty)
+    notice_slot: DeltaGenerator  # where those notes go (an st.empty)
 
     @property
     def long_mode(self) -> bool:
@@ -109,8 +113,9 @@ def prepare(model: str, text: str, pair: str | None, stack: str, hide_special: b
     ``value`` the weights are value-weighted by the cached flow's norms (:func:`shared.get_flow`); ``level``
     ``tokens``, ``words`` or (a Turkish text) ``morphemes``: :func:`viz.morphemes.prepare_units`."""
     norms = shared.get_flow(model, text, text_pair=pair, stack=stack).value_norms if value else None
-    a, args = shared.get_analysis(model, text, text_pair=pair), dict(hide_special=hide_special, hide_first=hide_first,
-                                                                    mode=mode, layer=layer, head=head, rows=rows)
+    a = shared.get_analysis(model, text, text_pair=pair)
+    args: dict[str, Any] = dict(hide_special=hide_special, hide_first=hide_first, mode=mode, layer=layer, head=head,
+                                rows=rows)
     if level == "morphemes":
         return prepare_units(a, stack, *lv.morpheme_units(model, text, pair, stack)[:2], **args, value_norms=norms)
     return prepare_view(a, stack, words=level == "words", **args, value_norms=norms)

@@ -5,6 +5,8 @@ the exports under the figure (the chosen map as CSV, every map as NPZ; C08). Eac
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import cast
 
 import numpy as np
 import streamlit as st
@@ -59,7 +61,9 @@ def _npz(model: str, text: str, pair: str | None):
     def make() -> bytes:
         a = shared.get_analysis(model, text, text_pair=pair)
         # a long input's weights are not held: its pooled overview maps instead
-        return attentions_npz(a.attentions if a.kept else a.overview, tokens=[x.label for x in a.tokens], spans=[(x.start, x.end) for x in a.tokens],
+        # an AttentionStack is array-like (np.asarray builds it): what the exporter reads of each map
+        maps = cast("Mapping[str, np.ndarray]", a.attentions if a.kept else a.overview)
+        return attentions_npz(maps, tokens=[x.label for x in a.tokens], spans=[(x.start, x.end) for x in a.tokens],
                               special=[x.special for x in a.tokens],
                               target_tokens=[x.label for x in a.target_tokens] if a.target_tokens else None,
                               model=model, text=text)

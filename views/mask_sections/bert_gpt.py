@@ -8,7 +8,8 @@ import streamlit as st
 from models.analysis import compare
 from views import shared
 from .common import (
-    BERT_MODEL, GPT_MODEL, MAX_TOKENS, attention_figure, chart, head_name, token_labels, layer_head, mask_figure, pick_map, t,
+    BERT_MODEL, GPT_MODEL, MAX_TOKENS, attention_figure, chart, head_name, token_labels, layer_head, mask_figure,
+    pick_map, t,
 )
 
 

@@ -9,7 +9,7 @@ import streamlit as st
 
 import models
 import pagestate
-from models.analysis import compare
+from models.analysis import compare, masks as mmasks
 from views import shared
 from viz import masks as vm
 
@@ -18,7 +18,7 @@ t = shared.t
 # The mask page draws n x n grids (and an n x n checkbox editor): keep texts short.
 MAX_TOKENS = pagestate.declared.MASK_MAX
 KINDS = pagestate.declared.MASK_KINDS
-PRESETS = models.masks.STARTS
+PRESETS = mmasks.STARTS
 BERT_MODEL, GPT_MODEL, GQA_MODEL = "minilm-l6", "smollm2-135m", "smollm2-135m"
 ENCDEC_PRESETS = pagestate.declared.ENCDEC_PRESETS
 AUDIO_DIR = shared.ASSETS / "audio"
@@ -62,7 +62,7 @@ def head_name(head: int | None) -> str:
     return t("masks_head_mean") if head is None else t("masks_head_n", h=head)
 
 
-def pick_map(att: np.ndarray, layer: int, head: int | None) -> np.ndarray:
+def pick_map(att: np.ndarray | models.AttentionStack, layer: int, head: int | None) -> np.ndarray:
     """(layers, heads, q, k) -> (q, k) of one head, or the mean over heads."""
     return att[layer].mean(axis=0) if head is None else att[layer, head]
 

@@ -9,12 +9,13 @@ import pandas as pd
 import streamlit as st
 
 import models
-from models.analysis import compare
+from models.analysis import compare, masks as mmasks
 from models.capture import softmax as fallback_masks
 from views import shared
 from viz.text import text_width
 from .common import (
-    KINDS, MAX_TOKENS, PRESETS, attention_figure, bind, chart, drift_figure, head_name, kl_figure, token_labels, layer_head, mask_figure, mask_title, native_run, pick_map, mask_run, text_model_ok, t,
+    KINDS, MAX_TOKENS, PRESETS, attention_figure, bind, chart, drift_figure, head_name, kl_figure, token_labels,
+    layer_head, mask_figure, mask_title, native_run, pick_map, mask_run, text_model_ok, t,
 )
 
 
@@ -28,7 +29,7 @@ def _custom_editor(labels: list[str], name: str, text: str) -> np.ndarray:
     start = st.selectbox(t("masks_custom_start"), PRESETS, key="masks_custom_start",
                          format_func=lambda p: t(f"masks_preset_{p}"))
     names = [f"{i} {lab}" for i, lab in enumerate(labels)]
-    frame = pd.DataFrame(models.masks.start_matrix(start, n), index=names, columns=names)
+    frame = pd.DataFrame(mmasks.start_matrix(start, n), index=names, columns=names)
     editor_key = f"masks_custom_{abs(hash((name, text, n, start))) % 10**10}"
     st.caption(t("masks_custom_editor"))
     edited = st.data_editor(
@@ -98,7 +99,7 @@ def section_compare(sel: shared.Selection) -> None:
             custom = _custom_editor(labels, sel.model, sel.text)
     layer, head = layer_head("masks_cmp", layers, heads, allow_mean=True)
 
-    mask_keys = []
+    mask_keys: list[str | tuple[str, tuple[tuple[bool, ...], ...]]] = []
     for kind in kinds:
         if kind == "sliding_window":
             mask_keys.append(f"sliding_window:{int(st.session_state.get('masks_window', 3))}")
@@ -108,6 +109,7 @@ def section_compare(sel: shared.Selection) -> None:
             mask_keys.append(f"sink_window:{int(st.session_state.get('masks_sink_window', 3))},"
                              f"{int(st.session_state.get('masks_sinks', 1))}")
         elif kind == "custom":
+            assert custom is not None  # drawn above for "custom"
             mask_keys.append(("custom", tuple(tuple(bool(x) for x in row) for row in custom)))
         else:
             mask_keys.append(kind)
@@ -148,6 +150,7 @@ def section_compare(sel: shared.Selection) -> None:
     show_kl = loaded.family != "encoder" and all(r.kl is not None for r in runs)
     e1, e2 = st.columns(2) if show_kl else (None, st.container())
     if show_kl:
+        assert e1 is not None  # two columns when the KL is shown
         with e1:
             chart(kl_figure(labels, {nm: r.kl for nm, r in zip(names, runs)}, title=t("masks_kl_title"),
                                 yaxis_title=t("masks_kl_axis"), unit=t("masks_nats"), lang=shared.lang()),
@@ -160,7 +163,8 @@ def section_compare(sel: shared.Selection) -> None:
         ]
     with e2:
         chart(drift_figure({nm: r.layer_drift for nm, r in zip(names, runs)}, title=t("masks_drift_title"),
-                               xaxis_title=t("masks_layer_axis"), lang=shared.lang()), key="masks_drift", columns=2 if show_kl else 1)
+                               xaxis_title=t("masks_layer_axis"), lang=shared.lang()), key="masks_drift",
+              columns=2 if show_kl else 1)
         st.caption(t("masks_drift_explain"))
     summary[t("masks_summary_last_drift")] = [round(float(r.layer_drift[-1]), 4) for r in runs]
     shared.dataframe(pd.DataFrame(summary), decimals=4, hide_index=True)

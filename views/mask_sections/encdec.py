@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import streamlit as st
@@ -16,7 +18,8 @@ from viz import alignment as va
 from viz import audio_alignment as vaa
 from viz import numbers as nb
 from .common import (
-    URL, AUDIO_DIR, CLIPS, ENCDEC_PRESETS, LANGUAGES, MAX_TOKENS, attention_figure, bind, chart, head_name, token_labels, layer_head, mask_figure, pick_map, t,
+    URL, AUDIO_DIR, CLIPS, ENCDEC_PRESETS, LANGUAGES, MAX_TOKENS, attention_figure, bind, chart, head_name,
+    token_labels, layer_head, mask_figure, pick_map, t,
 )
 
 
@@ -113,14 +116,15 @@ def section_encdec(sel: shared.Selection) -> None:
         source = shared.text_field(t("masks_source_text"), key="masks_src")
     with c2:
         bind("masks_tgt", shared.DEFAULT_TEXTS["en"])
-        target = shared.text_field(t("masks_target_text"), key="masks_tgt")
-    target = target.strip() or None
+        typed_target = shared.text_field(t("masks_target_text"), key="masks_tgt")
+    target = typed_target.strip() or None
     a = shared.analysis_ui(name, source, target=target, max_tokens=MAX_TOKENS)
     if a is None:
         return
     if target is None:
         st.caption(f"{t('masks_target')}: {shared.md(a.target)}")
     hide, layer, head = _cross_controls(loaded)
+    assert a.target_tokens is not None  # an encoder-decoder's analysis has its decoder's tokens
 
     src_special = np.array([tok.special for tok in a.tokens])
     tgt_special = np.array([tok.special for tok in a.target_tokens])
@@ -140,18 +144,20 @@ def section_encdec(sel: shared.Selection) -> None:
     st.subheader(t("masks_alignment_title"))
     cross = pick_map(a.attentions["cross"], layer, head)
     if hide:  # zero special keys and renormalise, keeping token indices so words still line up
-        cross = va.renormalise_without(cross, src_special)
+        cross = va.renormalise_without(cross, cast("Sequence[bool]", src_special))  # a bool array
     rows = compare.produced_word_rows(a)
     words = va.word_attention(cross, [r for _, r in rows], [w.tokens for w in a.words])
     t_labels, s_labels = [w for w, _ in rows], [w.text for w in a.words]
     lang = shared.lang()  # a select slider: its labels use the interface language's decimal mark (0,10)
     steps = list(URL.options("masks_align_threshold"))
     bind("masks_align_threshold")
-    threshold = st.select_slider(t("masks_alignment_threshold"), steps, key="masks_align_threshold", format_func=lambda v: nb.num(v, 2, lang))
+    threshold = st.select_slider(t("masks_alignment_threshold"), steps, key="masks_align_threshold",
+                                 format_func=lambda v: nb.num(v, 2, lang))
     c1, c2 = st.columns([3, 2])
     with c1:
         chart(va.alignment_figure(words, t_labels, s_labels, threshold=threshold, source_title=t("masks_source"),
-                                   target_title=t("masks_target"), lang=shared.lang()), key="masks_align_lines", columns=2)
+                                   target_title=t("masks_target"), lang=shared.lang()), key="masks_align_lines",
+              columns=2)
     with c2:
         chart(attention_figure(words, t_labels, s_labels, colorscale="Purples", empty_label=t("masks_no_key")),
                key="masks_align_heat", columns=2)
@@ -274,7 +280,8 @@ def _speech_encdec(name: str, loaded: models.LoadedModel) -> None:
     weights = weights[rows]
     peaks = weights.argmax(axis=-1) if weights.size else np.zeros(0, dtype=int)
     fig = vaa.spectrogram_attention_figure(
-        r.spectrogram, weights, [produced[i][0] for i in rows], frame_seconds=r.frame_seconds, peaks=peaks,
+        r.spectrogram, weights, [produced[i][0] for i in rows], frame_seconds=r.frame_seconds,
+        peaks=cast("Sequence[int]", peaks),
         spectrogram_title=t("masks_spectrogram"), attention_title=t("masks_cross_att"),
         xaxis_title=t("masks_time_s"), peak_label=t("masks_peak"), lang=shared.lang())
     chart(fig, key="masks_audio_spec")

@@ -42,8 +42,9 @@ def section_gqa(sel: shared.Selection) -> None:
         name, layout = GQA_MODEL, kv_layout.kv_layout(loaded)
     st.markdown("**" + t("masks_gqa_layout", model=name, layers=layout.layers, heads=layout.heads,
                          kv=layout.kv_heads, d=layout.head_dim) + "**")
-    chart(vm.gqa_figure(layout.groups, query_label=t("masks_query_head"), kv_label=t("masks_kv_head"), lang=shared.lang()),
-           key="masks_gqa_fig")
+    chart(vm.gqa_figure(layout.groups, query_label=t("masks_query_head"), kv_label=t("masks_kv_head"),
+                        lang=shared.lang()),
+          key="masks_gqa_fig")
     st.markdown("\n".join(f"- {t('masks_gqa_group', g=g, members=', '.join(map(str, m)))}"
                           for g, m in enumerate(layout.groups)))
 
@@ -56,7 +57,8 @@ def section_gqa(sel: shared.Selection) -> None:
             t("masks_kv_dtype"): label,
             t("masks_kv_shared", kv=layout.kv_heads): _fmt_bytes(shared_b),
             t("masks_kv_unshared", heads=layout.heads): _fmt_bytes(unshared_b),
-            t("masks_kv_shared", kv=layout.kv_heads) + " · " + t("masks_kv_context", n=8192): _fmt_bytes(8192 * shared_b),
+            t("masks_kv_shared", kv=layout.kv_heads) + " · " + t("masks_kv_context", n=8192):
+                _fmt_bytes(8192 * shared_b),
             t("masks_kv_unshared", heads=layout.heads) + " · " + t("masks_kv_context", n=8192):
                 _fmt_bytes(8192 * unshared_b),
         })

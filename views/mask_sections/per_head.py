@@ -83,9 +83,13 @@ def run_retrieval(name: str, loaded: models.LoadedModel):
 
     key, job = ("experiments", "retrieval_heads", name), ahead.experiment_job("retrieval_heads", name)
     bar = st.progress(0.0, text=t("masks_ph_needle_running"))
+
+    def progress(f: float) -> None:
+        bar.progress(f, text=t("masks_ph_needle_running"))
+
     try:
         return shared.CACHE.get_or_create(key, lambda: shared.run_and_keep(job, loaded, lambda: E.run(
-            "retrieval_heads", loaded, progress=lambda f: bar.progress(f, text=t("masks_ph_needle_running")))))
+            "retrieval_heads", loaded, progress=progress)))
     except models.DikkatError as exc:
         shared.show_error(exc)
         return None
@@ -189,7 +193,7 @@ def _effect(native: models.Analysis, run: models.Analysis) -> None:
                      nb.percent(agree - 1.0, 1, L, sign=True)))
     if native.embedding is not None and run.embedding is not None:
         x, y = np.asarray(native.embedding, np.float64), np.asarray(run.embedding, np.float64)
-        cos = float(x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-30))
+        cos = float(x @ y / max(float(np.linalg.norm(x) * np.linalg.norm(y)), 1e-30))
         rows.append((tp("masks_ph_cosine"), nb.num(1.0, 4, L), nb.num(cos, 4, L), nb.num(cos - 1.0, 4, L, sign=True)))
     if not rows:
         st.info(t("masks_ph_no_output"))

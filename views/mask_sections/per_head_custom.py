@@ -56,12 +56,14 @@ def custom_spec(layers: int, heads: int, n: int) -> tuple:
     if heads_key not in st.session_state:
         rows = saved.get(("heads", layers, heads), ())
         saved[("base_heads", layers, heads)] = pd.DataFrame(
-            {"layer": pd.Series([r[0] for r in rows], dtype="Int64"), "head": pd.Series([r[1] for r in rows], dtype="Int64"),
+            {"layer": pd.Series([r[0] for r in rows], dtype="Int64"),
+             "head": pd.Series([r[1] for r in rows], dtype="Int64"),
              "pattern": pd.Series([r[2] for r in rows], dtype="string")})
     st.caption(t("masks_ph_layers_help"))
     per_layer = st.data_editor(
         saved[("base_layers", layers)], key=layers_key, num_rows="fixed", hide_index=True,
-        column_config={"layer": st.column_config.NumberColumn(labels["layer"], disabled=True), "pattern": pattern_column})
+        column_config={"layer": st.column_config.NumberColumn(labels["layer"], disabled=True),
+                       "pattern": pattern_column})
     st.caption(t("masks_ph_heads_help"))
     per_head = st.data_editor(
         saved[("base_heads", layers, heads)], key=heads_key, num_rows="dynamic", hide_index=True,

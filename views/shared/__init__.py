@@ -1,8 +1,9 @@
 """What every page shares (a package beside the pages, one module per concern): UI strings in both languages
 and escaping (:mod:`.strings`), figures, tables and errors on a page (:mod:`.output`), the cached models and
-analyses (:mod:`.cache`) and the figures built once for every session (:mod:`.figures`), the page's state in the link (:mod:`.urlstate`), the layer and head picker
-(:mod:`.pickers`), the text field that keeps a classroom's limit (:mod:`.fields`), a model page's top
-(:mod:`.page`), the sidebar (:mod:`.sidebar`), the text size of projector mode (:mod:`.scale`).
+analyses (:mod:`.cache`) and the figures built once for every session (:mod:`.figures`), the page's state in the
+link (:mod:`.urlstate`), the layer and head picker (:mod:`.pickers`), the text field that keeps a classroom's
+limit (:mod:`.fields`), a model page's top (:mod:`.page`), the sidebar (:mod:`.sidebar`), the text size of
+projector mode (:mod:`.scale`).
 Pages use them as ``shared.t``, ``shared.get_analysis``, ....
 
 A loaded model is cached per process by :func:`models.load` and shared by every browser session;

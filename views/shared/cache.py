@@ -11,6 +11,7 @@ import streamlit as st
 
 import models
 from models import ahead, budget, memory
+from models.analysis.store import LazyMap
 
 from .. import hosting
 from .output import message, model_name, show_error
@@ -25,7 +26,7 @@ def _measure(value) -> int:
         fixed = value.__dict__.get("_fixed_nbytes")
         if fixed is None:
             fixed = value.__dict__["_fixed_nbytes"] = budget.nbytes(
-                value, skip=(models.LoadedModel, OrderedDict, models.store.LazyMap))
+                value, skip=(models.LoadedModel, OrderedDict, LazyMap))
         grown = sum(stack.cached_nbytes for stack in value.attentions.values())
         for lazy in (value.statistics, value.overview):
             if getattr(lazy, "computed", True):

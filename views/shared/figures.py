@@ -16,12 +16,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import numbers
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import plotly.graph_objects as go
 
 from .cache import CACHE
 from .output import empty_figure
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 _UNKEYED = object()
 
@@ -35,7 +39,8 @@ def _key(value, depth: int = 0):
         return ("scalar", value.dtype.str, value.item())
     if isinstance(value, np.ndarray):
         data = np.ascontiguousarray(value)
-        return ("ndarray", data.shape, data.dtype.str, hashlib.blake2b(data.view(np.uint8), digest_size=16).digest())
+        digest = hashlib.blake2b(cast("Buffer", data.view(np.uint8)), digest_size=16).digest()  # numpy: no Buffer stub
+        return ("ndarray", data.shape, data.dtype.str, digest)
     if depth > 4:
         return _UNKEYED
     if isinstance(value, (list, tuple)):
@@ -66,11 +71,11 @@ def _as_kept(built):
 def shared_figure(build):
     """Decorator: ``build(*args, **kwargs) -> go.Figure`` (or a tuple that starts with one; a pure function of its
     arguments, the tuple's other items read-only) built once per distinct
-    arguments for every session, kept in :data:`CACHE` as a dict (:func:`_figure_dict`) (its bytes counted against the cache's
-    budget). Each call returns a new ``go.Figure`` made from the kept dict without validation; plotly's figure deep-copies
-    every trace's and the layout's properties as it is made (``BaseFigure.__init__``), so the caller may change it
-    and the kept dict stays as built (a second copy of our own cost Information flow 23 ms a run). Arguments that
-    cannot be keyed (an object, a callable) build the figure every time."""
+    arguments for every session, kept in :data:`CACHE` as a dict (:func:`_figure_dict`) (its bytes counted against the
+    cache's budget). Each call returns a new ``go.Figure`` made from the kept dict without validation; plotly's figure
+    deep-copies every trace's and the layout's properties as it is made (``BaseFigure.__init__``), so the caller may
+    change it and the kept dict stays as built (a second copy of our own cost Information flow 23 ms a run). Arguments
+    that cannot be keyed (an object, a callable) build the figure every time."""
     name = (build.__module__, build.__qualname__)
 
     @functools.wraps(build)

@@ -60,7 +60,8 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
         fig.layout.title.update(yref="container", y=1, yanchor="top", pad=dict(t=pad))  # the title alone: a
         # figure-wide update_layout walks every layout property (23 ms on the flow's route figure)
     if lang() == "tr":  # plotly's own words (the mode bar's buttons, "double-click to zoom back out") in Turkish
-        kwargs["config"] = {"locale": "tr", "locales": {"tr": {"dictionary": _plotly_tr()}}, **(kwargs.get("config") or {})}
+        kwargs["config"] = {"locale": "tr", "locales": {"tr": {"dictionary": _plotly_tr()}},
+                            **(kwargs.get("config") or {})}
     try:
         return (container or st).plotly_chart(fig, **kwargs)
     finally:
@@ -158,7 +159,7 @@ def dataframe(data, *, decimals: int | dict | None = None, container=None, **kwa
     return (container or st).dataframe(data, **kwargs)
 
 
-def message(text: str) -> Md:
+def message(text: object) -> Md:
     """An engine message (an exception's text, a reason the engine gave) ready for markdown: server paths
     scrubbed in classroom mode (:func:`hosting.scrub`), then shown as text (:func:`md`)."""
     return md(hosting.scrub(str(text)))
@@ -206,7 +207,7 @@ def _translated(exc: models.DikkatError) -> Md | None:
         elif isinstance(value, str) and f"errpart_{value}" in _strings():  # a named part (the flow's checks ...)
             value = t_plain(f"errpart_{value}")
         params[key] = hosting.scrub(value) if isinstance(value, str) else value
-    return t(f"errmsg_{code}", **params)
+    return Md(t(f"errmsg_{code}", **params))
 
 
 def show_error(exc: models.DikkatError) -> None:

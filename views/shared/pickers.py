@@ -25,8 +25,9 @@ def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, ur
 
     Both values come from the link first (a shared URL reopens the same layer and head), are kept inside
     ``range(n_layers)`` / the head options when the model or the text changed (:func:`clamp`), and go back into
-    the link through ``url`` (the page's :class:`UrlState`, written at the page's end). A widget is always drawn when it has a choice to offer (a widget that is not drawn forgets
-    its value); a model with one layer shows no layer slider.
+    the link through ``url`` (the page's :class:`UrlState`, written at the page's end). A widget is always drawn
+    when it has a choice to offer (a widget that is not drawn forgets its value); a model with one layer shows no
+    layer slider.
 
     Args:
         layer_key, head_key: the widgets' Session State keys and query parameters.
@@ -64,7 +65,7 @@ def layer_head(layer_key: str, head_key: str, n_layers: int, n_heads: int, *, ur
                 st.selectbox(label, list(range(n_layers)), key=layer_key, disabled=disabled[0])
     with c2:
         st.selectbox(t(labels[1]), heads, key=head_key, disabled=disabled[1], help=head_help,
-                     format_func=lambda h: t(mean) if h == MEAN else str(h))
+                     format_func=lambda h: t(mean) if h == MEAN and mean else str(h))
     layer = int(st.session_state.get(layer_key) or 0) if n_layers > 1 else 0
     head = st.session_state.get(head_key, head_default)
     return min(layer, n_layers - 1), (None if head == MEAN else min(int(head), n_heads - 1))

@@ -9,8 +9,8 @@ sandbox allows scripts) that imports that module into the app's window once per 
 (while the student reads; sooner, its evaluation fell inside the page's own settling: "open app" p95 2.06 s against
 1.72 s) when the browser is idle. The timer lives in the app's window: one made in the iframe was never called when
 the iframe was replaced before it fired (a sentence typed within 1.5 s of opening), and the first "Model view" paid
-plotly's evaluation again (1.8 s against 0.63 s). The browser's module map keys it by its address, so Streamlit's own ``import()`` of the same
-file later finds it evaluated. Nothing is fetched from anywhere but the app's own server.
+plotly's evaluation again (1.8 s against 0.63 s). The browser's module map keys it by its address, so Streamlit's
+own ``import()`` of the same file later finds it evaluated. Nothing is fetched from anywhere but the app's own server.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def plotly_preload() -> str:
     // after the page has settled and the student reads (1.5 s), when the browser is idle. The timer and its callback
     // are made in the app's window (its eval), not in this frame: a callback of a frame that is gone by then (the
     // head view is drawn anew when the student types a sentence or changes the layer) is never called
-    w.eval("setTimeout(function () { var go = function () { import(" + JSON.stringify(url) + ").catch(function () {}); };" +
+    w.eval("setTimeout(function () { var go = function () { import(" + JSON.stringify(url) +
+           ").catch(function () {}); };" +
            " if (window.requestIdleCallback) { requestIdleCallback(go, {timeout: 4000}); } else { go(); } }, 1500);");
   } catch (e) { /* another origin or no parent: the chart loads its code when first drawn, as without this */ }
 })();

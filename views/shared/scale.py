@@ -203,7 +203,7 @@ def _fit_labels(fig, f: float, width: float | None) -> None:
             length = plot_h * share if plot_h else None
         else:  # a title centred under its plot, which may sit right of long row labels: as far as the nearer edge
             centre = left + plot_w * sum(axis.domain or (0, 1)) / 2 if plot_w else None
-            length = 2 * min(centre, shown - centre) if centre and shown - centre > 0 else None
+            length = 2 * min(centre, shown - centre) if centre and shown and shown - centre > 0 else None
         if axis.title.text and axis.title.font.size and length:  # an axis title no longer than its axis (or figure)
             long = text_width(_TAG.sub("", axis.title.text), axis.title.font.size)
             if long > length - 10:

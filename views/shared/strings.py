@@ -92,8 +92,9 @@ def _escape_marker(marker: str) -> str:
 def t(key: str, **fmt) -> str:
     """UI string ``key`` in the current language (English if the Turkish one is missing), for markdown
     (``st.markdown``, captions, messages, labels). Arguments other than numbers are shown as text
-    (:func:`md`), unless marked :class:`Md`; numbers are written in the language's style (decimal comma and thousands dot in
-    Turkish). For a place that is not markdown (a figure's title, a table's header) use :func:`t_plain`."""
+    (:func:`md`), unless marked :class:`Md`; numbers are written in the language's style (decimal comma and
+    thousands dot in Turkish). For a place that is not markdown (a figure's title, a table's header) use
+    :func:`t_plain`."""
     return _t(key, fmt, escape=True)
 
 

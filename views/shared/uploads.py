@@ -40,10 +40,13 @@ def _drop(file) -> None:
     """Remove a refused file from the server's memory now (not at the session's end); nothing when no runtime."""
     try:
         from streamlit import runtime
+        from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
         from streamlit.runtime.scriptrunner import get_script_run_ctx
         ctx = get_script_run_ctx()
         if ctx is not None and runtime.exists():
-            runtime.get_instance().uploaded_file_mgr.remove_file(ctx.session_id, file.file_id)
+            manager = runtime.get_instance().uploaded_file_mgr
+            if isinstance(manager, MemoryUploadedFileManager):  # Streamlit's own: the one that can drop one file
+                manager.remove_file(ctx.session_id, file.file_id)
     except Exception:  # noqa: BLE001 - best effort: the session's end removes it anyway
         pass
 

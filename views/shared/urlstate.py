@@ -67,7 +67,9 @@ class UrlState:
 
     def bounds(self, key: str) -> tuple[int, int]:
         """The declared ``(lowest, highest)`` of a number ``key`` (fixed ones only): a number input's range."""
-        return self.param(key).static_bounds()
+        bounds = self.param(key).static_bounds()
+        assert bounds is not None, f"{key}: no fixed bounds"  # a page asks only for the bounds it declared
+        return bounds
 
     def bind(self, key: str, default=None, options=None, bounds: tuple[int, int] | None = None) -> None:
         """Before the widget ``key``: its value from the URL, else ``default`` (the declared one unless given);
