@@ -106,10 +106,12 @@ def attach_stacks(result: Analysis, stacks: dict[str, AttentionStack | np.ndarra
 def _alive(ref: weakref.ref[Analysis]) -> Analysis:
     """The analysis behind ``ref``; an analysis dropped while its ``statistics`` or ``overview`` was still held
     (never computed) cannot compute them any more."""
+    from ..errors import UnsupportedOperationError
+
     result = ref()
     if result is None:
-        raise ReferenceError("The analysis was freed before its statistics or overview were first read: keep the "
-                             "analysis itself while reading them.")
+        raise UnsupportedOperationError("The analysis was freed before its statistics or overview were first read: "
+                                        "keep the analysis itself while reading them.", code="analysis_freed")
     return result
 
 

@@ -182,3 +182,14 @@ def test_holds_at_least_stops_at_the_limit_and_follows_closures_not_modules():
     assert not budget.holds_at_least(test_holds_at_least_stops_at_the_limit_and_follows_closures_not_modules, 1 << 10)
     assert not budget.holds_at_least([big], 1 << 20, skip=(np.ndarray,))
     assert budget.holds_at_least(list(range(50)), 1, max_objects=10)
+
+
+def test_statistics_kept_without_their_analysis_refuse_with_a_code(tiny, no_gc):
+    """The lazy statistics hold their analysis weakly (no cycle): read after it is freed they cannot be computed,
+    and say so with a coded error (an AttributeError from inside before)."""
+    a = models.analyze(tiny("gpt2"), TEXT)
+    stats = a.statistics
+    del a
+    with pytest.raises(models.UnsupportedOperationError) as err:
+        dict(stats)
+    assert err.value.code == "analysis_freed"
