@@ -3,11 +3,14 @@ FlashAttention, sparse and sliding-window attention change."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 import models
+from models.jobs import Job
 from models.lessons import cost
 from views import shared
 from views.shared import jobs as heavy
@@ -30,7 +33,8 @@ for n in (1_000, 100_000, 1_000_000):
     entries, one = cost.attention_matrix_size(n, bytes_per_value=4)
     _, whole = cost.attention_matrix_size(n, bytes_per_value=value_bytes, layers=n_layers, heads=n_heads)
     rows.append({t("cost_col_n"): nb.integer(n, L), t("cost_col_entries"): vc.power_of_ten(entries, lang=L),
-                 t("cost_col_one"): nb.human_bytes(one, L), shared.t_plain("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
+                 t("cost_col_one"): nb.human_bytes(one, L),
+                 shared.t_plain("cost_col_model", model=sel.model): nb.human_bytes(whole, L)})
 shared.table(pd.DataFrame(rows), hide_index=True)  # headers and cells escaped: st.table renders Markdown
 
 # ---- 2. measured -----------------------------------------------------------------------------------------------
@@ -50,14 +54,15 @@ st.caption(t("cost_limits", limit=loaded.max_positions, cap=cap_limit))
 state_key = f"cost_job::{sel.model}"  # the params of the measurement this session asked for
 
 
-def _measure(model, lengths: tuple, repeats: int) -> object:
+def _measure(model, lengths: tuple, repeats: int) -> Callable[[Job], dict]:
     """The job that measures (on the heavy-work pool: one run per model, lengths and repeats for every session)."""
 
     def run(job) -> dict:
-        record = {"points": [], "done": False, "planned": None, "repeats": repeats}
+        points: list[cost.CostPoint] = []
+        record: dict = {"points": points, "done": False, "planned": None, "repeats": repeats}
 
         def on_point(point: cost.CostPoint, done: int, total: int) -> None:
-            record["points"].append(point)
+            points.append(point)
             record["planned"] = total
             job.progress(done / total, done=done, total=total, n=point.n, impl=point.implementation,
                          seconds=point.seconds)

@@ -9,7 +9,9 @@ from there before offering to run it, and in classroom mode never runs it again.
 
 from __future__ import annotations
 
+import functools
 import time
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -63,9 +65,11 @@ def _show_sinks(r: E.SinksResult, loaded: models.LoadedModel) -> None:
     shared.plotly_chart(vx.per_layer_lines(
         {on_first: share.per_layer}, title=tp("exp_sinks_share_title", n=share.tokens), layer_title=tp("exp_layer"),
         value_title=on_first,
-        bottom=2, bottom_label=tp("exp_sinks_bottom"), lang=L), container=c1, width="stretch", key="exp_fig_sinks_share")
+        bottom=2, bottom_label=tp("exp_sinks_bottom"), lang=L),
+        container=c1, width="stretch", key="exp_fig_sinks_share")
     shared.plotly_chart(vx.streaming_figure(
-        stream.windows, stream.window, stream.with_sinks, stream.full, title=tp("exp_sinks_stream_title", n=stream.tokens),
+        stream.windows, stream.window, stream.with_sinks, stream.full,
+        title=tp("exp_sinks_stream_title", n=stream.tokens),
         window_label=tp("exp_sinks_window"), sinks_label=tp("exp_sinks_with", k=stream.sinks),
         full_label=tp("exp_sinks_full"), window_title=tp("exp_sinks_window_size"), loss_title=tp("exp_loss"), lang=L),
         container=c2, width="stretch", key="exp_fig_sinks_stream")
@@ -122,7 +126,9 @@ def _show_prunable(r, loaded: models.LoadedModel) -> None:
     fig = vp.pruning_curve(c.shares, c.by_importance, c.random, metric_title=tp(f"prune_metric_{c.metric}"),
                            importance_label=tp("prune_curve_by_importance"), random_label=tp("prune_curve_random"),
                            share_title=tp("prune_curve_share"), title=tp("exp_prune_title", n=len(c.texts)), lang=L)
-    pub = E.prunable.PUBLISHED
+    from models.experiments import prunable
+
+    pub = prunable.PUBLISHED
     vx.published_marks(fig, [(pub["michel_wmt_flat"], tp("exp_prune_mark_wmt")),
                              (pub["voita_encoder_off"], tp("exp_prune_mark_voita"))],
                        band=(pub["michel_bert_flat"], tp("exp_prune_mark_bert")))
@@ -137,7 +143,8 @@ def _show_prunable(r, loaded: models.LoadedModel) -> None:
 
 def _show_clark(r, loaded: models.LoadedModel) -> None:
     tg, pc = r.targets, r.patterns
-    first, sep = vtext.plotly_text(tg.first_token or "[CLS]"), vtext.plotly_text(" ".join(tg.separator_tokens) or "[SEP]")
+    first = vtext.plotly_text(tg.first_token or "[CLS]")
+    sep = vtext.plotly_text(" ".join(tg.separator_tokens) or "[SEP]")
     series = {tp("exp_clark_t_first", token=first): tg.per_layer["first"],
               tp("exp_clark_t_separator", token=sep): tg.per_layer["separator"],
               tp("exp_clark_t_punctuation"): tg.per_layer["punctuation"],
@@ -147,7 +154,8 @@ def _show_clark(r, loaded: models.LoadedModel) -> None:
                                            layer_title=tp("exp_layer"), value_title=tp("exp_share"), lang=L),
                         container=c1, width="stretch", key="exp_fig_clark_lines")
     shared.plotly_chart(vx.pattern_bars(pc.counts, {k: tp(f"exp_clark_type_{k.replace('+', '_')}") for k in pc.counts},
-                                        title=tp("exp_clark_types_title", maps=pc.maps), count_title=tp("exp_clark_maps"), lang=L),
+                                        title=tp("exp_clark_types_title", maps=pc.maps),
+                                        count_title=tp("exp_clark_maps"), lang=L),
                         container=c2, width="stretch", key="exp_fig_clark_types")
     layers = len(tg.per_layer["separator"])
     lo, hi = E.clark.middle_layers(layers)
@@ -172,7 +180,8 @@ def _show_alignment(r, loaded: models.LoadedModel) -> None:
         labels = [vtext.shown(tok) for tok in clip.tokens]
         labels = (labels + ["<|endoftext|>"])[: a.matrix.shape[0]]
         shared.plotly_chart(vx.dtw_figure(a.matrix, labels, a.text_indices, a.time_indices, frame_seconds=0.02,
-                                          title=tp("exp_align_fig_title", text=vtext.plotly_text(_cut(clip.transcript, 44))),
+                                          title=tp("exp_align_fig_title",
+                                                   text=vtext.plotly_text(_cut(clip.transcript, 44))),
                                           time_title=tp("exp_align_time"), path_label=tp("exp_align_path"), lang=L),
                             container=col, width="stretch", key=f"exp_fig_align_{i}")
         table = pd.DataFrame({tp("exp_align_word"): clip.words, tp("exp_align_start_ours"): clip.word_starts,
@@ -219,7 +228,7 @@ def _show_grammar(r, loaded: models.LoadedModel) -> None:
         labels = [tp("exp_grammar_all"), tp("exp_grammar_top_off", k=len(r.top)),
                   tp("exp_grammar_random_off", k=len(r.top))]
         unit, decimals, axis = "1 − cos", 4, tp("exp_grammar_distance")
-    spread = [None, None]
+    spread: list[tuple[float, float] | None] = [None, None]
     if rnd.size:
         values.append(spread_of(float(np.median(rnd))))
         lo, hi = sorted((spread_of(float(rnd.min())), spread_of(float(rnd.max()))))
@@ -241,7 +250,8 @@ def _show_grammar(r, loaded: models.LoadedModel) -> None:
     if np.isfinite(r.agreement_preference):
         agree = tp("exp_grammar_o_agree", gap=_nats(r.agreement_preference, sign=True),
                    share=_pct(r.agreement_preferred, 0),
-                   off=change(r.agree_full, r.agree_off, r.agree_random), heads=_heads([(la, h) for _, la, h in r.top_agree]))
+                   off=change(r.agree_full, r.agree_off, r.agree_random),
+                   heads=_heads([(la, h) for _, la, h in r.top_agree]))
     else:
         la, h = r.top_agree[0][1], r.top_agree[0][2]
         agree = tp("exp_grammar_o_agree_encoder", layer=la, head=h, subject=_pct(r.agree_to_subject[la, h]),
@@ -362,8 +372,9 @@ SHOW = {"sinks": _show_sinks, "induction": _show_induction, "clark": _show_clark
 st.title(t("exp_title"))
 st.markdown(t("exp_intro"))
 URL.bind("exp_which", KEYS[0], options=KEYS)
-which = st.segmented_control(t("exp_which"), KEYS, key="exp_which", required=True,
-                             format_func=lambda k: tp(f"exp_{k}_name"))
+# required=True: always one of KEYS (streamlit's stub returns an Optional for every segmented control)
+which = cast(str, st.segmented_control(t("exp_which"), KEYS, key="exp_which", required=True,
+                                       format_func=lambda k: tp(f"exp_{k}_name")))
 URL.finish()
 exp = E.get(which)
 st.subheader(t(f"exp_{which}_name"))
@@ -411,9 +422,13 @@ def _progress_text(job) -> str:
     return t("exp_progress", pct=_pct(fraction, 0), left=left) if left is not None else t("exp_progress_start")
 
 
+def _run(which: str, loaded: models.LoadedModel, progress) -> object:
+    return E.run(which, loaded, progress=progress)
+
+
 # on the heavy-work pool: one run of each experiment per model for every session, Stop for its starter or the teacher
 done = heavy.kept_run("experiment", (which, name), cache_key=cache_key, ahead_job=job, loaded=loaded,
-                      compute=lambda progress, which=which, loaded=loaded: E.run(which, loaded, progress=progress),
+                      compute=functools.partial(_run, which, loaded),
                       pressed=pressed, again=result is not None, stop_key=f"exp_stop_{which}", text=_progress_text)
 result = done if done is not None else result
 

@@ -46,7 +46,7 @@ def _on_preset() -> None:
     # Streamlit keeps a selectbox's value as its label (SelectboxSerde): when the options change under it (the
     # model switched with this page open, e.g. a lesson's next step), the value comes back as the old model's label,
     # which is no preset; the page then starts from the new model's own values (``first`` below).
-    chosen = presets.get(st.session_state.get("kv_preset"))
+    chosen = presets.get(str(st.session_state.get("kv_preset")))
     if chosen is not None:
         _fill(chosen)
 
@@ -80,7 +80,8 @@ bytes_per = c[4].selectbox(t("kv_bytes"), URL.options("kv_bytes"), key="kv_bytes
                            format_func=lambda b: {1: "1 (int8/fp8)", 2: "2 (bf16/fp16)", 4: "4 (fp32)"}[b])
 tokens = c[5].number_input(t("kv_tokens"), *URL.bounds("kv_tokens"), step=1024, key="kv_tokens")
 w = st.columns([1.6, 1, 1, 1, 1.1, 1])  # the window box holds up to 8 digits
-window = w[0].number_input(t("kv_window"), *URL.bounds("kv_window"), step=512, key="kv_window", help=t("kv_window_help"))
+window = w[0].number_input(t("kv_window"), *URL.bounds("kv_window"), step=512, key="kv_window",
+                           help=t("kv_window_help"))
 window_layers = w[1].number_input(t("kv_window_layers"), *URL.bounds("kv_window_layers"), key="kv_window_layers")
 if kv_heads > heads or heads % kv_heads:
     st.error(t("kv_bad_heads", heads=heads, kv=kv_heads))
@@ -140,7 +141,8 @@ if result:
     w, wo = result["with"], result["without"]
     g = st.columns(3)
     sec = t("cost_seconds")
-    g[0].metric(t("kv_with_cache"), f"{nb.num(w.tokens_per_second, 1, L)} {t('kv_tps')}", f"{nb.num(w.seconds, 2, L)} {sec}",
+    g[0].metric(t("kv_with_cache"), f"{nb.num(w.tokens_per_second, 1, L)} {t('kv_tps')}",
+                f"{nb.num(w.seconds, 2, L)} {sec}",
                 delta_color="off", delta_arrow="off")
     g[1].metric(t("kv_without_cache"), f"{nb.num(wo.tokens_per_second, 1, L)} {t('kv_tps')}",
                 f"{nb.num(wo.seconds, 2, L)} {sec}", delta_color="off", delta_arrow="off")
@@ -148,7 +150,8 @@ if result:
     if w.tokens == wo.tokens:
         st.success(t("kv_same_tokens", n=len(w.tokens)))
     else:
-        same = next((i for i, (a, b) in enumerate(zip(w.tokens, wo.tokens)) if a != b), min(len(w.tokens), len(wo.tokens)))
+        same = next((i for i, (a, b) in enumerate(zip(w.tokens, wo.tokens)) if a != b),
+                    min(len(w.tokens), len(wo.tokens)))
         st.warning(t("kv_different_tokens", i=same))
     st.markdown(f"**{t('kv_prompt')}:** {shared.md(result['prompt'])}")
     st.code(w.text, language=None, wrap_lines=True)

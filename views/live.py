@@ -1,9 +1,9 @@
 """Class page (issue 29): the teacher's desk of a live class. The teacher types the server's teacher token (never
 shown back, never in a link) and opens a room: a big room code and a QR code of the app's address with
 ``?room=CODE`` for the projector (the teacher's own page holds ``?teach=CODE``: after a reload the sidebar asks for
-the token again and the teacher leads the same class, :mod:`views.live_sections.room`); picks a lesson, asks questions about the page on screen, reveals the class's
-answers beside the model's, saves the session as a lesson. Students join in the sidebar (every page) and see the
-question and the results there; here they read how to join.
+the token again and the teacher leads the same class, :mod:`views.live_sections.room`); picks a lesson, asks
+questions about the page on screen, reveals the class's answers beside the model's, saves the session as a lesson.
+Students join in the sidebar (every page) and see the question and the results there; here they read how to join.
 
 Its parts live in :mod:`views.live_sections`; the following itself happens in ``app.py`` around every page.
 """
@@ -66,7 +66,7 @@ def _link_key(code: str) -> str | None:
     """The room's link key (asked once per session; None while the store does not answer)."""
     if st.session_state.get("_live_link_key", (None,))[0] != code:
         try:
-            st.session_state["_live_link_key"] = (code, room.store().link_key(code, room.secret()))
+            st.session_state["_live_link_key"] = (code, room.store().link_key(code, room.room_secret()))
         except live.LiveError:
             return None
     return st.session_state["_live_link_key"][1]
@@ -79,7 +79,7 @@ def _qr_svg(link: str) -> str:
 
 def _room_card() -> None:
     """The big room code and the QR code of the students' link, for the projector."""
-    code = room.code()
+    code = room.room_code()
     link = _link(_address(), code, _link_key(code), shared.lang())
     left, right = st.columns([3, 2], vertical_alignment="center")
     with left:
@@ -97,12 +97,12 @@ def _desk() -> None:
     """The room (code and QR code; once a question is asked, the question and its results come first, the code in
     one line), the lesson, a question about the page on screen, saving the session."""
     try:
-        state = room.store().get_state(room.code()) or {}
+        state = room.store().get_state(room.room_code()) or {}
     except live.LiveError as exc:
         shared.show_error(exc)
         return
     if state.get("question"):
-        link = _link(_address(), room.code(), _link_key(room.code()), shared.lang())
+        link = _link(_address(), room.room_code(), _link_key(room.room_code()), shared.lang())
         st.markdown(t("live_code_line", code=room.code(), link=link))  # the question is above (live_sections/stage)
         with st.expander(t("live_show_code")):
             _room_card()

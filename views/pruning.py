@@ -243,14 +243,16 @@ with right:
     if before is not None and after is not None:
         if loaded.head == "lm":
             m1, m2 = st.columns(2)
-            if before.loss is not None:
-                m1.metric(t("prune_loss"), _num(after.loss, 3), delta=_num(after.loss - before.loss, 3, sign=True) if off else None,
+            # a loss (and its perplexity) on one of the two runs of the same model and text is on both
+            b_loss, a_loss, b_ppl, a_ppl = before.loss, after.loss, before.perplexity, after.perplexity
+            if b_loss is not None and a_loss is not None and b_ppl is not None and a_ppl is not None:
+                m1.metric(t("prune_loss"), _num(a_loss, 3), delta=_num(a_loss - b_loss, 3, sign=True) if off else None,
                           delta_color="inverse", help=t("prune_loss_help"), border=True)
-                m2.metric(t("prune_ppl"), _num(after.perplexity, 1),
-                          delta=_num(after.perplexity - before.perplexity, 1, sign=True) if off else None, delta_color="inverse",
-                          border=True)
+                m2.metric(t("prune_ppl"), _num(a_ppl, 1), delta=_num(a_ppl - b_ppl, 1, sign=True) if off else None,
+                          delta_color="inverse", border=True)
             st.markdown(f"**{t('prune_next_token')}**")
             nb, na = before.next_token, after.next_token
+            assert nb is not None and na is not None  # a language-model head's runs keep their top next tokens
             shared.table(pd.DataFrame({
                 shared.t_plain("prune_rank"): np.arange(1, nb.ids.shape[1] + 1),
                 shared.t_plain("prune_before"): [vtext.shown(s) for s in nb.tokens[-1]],
@@ -290,7 +292,12 @@ with right:
                     shared.t_plain("prune_after"): [vtext.shown(s) for s in fills_after.tokens[0]],
                     _prob_header("prune_after"): fills_after.probs[0].astype(np.float64),
                 }), decimals=4, hide_index=True)
+        elif loaded.head == "none" and (before.embedding is None or after.embedding is None):
+            # a decoder whose readout was taken away (XLNet: models.anatomy.decoder.readout_sees_target) keeps only
+            # its maps: no sentence embedding to compare
+            st.info(t("device_readout_sees_target"))
         elif loaded.head == "none":
+            assert before.embedding is not None and after.embedding is not None  # the branch above took the others
             cos = float(pruning.cosine(before.embedding, after.embedding))
             st.metric(t("prune_cosine"), _num(cos, 4), delta=_num(cos - 1, 4, sign=True) if off else None,
                       help=t("prune_cosine_help"), border=True)
@@ -306,8 +313,10 @@ with right:
                 order = r_before.order
                 shared.table(pd.DataFrame({
                     shared.t_plain("prune_sentence"): [candidates[i] for i in order],
-                    shared.t_plain("prune_before"): [f"#{rank_before[i]} · {_num(r_before.similarity[i], 3)}" for i in order],
-                    shared.t_plain("prune_after"): [f"#{rank_after[i]} · {_num(r_after.similarity[i], 3)}" for i in order],
+                    shared.t_plain("prune_before"): [f"#{rank_before[i]} · {_num(r_before.similarity[i], 3)}"
+                                                     for i in order],
+                    shared.t_plain("prune_after"): [f"#{rank_after[i]} · {_num(r_after.similarity[i], 3)}"
+                                                    for i in order],
                 }), hide_index=True)
                 st.caption(t("prune_ranking_help"))
             except models.DikkatError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import plotly.graph_objects as go
 
 from . import numbers
@@ -14,7 +15,8 @@ COLOURS = ("#d6604d", "#4393c3", "#5aae61", "#9970ab")
 
 
 def cost_curves(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *,
-                reference: tuple[Sequence[float], Sequence[float]] | None = None, reference_name: str = "∝ n²",
+                reference: tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray] | None = None,
+                reference_name: str = "∝ n²",
                 x_title: str = "tokens n", y_title: str = "seconds", title: str = "", log: bool = True,
                 lang: str = "en") -> go.Figure:
     """Measured values against n, one line per series, and a dashed reference curve.

@@ -61,7 +61,7 @@ def per_layer_lines(series: dict[str, np.ndarray], *, title: str, layer_title: s
     return fig
 
 
-def streaming_figure(windows: Sequence[int], window: np.ndarray, with_sinks: np.ndarray, full: float, *,
+def streaming_figure(windows: Sequence[int] | np.ndarray, window: np.ndarray, with_sinks: np.ndarray, full: float, *,
                      title: str, window_label: str, sinks_label: str, full_label: str, window_title: str,
                      loss_title: str, lang: str = "en") -> go.Figure:
     """StreamingLLM as mask swaps: loss against the window size for the window alone and the window plus sinks,

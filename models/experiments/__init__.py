@@ -35,13 +35,16 @@ import inspect
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from .. import checks
 from ..loading.model import LoadedModel
 from .common import Progress, Source, report
+
+if TYPE_CHECKING:
+    from .sinks import FirstTokenShare, StreamingLosses
 
 __all__ = ["EXPERIMENTS", "Experiment", "SinksResult", "Source", "estimate_seconds", "get", "run"]
 
@@ -51,8 +54,8 @@ class SinksResult:
     """Both halves of the attention-sink experiment: :class:`.sinks.FirstTokenShare` and
     :class:`.sinks.StreamingLosses`; ``seconds`` is their total wall time."""
 
-    share: object
-    streaming: object
+    share: FirstTokenShare
+    streaming: StreamingLosses
     seconds: float
 
 

@@ -316,7 +316,7 @@ def measure_cost(
     return points
 
 
-def quadratic_reference(ns: Sequence[int], anchor_n: int, anchor_value: float) -> np.ndarray:
+def quadratic_reference(ns: Sequence[float] | np.ndarray, anchor_n: int, anchor_value: float) -> np.ndarray:
     """``c·n²`` through one measured point (``c = anchor_value / anchor_n²``): the curve a cost that
     grows with the attention matrix would follow, in ``anchor_value``'s unit. float64 ``(len(ns),)``."""
     lengths = np.asarray(ns, dtype=np.float64)

@@ -62,7 +62,7 @@ def ask(question: Q.Question, state: dict) -> bool:
             picks = choices(model, table, pairs)
         payload = {"kind": question.kind, "prompt": dict(question.prompt), "choices": [c.value for c in picks],
                    "labels": {c.value: dict(c.label) for c in picks}}
-        qid = room.store().ask(room.code(), room.secret(), payload)
+        qid = room.store().ask(room.room_code(), room.room_secret(), payload)
     except (live.LiveError, models.DikkatError) as exc:
         room.keep_error(exc)
         return False
@@ -82,7 +82,7 @@ def reveal(qid: int) -> None:
             with st.spinner(t("live_measuring")):
                 m = measured(*asked)
             result = {"answer": m.answer, "value": round(float(m.value), 6), "unit": m.unit}
-        room.store().reveal(room.code(), room.secret(), qid, result)
+        room.store().reveal(room.room_code(), room.room_secret(), qid, result)
     except (live.LiveError, models.DikkatError) as exc:
         room.keep_error(exc)
 
@@ -117,7 +117,7 @@ def results(state: dict, container=None) -> None:
     if not question or not state.get("revealed"):
         return
     try:
-        res = room.store().results(room.code(), question["id"])
+        res = room.store().results(room.room_code(), question["id"])
     except live.LiveError as exc:
         where.error(shared.error_text(exc))
         return
@@ -145,7 +145,7 @@ def _send(qid: int) -> None:
     if value is None:
         return
     try:
-        room.store().answer(room.code(), qid, st.session_state.get("_live_student"), value)
+        room.store().answer(room.room_code(), qid, room.student(), value)
     except live.LiveUnavailable:  # kept, and sent by the poll as soon as the store answers (never lost)
         st.session_state.setdefault(room.PENDING, {})[(room.code(), qid)] = value
         return
@@ -203,6 +203,6 @@ def answered(state: dict) -> int | None:
     if not question or state.get("revealed"):
         return None
     try:
-        return int(room.store().results(room.code(), question["id"])["total"])
+        return int(room.store().results(room.room_code(), question["id"])["total"])
     except live.LiveError:
         return None

@@ -174,7 +174,7 @@ def _teacher_counts() -> None:
         st.rerun()
     room.push_unsent()  # a change the store could not take while it was down
     try:
-        leads = room.store().teaches(room.code(), room.secret()) if room.in_fragment_run() else True
+        leads = room.store().teaches(room.room_code(), room.room_secret()) if room.in_fragment_run() else True
     except live.NoSuchRoom:
         leads = False
     except live.LiveError:
@@ -183,8 +183,8 @@ def _teacher_counts() -> None:
     if not leads:
         st.rerun()
     try:
-        present = room.store().present(room.code())
-        state = room.store().get_state(room.code()) or {}
+        present = room.store().present(room.room_code())
+        state = room.store().get_state(room.room_code()) or {}
     except live.LiveError:
         st.warning(t("live_paused"), icon=":material/pause_circle:")
         return
@@ -215,7 +215,7 @@ def _teacher() -> None:
         _join()
         return
     if st.query_params.get(room.TEACH) != room.code():  # a reload finds the class again (with the token)
-        st.query_params[room.TEACH] = room.code()
+        st.query_params[room.TEACH] = room.room_code()
     if room.ROOM in st.query_params:  # a student before: not now
         del st.query_params[room.ROOM]
     if "live_broadcast" not in st.session_state:

@@ -92,6 +92,22 @@ def code() -> str | None:
     return st.session_state.get("_live_code")
 
 
+def room_code() -> str:
+    """:func:`code` as the stores take it: ``""`` when this session is in no room (a store refuses it as it refuses
+    any code of no room: :class:`live.NoSuchRoom`)."""
+    return code() or ""
+
+
+def room_secret() -> str:
+    """:func:`secret` as the stores take it: ``""`` when this session teaches no room (refused as not the teacher)."""
+    return secret() or ""
+
+
+def student() -> str:
+    """This session's student id in its room as the stores take it (``""`` before it joins one)."""
+    return str(st.session_state.get("_live_student") or "")
+
+
 def is_teacher() -> bool:
     return bool(st.session_state.get("_live_secret")) and code() is not None
 
@@ -144,6 +160,7 @@ def resume_room(room: str, token: str) -> None:
     lesson step it shows (a shipped lesson's) as the teacher's. Raises :class:`live.LiveError`."""
     secret = store().resume_room(room, token, client_key=client_key())
     normal = live_rules.normalize_code(room)
+    assert normal is not None  # the store has just found a room with this code
     _lead(normal, secret)
     state = store().get_state(normal) or {}
     if state.get("page"):
@@ -159,7 +176,7 @@ def still_teacher() -> bool:
     tab or on another device (:func:`resume_room` there), the session's part in it is dropped and the reason kept
     for the panel. A store that cannot be reached keeps the session as it is (asked again next run)."""
     try:
-        if store().teaches(code(), secret()):
+        if store().teaches(room_code(), room_secret()):
             return True
         error: Exception = teacher_elsewhere()
     except live.NoSuchRoom as exc:
@@ -180,7 +197,7 @@ def _drop_link(name: str) -> None:
 def close_room() -> None:
     """End the class (the store forgets it) and this session's part in it."""
     try:
-        store().close_room(code(), st.session_state.get("_live_secret"))
+        store().close_room(room_code(), room_secret())
     finally:
         forget()
         _drop_link(TEACH)
@@ -239,7 +256,7 @@ def push(name: str, params: dict) -> None:
     """Make ``name`` with ``params`` the room's state (a new version); kept to push again while the store is down."""
     st.session_state.pop(UNSENT, None)
     try:
-        store().set_state(code(), secret(), name, params)
+        store().set_state(room_code(), room_secret(), name, params)
     except live.NoSuchRoom as exc:
         forget()
         keep_error(exc)
@@ -320,7 +337,7 @@ def sent_answer(qid: int):
     answers = st.session_state.setdefault("_live_answers", {})
     if (code(), qid) not in answers:
         try:
-            value = store().answer_of(code(), qid, st.session_state.get("_live_student"))
+            value = store().answer_of(room_code(), qid, student())
         except live.LiveError:
             return None
         if value is None:
@@ -355,11 +372,11 @@ def poll() -> bool:
         return False
     if run_lost():
         return True
-    room, student = code(), st.session_state.get("_live_student")
+    room, seat_id = room_code(), student()
     try:
         rooms = store()
         send_pending(rooms)
-        rooms.heartbeat(room, student)
+        rooms.heartbeat(room, seat_id)
         version = rooms.version(room)
         if version == st.session_state.get("_live_seen"):
             return False
@@ -413,7 +430,7 @@ def send_pending(rooms: live.RoomStore | None = None) -> None:
     rooms = rooms or store()
     for (room, qid), value in list(pending.items()):
         try:
-            rooms.answer(room, qid, st.session_state.get("_live_student"), value)
+            rooms.answer(room, qid, student(), value)
         except live.LiveUnavailable:
             raise
         except live.LiveError as exc:

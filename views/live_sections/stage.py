@@ -27,7 +27,7 @@ def stage() -> None:
 
 def _teacher() -> None:
     try:
-        state = room.store().get_state(room.code()) or {}
+        state = room.store().get_state(room.room_code()) or {}
     except live.LiveError:  # the sidebar's counts say the class is paused; the lesson's controls stay
         state = {}
     at = steps.current()

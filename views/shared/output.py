@@ -171,8 +171,9 @@ def model_name(loaded: models.LoadedModel) -> str:
     return hosting.scrub(loaded.name)
 
 
-def error_text(exc: models.DikkatError) -> str:
-    """An engine error as the interface shows it: the engine's own message in English; in Turkish, a
+def error_text(exc: Exception) -> str:
+    """An engine error (a :class:`models.DikkatError`, or the live class's ``live.LiveError``: both carry a ``code``
+    and ``params``) as the interface shows it: the engine's own message in English; in Turkish, a
     translated headline chosen by the exception's class (the nearest class in its MRO with one), followed by
     the message in Turkish when the error carries a ``code`` with a translation (``errmsg_<code>``, filled
     with the error's ``params``), else by the engine's English message, which names the model or input at
@@ -190,7 +191,7 @@ def error_text(exc: models.DikkatError) -> str:
     return detail
 
 
-def _translated(exc: models.DikkatError) -> Md | None:
+def _translated(exc: Exception) -> Md | None:
     """The error's message in the interface language (None in English, or without a translation)."""
     code = getattr(exc, "code", None)
     entry = _strings().get(f"errmsg_{code}") if code else None
@@ -210,6 +211,6 @@ def _translated(exc: models.DikkatError) -> Md | None:
     return Md(t(f"errmsg_{code}", **params))
 
 
-def show_error(exc: models.DikkatError) -> None:
+def show_error(exc: Exception) -> None:
     """``st.error`` with :func:`error_text`."""
     st.error(error_text(exc))
