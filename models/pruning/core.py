@@ -213,8 +213,18 @@ def prepare(loaded: LoadedModel, text: str, *, max_tokens: int | None = None) ->
         prep.labels = labels
     else:
         with torch.no_grad():
-            prep.reference = _unit_embedding(loaded, model(**inputs))[0]
+            prep.reference = _unit_embedding(loaded, model(**inputs, **hidden_kwargs(loaded)))[0]
     return prep
+
+
+def hidden_kwargs(loaded: LoadedModel) -> dict:
+    """What a forward call asks for to pool the last hidden state of a model measured by ``embedding_distance``:
+    ``output_hidden_states`` for a class that wraps the base model in a head (a decoder whose next-token readout was
+    taken away, :func:`models.anatomy.decoder.readout_sees_target`: XLNet's returns logits, no
+    ``last_hidden_state``); nothing for a base model, which returns ``last_hidden_state`` itself."""
+    model = loaded.model
+    wraps = getattr(model, "base_model", model) is not model
+    return {"output_hidden_states": True} if loaded.head == "none" and wraps else {}
 
 
 def _last_hidden(outputs) -> torch.Tensor:
@@ -317,6 +327,8 @@ def _forward(loaded: LoadedModel, prep: Prepared, batch: int, gates: dict, *, re
     rows = 1 if expand is not None else batch
     inputs = {k: v.expand(rows, -1).contiguous() for k, v in prep.inputs.items()}
     extra = {"use_cache": False} if loaded.family == "decoder" else dict(loaded.call_kwargs)
+    if prep.kind == "embedding_distance":
+        extra.update(hidden_kwargs(loaded))
 
     def oom(exc):
         raise ModelOutOfMemoryError(

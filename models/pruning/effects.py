@@ -13,7 +13,7 @@ from .. import checks
 from .. import capture
 from ..errors import EmptyTextError, InvalidArgumentError, UnsupportedOperationError
 from ..loading.model import LoadedModel
-from .core import _last_hidden, _limit, _texts, check_heads
+from .core import _last_hidden, _limit, _texts, check_heads, hidden_kwargs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -120,7 +120,8 @@ def embed(loaded: LoadedModel, texts: str | Sequence[str], heads_off: Iterable =
         inputs = _plain_inputs(loaded, text, max_tokens)
         with capture.rerun(loaded, gates=gates):
             # Models with a head return logits: ask for the hidden states to pool the last one.
-            outputs = loaded.model(**inputs, output_hidden_states=loaded.head != "none", return_dict=True)
+            outputs = loaded.model(**inputs, output_hidden_states=loaded.head != "none" or bool(hidden_kwargs(loaded)),
+                                   return_dict=True)
         rows.append(_last_hidden(outputs)[0].float().mean(dim=0).cpu().numpy())
     return np.stack(rows).astype(np.float32)
 

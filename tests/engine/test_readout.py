@@ -49,3 +49,22 @@ def test_the_note_is_said_in_both_languages():
     strings = json.loads((ROOT / "assets" / "i18n" / "sidebar.json").read_text(encoding="utf-8"))
     said = strings["device_readout_sees_target"]
     assert said["en"] and said["tr"] and said["en"] != said["tr"]
+
+
+def test_a_model_without_its_readout_is_pruned_by_its_last_hidden_state(xlnet):
+    """Head pruning measures such a model as one without a head (``embedding_distance``): the mean-pooled last hidden
+    state, which its language-model class returns only when asked (a TypeError inside before)."""
+    from models import pruning
+    from models.pruning.effects import embed
+
+    text = "the cat chased the mouse"
+    assert pruning.metric_kind(xlnet) == "embedding_distance"
+    prep = pruning.prepare(xlnet, text)
+    ids = torch.tensor([[t for t in xlnet.tokenizer(text)["input_ids"]]])
+    with torch.no_grad():
+        last = xlnet.model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0].mean(0)
+    np.testing.assert_allclose(prep.reference.numpy(), (last / last.norm()).numpy(), atol=1e-6)
+    scores = pruning.ablation_scores(xlnet, text)
+    values = scores.values["decoder"]
+    assert scores.metric == "embedding_distance" and np.isfinite(values).all() and (np.abs(values) > 0).any()
+    assert embed(xlnet, [text]).shape == (1, 32)
