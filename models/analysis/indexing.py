@@ -4,6 +4,8 @@ row, key) in words and in both languages, where numpy would say "index 30 is out
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from typing import NoReturn
 
@@ -31,7 +33,15 @@ def checked_int(index, size: int, axis: str) -> int:
     """``index`` (an int, negative from the end) as ``0 .. size - 1``.
 
     Raises:
-        IndexOutOfRangeError: ``index`` outside ``-size .. size - 1``."""
+        IndexOutOfRangeError: ``index`` outside ``-size .. size - 1``. InvalidArgumentError: not a whole number
+            (code ``arg_whole``; a float that is one, 2.0, is taken)."""
+    whole = isinstance(index, numbers.Integral) and not isinstance(index, (bool, np.bool_))
+    if not whole and isinstance(index, (float, np.floating)) and math.isfinite(index) and float(index).is_integer():
+        index, whole = int(index), True
+    if not whole:
+        raise InvalidArgumentError(f"{axis} must be a whole number (-{size} .. {size - 1}), got {repr(index)[:60]}.",
+                                   code="arg_whole", name=axis, range=f"-{size} .. {size - 1}",
+                                   value=repr(index)[:60])
     i = int(index) + (size if index < 0 else 0)
     if not 0 <= i < size:
         out_of_range(axis, int(index), size)

@@ -156,8 +156,17 @@ class Analysis:
             the layer's weights (computed when indexed, like ``attentions``).
 
         Raises:
-            KeyError: an unknown stack. IndexOutOfRangeError (an IndexError): a layer or head out of range.
+            InvalidArgumentError: a stack the analysis does not have (code ``no_such_stack``), a layer or head that
+                is not a whole number. IndexOutOfRangeError (an IndexError): a layer or head out of range.
         """
+        if not isinstance(stack, str) or stack not in self.attentions:
+            from ..errors import InvalidArgumentError
+
+            shown = repr(stack)[:60]
+            raise InvalidArgumentError(f"'{self.model}' has no stack {shown} (its stacks: "
+                                       f"{', '.join(self.attentions)}).",
+                                       code="no_such_stack", model=self.model, stack=shown,
+                                       stacks=", ".join(self.attentions))
         layer = checked_int(layer, len(self.attentions[stack]), "layer")
         weights = self.attentions[stack][layer] if head is None else self.attentions[stack][layer, head]
         if layer not in self.sinks.get(stack, ()):

@@ -95,8 +95,9 @@ def metric_deltas(loaded: LoadedModel, texts: list[str], heads: list, *, max_tok
 
     keep = keep_matrix(loaded, [[]] + [[h] for h in heads])
     out = np.full((len(texts), len(heads)), np.nan)
-    for i, text in enumerate(texts):
-        prep = prepare(loaded, text, max_tokens=max_tokens)
+    # every text taken or refused (empty, one token) before the first gated pass
+    preps = [prepare(loaded, text, max_tokens=max_tokens) for text in texts]
+    for i, prep in enumerate(preps):
         if second_copy is not None:
             n = prep.labels.shape[1]
             prep.labels[0, : n - second_copy + 1] = -100

@@ -111,8 +111,9 @@ def pruning_curve(loaded: LoadedModel, texts: Sequence[str], importance: HeadSco
         for s, k in enumerate(n_pruned):
             keep[o * len(shares_arr) + s, order[:k]] = 0.0
     total = np.zeros(len(keep))
-    for i, text in enumerate(texts):
-        prep = prepare(loaded, text, max_tokens=max_tokens)
+    # every text taken or refused (empty, one token) before the first gated pass
+    preps = [prepare(loaded, text, max_tokens=max_tokens) for text in texts]
+    for i, prep in enumerate(preps):
         total += evaluate(loaded, prep, keep, batch_size=batch_size)
         if progress:
             progress((i + 1) / len(texts))

@@ -104,8 +104,9 @@ def ablation_scores(loaded: LoadedModel, texts: str | Sequence[str], *, batch_si
     total = np.zeros(n)
     base = 0.0
     passes = 0
-    for i, text in enumerate(texts):
-        prep = prepare(loaded, text, max_tokens=max_tokens)
+    # every text taken or refused (empty, one token) before the first gated pass
+    preps = [prepare(loaded, text, max_tokens=max_tokens) for text in texts]
+    for i, prep in enumerate(preps):
         values = evaluate(loaded, prep, keep, batch_size=batch_size, reuse_prefix=reuse_prefix)
         passes += math.ceil(len(keep) / batch_size)
         total += values[:-1] - values[-1]
@@ -135,8 +136,9 @@ def ablation_scores_one_at_a_time(loaded: LoadedModel, texts: str | Sequence[str
     n = len(head_list(loaded))
     total = np.zeros(n)
     base = 0.0
-    for text in texts:
-        prep = prepare(loaded, text, max_tokens=max_tokens)
+    # every text taken or refused (empty, one token) before the first gated pass
+    preps = [prepare(loaded, text, max_tokens=max_tokens) for text in texts]
+    for prep in preps:
         full = evaluate(loaded, prep, np.ones((1, n)), batch_size=1)[0]
         base += full
         for i in range(n):
@@ -184,8 +186,9 @@ def gradient_importance(loaded: LoadedModel, texts: str | Sequence[str], *, norm
     total = np.zeros(n)
     base = 0.0
     passes = 0
-    for i, text in enumerate(texts):
-        prep = prepare(loaded, text, max_tokens=max_tokens)
+    # every text taken or refused (empty, one token) before the first gated pass
+    preps = [prepare(loaded, text, max_tokens=max_tokens) for text in texts]
+    for i, prep in enumerate(preps):
         if prep.kind == "embedding_distance":
             total += _embedding_sensitivity(loaded, prep, batch_size)
             passes += math.ceil(n / batch_size)

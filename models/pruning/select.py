@@ -52,15 +52,19 @@ def least_important(scores: HeadScores, k: int) -> frozenset[HeadId]:
     return frozenset(head for head, _ in ranked[:int(k)])
 
 
+MAX_COUNT = 65_536  # layers or heads of a stack: far above any model's (Llama 3.1 405B: 126 layers of 128 heads)
+
+
 def whole_layer(stacks: dict[str, tuple[int, int]], stack: str, layer: int) -> frozenset[HeadId]:
     """Every head of ``stack``'s layer ``layer``.
 
     Raises:
-        InvalidHeadError: no such stack or layer.
+        InvalidHeadError: no such stack or layer. InvalidArgumentError: ``stacks`` not a dict of ``(layers, heads)``
+            whole numbers from 0 to :data:`MAX_COUNT` (a count no model has is refused before a set of it is built).
     """
     checks.instance("stacks", stacks, dict, "a dict stack -> (layers, heads) (loaded.stacks)")
-    if not all(isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, np.integer)) and x >= 0 for x in v)
-               for v in stacks.values()):
+    if not all(isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, np.integer)) and 0 <= x <= MAX_COUNT
+                                                              for x in v) for v in stacks.values()):
         raise InvalidArgumentError(f"stacks must map each stack to (layers, heads), got {checks.shown(stacks)}.",
                                    code="arg_instance", name="stacks", detail="a dict stack -> (layers, heads)",
                                    value=checks.shown(stacks))

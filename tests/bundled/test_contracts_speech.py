@@ -32,9 +32,9 @@ def test_analyze_audio_keeps_its_contract(whisper):
     good = {"loaded": whisper, "audio": audio[:8000], "sample_rate": rate, "language": "en",
             "target": "the cat", "heads_off": [], "max_new_tokens": 4, "top_k": 3, "padding": "column",
             "word_seconds": 0.1, "keep": None}
-    assert call(speech.analyze_audio, good, TALLY, work=True) is None
-    faults = odd_calls("analyze_audio", speech.analyze_audio, good, TALLY, work=True)
-    faults += odd_calls("analyze_audio", speech.analyze_audio, dict(good, target=None), TALLY, work=True,
+    assert call(speech.analyze_audio, good, TALLY) is None
+    faults = odd_calls("analyze_audio", speech.analyze_audio, good, TALLY)
+    faults += odd_calls("analyze_audio", speech.analyze_audio, dict(good, target=None), TALLY,
                         odd=(None, -1, 10 ** 30, float("nan"), True))  # the generated transcript's own bounds
     assert not faults, "\n".join(faults)
     assert TALLY.raw == TALLY.not_finite == TALLY.slow == 0
@@ -42,7 +42,7 @@ def test_analyze_audio_keeps_its_contract(whisper):
 
 def test_analyze_wav_keeps_its_contract(whisper, tmp_path):
     good = {"loaded": whisper, "path": str(WAV), "target": "the cat"}
-    faults = odd_calls("analyze_wav", speech.analyze_wav, good, TALLY, work=True)
+    faults = odd_calls("analyze_wav", speech.analyze_wav, good, TALLY)
     for name, data in {"empty.wav": b"", "text.wav": b"not a wav file", "riff.wav": b"RIFF\x00\x00"}.items():
         (tmp_path / name).write_bytes(data)
         fault = call(speech.analyze_wav, dict(good, path=str(tmp_path / name)), TALLY)

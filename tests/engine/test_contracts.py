@@ -4,9 +4,10 @@ subpackages and ``live`` are called with values that work, then with each parame
 arguments hypothesis generates from their signatures (``st.from_type`` of the annotations made of builtins, the odd
 values and the values that work; ``DIKKAT_CONTRACT_EXAMPLES`` examples: 300 in ``make check``, 3,000 in ``make
 test``). The property: the call returns finite numbers (every float in what it returns, three levels deep) or raises
-a :class:`models.DikkatError` (``live``'s own :class:`live.LiveError`), never a raw Python error, and in less than a
-second (a size that cannot be done is refused before the work starts). The speech passes, which need Whisper's
-processor, are held to the same in tests/bundled/test_contracts_speech.py.
+a :class:`models.DikkatError` (``live``'s own :class:`live.LiveError`), never a raw Python error; a refusal comes in
+less than a second (a size that cannot be done is refused before the work starts; results are not timed). The
+speech passes, which need Whisper's processor, are held to the same in tests/bundled/test_contracts_speech.py. The
+public methods of what the engine returns (an analysis, an information flow) are called the same way.
 
 The inventory keeps the next feature covered on the day it lands: a public function that is neither here nor in
 the fuzzing tiers (tests/engine/test_fuzz_documented.py, test_fuzz_api.py, test_refused_arguments.py) fails, unless
@@ -64,6 +65,7 @@ def cases(dec, enc) -> dict:
     heads = sum(h for _, h in dec.stacks.values()) * next(iter(dec.stacks.values()))[0]
     corpus = atlas.corpus_from_bytes(b"the cat\nthe mouse\n", name="c.txt", suffix=".txt")
     held = models.analyze(dec, TEXT)
+    held_flow = models.information_flow(dec, held)
     # the tiny word-piece tokenizer decodes no token with a leading space, so it has no whole-word vocabulary of
     # its own for the repeated random sequences: give it the ids of its whole words (what _vocabulary keeps)
     words = [dec.tokenizer.convert_tokens_to_ids(w) for w in ("kedi", "fare", "kova", "the", "cat", "chased")]
@@ -120,6 +122,18 @@ def cases(dec, enc) -> dict:
         "models.sparse.pattern_at": (sparse.pattern_at, {"kind": "vertical_slash", "budget": 8}),
         "models.atlas.second_copy_effects": (atlas.second_copy_effects, {"loaded": dec, "sequences": 2, "length": 3,
                                                                          "max_tokens": 16}),
+        # the public methods of what the engine returns (an analysis, an information flow)
+        "Flow.direct_effect": (held_flow.direct_effect, {"position": -1}),
+        "Flow.logit_lens": (held_flow.logit_lens, {"position": -1, "k": 3}),
+        "Flow.route": (held_flow.route, {"position": -1, "threshold": 0.04}),
+        "Flow.token_shares": (held_flow.token_shares, {"layer": 1, "rows": None}),
+        "Flow.value_weighted": (held_flow.value_weighted, {"weights": np.asarray(held.attentions["decoder"][1]),
+                                                           "layer": 1, "head": None}),
+        "Flow.weights": (held_flow.weights, {"layer": 1}),
+        "Analysis.axis_tokens": (held.axis_tokens, {"stack": "decoder"}),
+        "Analysis.axis_words": (held.axis_words, {"stack": "decoder"}),
+        "Analysis.head_mask": (held.head_mask, {"layer": 1, "head": 0, "stack": None}),
+        "Analysis.sink_share": (held.sink_share, {"stack": "decoder", "layer": 1, "head": None}),
         "live.teacher_token": (live.teacher_token, {"environ": {"DIKKAT_TEACHER_TOKEN": "t"}}),
         "live.store_from_env": (live.store_from_env, {"environ": {}}),
     }
