@@ -249,10 +249,18 @@ def build(model_type: str, folder: Path, shape: str = "a") -> str:
     return cls_name
 
 
-def _eager_reference(folder: Path, cls_name: str, a):
+def _reference_model(folder: Path, cls_name: str):
+    """The tiny model as plain transformers loads it, eager: the sweep's reference (loaded once per type)."""
     import transformers as tf
 
-    ref = getattr(tf, cls_name).from_pretrained(str(folder), attn_implementation="eager").eval()
+    return getattr(tf, cls_name).from_pretrained(str(folder), attn_implementation="eager").eval()
+
+
+def _reference_inputs(folder: Path, ref, a) -> dict:
+    """The inputs of the analysis ``a`` for the reference model ``ref``: its tokens (a pair's checked against the
+    tokenizer's own encoding, with its segment ids), an encoder-decoder's target, no KV cache for a decoder."""
+    import transformers as tf
+
     inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
     if a.text_pair is not None:  # the pair as the tokenizer encodes it on its own: the ids and their segments
         enc = tf.AutoTokenizer.from_pretrained(str(folder))(a.text, a.text_pair, return_tensors="pt")
@@ -269,6 +277,14 @@ def _eager_reference(folder: Path, cls_name: str, a):
         # no KV cache, as Dikkat runs a decoder: Dory's looped layers with a cache fail in plain transformers
         # (keys of the cached loop against a mask of the new tokens only)
         inputs["use_cache"] = False
+    return inputs
+
+
+def _eager_reference(folder: Path, cls_name: str, a, ref=None):
+    """Plain transformers' outputs (attentions included) on the analysis ``a``'s inputs; ``ref``: the reference
+    model already loaded (:func:`_reference_model`)."""
+    ref = ref if ref is not None else _reference_model(folder, cls_name)
+    inputs = _reference_inputs(folder, ref, a)
     with torch.no_grad():
         # a first call first: BigBird rebuilds its attention modules on a short input (block_sparse ->
         # original_full), and transformers' recorder of output_attentions misses the new modules in that call
@@ -288,14 +304,14 @@ NOT_ATTENTION = ("mamba", "mixer", "ssm", "linear_attn", "mlp", "feed_forward", 
 CROSS_NAMES = ("cross", "encoder_attn", "EncDec")
 
 
-def _head_zeroed_logits(folder: Path, cls_name: str, a, stack: str, heads: int, head: int, within: str = ""):
+def _head_zeroed_logits(folder: Path, cls_name: str, a, stack: str, heads: int, head: int, within: str = "",
+                        ref=None):
     """Plain transformers' logits with ``head`` of ``stack``'s first layer switched off by hand: its slice of the
     output projection's input zeroed (Michel et al. 2019), the whole of what the head adds; None when no
     projection of :data:`OUT_PROJ_NAMES` is found (nothing to compare with). ``within``: the block that holds the
-    layer's attention module (a hybrid's first attention layer is not its first layer)."""
-    import transformers as tf
-
-    ref = getattr(tf, cls_name).from_pretrained(str(folder), attn_implementation="eager").eval()
+    layer's attention module (a hybrid's first attention layer is not its first layer). ``ref``: the reference model
+    already loaded (:func:`_reference_model`)."""
+    ref = ref if ref is not None else _reference_model(folder, cls_name)
     part = {"encoder": "encoder", "decoder": "decoder", "cross": "decoder"}[stack] \
         if a.family == "encoder-decoder" else ""
     found = None
@@ -331,18 +347,9 @@ def _head_zeroed_logits(folder: Path, cls_name: str, a, stack: str, heads: int, 
         x[..., head * width:(head + 1) * width] = 0
         return (x,) + tuple(args[1:])
 
+    inputs = _reference_inputs(folder, ref, a)
     hook = found.register_forward_pre_hook(zero)
     try:
-        inputs = {"input_ids": torch.tensor([[t.id for t in a.tokens]])}
-        if a.text_pair is not None:
-            enc = tf.AutoTokenizer.from_pretrained(str(folder))(a.text, a.text_pair, return_tensors="pt")
-            if "token_type_ids" in enc and "token_type_ids" in inspect.signature(ref.forward).parameters:
-                inputs["token_type_ids"] = enc["token_type_ids"]
-        if a.target_tokens is not None:
-            inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
-            inputs["labels"] = inputs["decoder_input_ids"]
-        if a.family == "decoder":
-            inputs["use_cache"] = False
         with torch.no_grad():
             out = ref(**inputs)
     finally:
@@ -411,7 +418,8 @@ def check(model_type: str, workdir: Path, text: str = TEXT, *, pair: str | None 
             res.checks["rows"] = True if ok else f"{stack}: row sums {sums.min():.3g}..{sums.max():.3g}"
             if res.checks["rows"] is not True:
                 break
-        out = _eager_reference(folder, res.cls, a)
+        reference = _reference_model(folder, res.cls)
+        out = _eager_reference(folder, res.cls, a, reference)
         if a.family == "encoder-decoder":
             want = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
         else:
@@ -473,7 +481,8 @@ def check(model_type: str, workdir: Path, text: str = TEXT, *, pair: str | None 
             # all of the head, not a part: the same logits as its slice of the output projection's input zeroed
             first = next(s for s in loaded.sites if (s.stack, s.layer) == (stack, 0))
             within = first.name.rsplit(".", 1)[0] + "." if loaded.capture_path == "interface" else ""
-            want_off = _head_zeroed_logits(folder, res.cls, a, stack, a.attentions[stack].shape[1], 1, within) \
+            want_off = _head_zeroed_logits(folder, res.cls, a, stack, a.attentions[stack].shape[1], 1, within,
+                                           reference) \
                 if off.logits is not None and res.checks["heads"] is True else None
             if want_off is not None and want_off.shape == off.logits.shape:
                 err = float(np.abs(want_off - off.logits).max())
