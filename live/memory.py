@@ -153,7 +153,8 @@ class MemoryStore(BaseStore):
         page, params = rules.check_state(page, params)
         with self._lock:
             room = self._teacher(code, secret)
-            if rules.ends_question(room.params, params):
+            asked = room.questions[room.current].question if room.current is not None else None
+            if rules.ends_question(room.params, params, asked):
                 room.current = None
             room.page, room.params = page, params
             room.version += 1
@@ -168,10 +169,11 @@ class MemoryStore(BaseStore):
             except LookupError:
                 return None
             question = None
-            if room.current is not None:
+            if room.current is not None and rules.shown(room.params, room.questions[room.current].question):
                 question = {**copy.deepcopy(room.questions[room.current].question), "id": room.current}
             return {"page": room.page, "params": dict(room.params), "version": room.version, "question": question,
-                    "revealed": room.current is not None and room.questions[room.current].revealed}
+                    "revealed": question is not None and room.current is not None
+                    and room.questions[room.current].revealed}
 
     def version(self, code: str) -> int:
         """The room's state version (cheap: poll it, read :meth:`get_state` when it changes).

@@ -205,9 +205,11 @@ class RedisStore(BaseStore):
         page, params = rules.check_state(page, params)
         code = self._teacher(code, secret)
         state = self._key(code, "state")
-        old = self.redis.hget(state, "params")  # only the teacher writes the state: no race to guard
+        old, current = self.redis.hmget(state, ["params", "current"])  # only the teacher writes: no race to guard
+        raw = self.redis.hget(self._key(code, "questions"), str(current)) if current else None
+        asked = json.loads(raw)["question"] if raw else None
         pipe = self.redis.pipeline()
-        if rules.ends_question(json.loads(old) if old else None, params):
+        if rules.ends_question(json.loads(old) if old else None, params, asked):
             pipe.hdel(state, "current")
         pipe.hset(state, mapping={"page": page, "params": json.dumps(params, ensure_ascii=False)})
         pipe.hincrby(state, "version", 1)
@@ -232,7 +234,10 @@ class RedisStore(BaseStore):
         if current:
             raw = self.redis.hget(self._key(normal, "questions"), str(current))
             question = {**json.loads(raw)["question"], "id": current} if raw else None
-        return {"page": state.get("page") or None, "params": json.loads(state.get("params") or "{}"),
+        params = json.loads(state.get("params") or "{}")
+        if not rules.shown(params, question):
+            question = None
+        return {"page": state.get("page") or None, "params": params,
                 "version": int(state.get("version") or 0), "question": question,
                 "revealed": question is not None and state.get("revealed") == "1"}
 

@@ -200,12 +200,32 @@ def _encoded(value, limit: int) -> str | None:
 LESSON_STEP = "lesson_step"  # the broadcast parameter naming a lesson's step: "<lesson id>:<step index from 0>"
 
 
-def ends_question(old_params: dict | None, new_params: dict) -> bool:
+QUESTION_STEP = "step"  # a question's own lesson step ("<lesson id>:<index>"), when the teacher asked it on one
+
+
+def ends_question(old_params: dict | None, new_params: dict, question: dict | None = None) -> bool:
     """Whether a new state of the room ends its current question: the lesson's step changed (issue 50 point 3: a
     question belongs to its step, so Next, Previous or another lesson clear it on every screen, and a late joiner
     never meets the last step's question). A change of the page's widgets within one step, or outside a lesson
-    (neither state names a step), keeps it."""
+    (neither state names a step), keeps it.
+
+    A question asked on a lesson step names it (:data:`QUESTION_STEP`): it ends when the new state names another
+    step, whatever the state before named. A teacher who asks the moment a Previous or Next has been pressed asks
+    before that run's page reaches the room: the room still names the step left, and comparing the two states
+    would end the new question when the page arrives (seen in the browser tier: the class never saw it).
+    """
+    step = (question or {}).get(QUESTION_STEP)
+    if isinstance(step, str):
+        return new_params.get(LESSON_STEP) != step
     return (old_params or {}).get(LESSON_STEP) != new_params.get(LESSON_STEP)
+
+
+def shown(params: dict | None, question: dict | None) -> bool:
+    """Whether the room's current ``question`` is shown with its state ``params``: always, unless it names a lesson
+    step (:data:`QUESTION_STEP`) that the state does not name yet (asked the moment the teacher pressed Next or
+    Previous: it is shown with its step's page, never under the step before)."""
+    step = (question or {}).get(QUESTION_STEP)
+    return not isinstance(step, str) or (params or {}).get(LESSON_STEP) == step
 
 
 def check_state(page, params) -> tuple[str, dict[str, str]]:

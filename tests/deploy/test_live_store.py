@@ -364,6 +364,32 @@ def test_a_new_lesson_step_ends_the_question_of_the_last_one(store, room):
     assert store.get_state(code)["question"]["id"] == fourth != third
 
 
+def test_a_question_asked_as_the_teacher_moves_belongs_to_its_step(store, room):
+    """A teacher who presses Previous and then at once Ask asks before that run's page reaches the room: the room
+    still names the step left. The question names its own step, so the page arriving after it keeps it (the class
+    never saw it before: browser tier, 2 of 4 fresh clones), it is not shown under the step before, and a later move
+    to any other step ends it."""
+    code, secret = room
+    step = rules.LESSON_STEP
+    store.set_state(code, secret, "qkv", {step: "attention-intro:1"})
+    asked = store.ask(code, secret, {**QUESTION, rules.QUESTION_STEP: "attention-intro:0"})
+    early = store.get_state(code)
+    assert early["question"] is None and not early["revealed"]  # not under step 2's page
+    store.set_state(code, secret, "qkv", {step: "attention-intro:0", "qkv_layer": "0"})  # the step's page arrives
+    state = store.get_state(code)
+    assert state["question"]["id"] == asked and state["question"][rules.QUESTION_STEP] == "attention-intro:0"
+    store.answer(code, asked, "s1", "Kedi")
+    store.set_state(code, secret, "qkv", {step: "attention-intro:0", "qkv_layer": "1"})  # the same step, changed
+    assert store.get_state(code)["question"]["id"] == asked
+    store.set_state(code, secret, "qkv", {step: "attention-intro:1"})  # Next: another step ends it
+    assert store.get_state(code)["question"] is None
+    store.set_state(code, secret, "qkv", {step: "attention-intro:0"})  # and back does not bring it back
+    assert store.get_state(code)["question"] is None
+    with pytest.raises(live.QuestionClosed):
+        store.answer(code, asked, "s1", "Fare")
+    assert store.results(code, asked)["total"] == 1  # what was answered stays counted
+
+
 @pytest.mark.parametrize("value", [True, None, [], {}, "", "   ", "x" * 81, "a\nb", float("nan"), float("inf"),
                                    2 ** 60, b"bytes"])
 def test_an_answer_is_a_short_text_or_a_number(store, room, value):

@@ -18,6 +18,7 @@ import streamlit as st
 import live
 import models
 from live import questions as Q
+from live import rules as live_rules
 from views import shared
 from views.shared import md, t, t_plain
 from viz import numbers as nb
@@ -53,15 +54,19 @@ def _key(question: Q.Question, state: dict) -> tuple[str, str, tuple]:
         tuple(sorted(state.items()))
 
 
-def ask(question: Q.Question, state: dict) -> bool:
+def ask(question: Q.Question, state: dict, step: str | None = None) -> bool:
     """Ask the class ``question`` about ``state`` (the page's link): its choices are worked out on the teacher's
-    model, then the store makes it the room's current question. Errors are kept for the panel."""
+    model, then the store makes it the room's current question. ``step``: the lesson step it belongs to
+    (``"<lesson id>:<index>"``), kept with it so the step's page arriving after it does not end it
+    (:func:`live.rules.ends_question`). Errors are kept for the panel."""
     model, table, pairs = _key(question, state)
     try:
         with st.spinner(t("live_preparing")):
             picks = choices(model, table, pairs)
         payload = {"kind": question.kind, "prompt": dict(question.prompt), "choices": [c.value for c in picks],
                    "labels": {c.value: dict(c.label) for c in picks}}
+        if step is not None:
+            payload[live_rules.QUESTION_STEP] = step
         qid = room.store().ask(room.room_code(), room.room_secret(), payload)
     except (live.LiveError, models.DikkatError) as exc:
         room.keep_error(exc)

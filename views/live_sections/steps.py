@@ -124,7 +124,7 @@ def teacher_nav(found: L.Lesson, index: int) -> None:
         if sent and sent[0] == step.page:  # the page as it is now, changed live or not
             state = {k: v for k, v in sent[1].items() if k != room.STEP}
         question = step.question if step.question.model else _with_model(step.question, step.question_model())
-        if asking.ask(question, state):
+        if asking.ask(question, state, step=f"{found.id}:{index}"):
             st.rerun()
 
 
