@@ -49,7 +49,7 @@ def test_the_heatmap_shows_morphemes_their_labels_and_rows_that_sum_to_one(minil
     assert "fareyi = fare + yi" in text  # the legend row: stems plainly, suffixes with their label
     assert ("belirtme hâli" if lang == "tr" else "accusative") in text
     # "ad" of ko·val·ad·ı has an "a" in the stem kovala and a "d" in the suffix dı: split and said so
-    assert "(ad)" in text and ("1 of 9" if lang == "en" else "9 parçadan 1") in text
+    assert "(ad)" in text and ("1 of 9" if lang == "en" else "9 tokenden 1") in text
     assert not at.error and not at.exception
     assert at.query_params["words"] == "morphemes"
 
@@ -71,7 +71,7 @@ def test_every_view_draws_at_the_morpheme_level(minilm, lang):
     assert any(f["layout"]["yaxis"].get("ticktext") == MORPHEMES for f in figures(at))  # the map opened large
     at = morpheme_page(lang, view="summary")
     assert not at.exception and not at.error
-    assert ("token level" if lang == "en" else "parça düzeyinde") in captions(at)
+    assert ("token level" if lang == "en" else "token düzeyinde") in captions(at)
     # hiding the special tokens drops their units, the rest renormalised
     at = morpheme_page(lang, hide_special="1")
     fig = heatmap_figure(at)

@@ -128,7 +128,7 @@ def test_flow_maps_at_the_morpheme_level_add_up_a_morphemes_pieces(minilm, lang)
     assert ("Morpheme level" if lang == "en" else "Biçimbirim düzeyi") in raw["layout"]["title"]["text"]
     text = " ".join(c.value for c in at.caption)
     assert "fareyi = fare + yi" in text and ("accusative" if lang == "en" else "belirtme hâli") in text
-    assert ("stay with the model's own pieces" if lang == "en" else "modelin kendi parçalarında kalır") in text
+    assert ("stay with the model's own pieces" if lang == "en" else "modelin kendi tokenlerinde kalır") in text
     assert at.query_params["flow_level"] == "morphemes"
 
 

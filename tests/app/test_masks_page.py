@@ -430,7 +430,7 @@ def test_a_bad_pattern_is_said_in_the_interface_language_and_what_was_typed_stay
     formats a translated radio's options in English, so the Turkish page cannot be driven by set_value.)"""
     expected = {"sliding_window:0": {"en": "needs a width of at least 1",
                                      "tr": "en az 1 olan bir tam sayı genişlik ister"},
-                "sliding_window:99": {"en": "more than the text's 5 tokens", "tr": "metnin 5 parçasından fazla"}}
+                "sliding_window:99": {"en": "more than the text's 5 tokens", "tr": "metnin 5 tokeninden fazla"}}
     for typed, message in expected.items():
         at = _per_head(lang, masks_ph_preset="custom", masks_ph_default=typed)
         assert not at.exception

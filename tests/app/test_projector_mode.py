@@ -36,7 +36,7 @@ def run(query: dict | None = None, lang: str = "en") -> AppTest:
 def css_scale(at: AppTest) -> float:
     """The ``--dk-scale`` the page sets for assets/css/app.css (app.css itself sets the default, 1)."""
     for element in at.get("html"):
-        found = re.fullmatch(r"<style>:root \{ --dk-scale: ([0-9.]+); \}</style>", element.proto.body.strip())
+        found = re.match(r"<style>:root \{ --dk-scale: ([0-9.]+); \}</style>", element.proto.body.strip())
         if found:
             return float(found.group(1))
     raise AssertionError("no --dk-scale on the page")

@@ -164,7 +164,7 @@ def test_kvcache_page_sliding_window_mistral_and_gemma(minilm):
     at = open_page("views/kvcache.py", "gemma3-270m", "tr")
     assert_clean(at)
     assert (at.number_input(key="kv_window").value, at.number_input(key="kv_window_layers").value) == (512, 15)
-    assert "18 katmanın 15 tanesinde 512 parça" in at.info[0].value
+    assert "18 katmanın 15 tanesinde 512 token" in at.info[0].value
 
 
 def test_kvcache_page_generation(smollm2):

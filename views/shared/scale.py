@@ -4,7 +4,10 @@ link opens a class's screen as large as the teacher left it.
 The main area's text (markdown, captions, tables, widget labels and values, metrics) grows through the CSS
 variable ``--dk-scale`` (:func:`style`, read by ``assets/css/app.css``); a figure's text through
 :func:`scale_figure`, called by :func:`views.shared.output.plotly_chart` (the builders in ``viz/`` keep their
-sizes for notebooks); the head view through its zoom (``views/explore.py``)."""
+sizes for notebooks); the head view through its zoom (``views/explore.py``).
+
+The same ``<style>`` carries, on the Turkish interface, Streamlit's own file-uploader words in Turkish
+(:func:`uploader_style`; issue 50 point 6): Streamlit has no locale for them."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import streamlit as st
 
 from viz.text import text_width
 
-from .strings import t
+from .strings import lang, t, t_plain
 from .urlstate import UrlState
 
 # the switch's values (the link's ``scale=...``, declared in pagestate) and their factors
@@ -55,8 +58,45 @@ def fewer(n: int) -> int:
 
 
 def style() -> str:
-    """The ``<style>`` that sets ``--dk-scale`` for ``assets/css/app.css`` (an inline value: nothing is fetched)."""
-    return f"<style>:root {{ --dk-scale: {factor():g}; }}</style>"
+    """The ``<style>`` that sets ``--dk-scale`` for ``assets/css/app.css`` (an inline value: nothing is fetched),
+    followed on the Turkish interface by :func:`uploader_style`."""
+    return f"<style>:root {{ --dk-scale: {factor():g}; }}</style>" + uploader_style()
+
+
+def css_string(text: str) -> str:
+    """``text`` as a quoted CSS string: backslash, quote and line ends escaped, and ``<`` too, so that no text can
+    close the ``<style>`` it sits in."""
+    escaped = "".join(f"\\{ord(c):x} " if c in '\\"<>\n\r\f' else c for c in text)
+    return f'"{escaped}"'
+
+
+# Streamlit's file uploader (1.67) writes English into its drop zone whatever the page's language: the button's
+# "Upload", "200MB per file • TOML" under it, and "Drag and drop a file here" over it while a file is dragged in.
+DROPZONE = '[data-testid="stFileUploaderDropzone"]'
+INSTRUCTIONS = '[data-testid="stFileUploaderDropzoneInstructions"]'
+
+
+def uploader_style() -> str:
+    """On the Turkish interface, a ``<style>`` that writes Streamlit's file-uploader words in Turkish (``uploader_*``
+    strings; the limit is the server's ``maxUploadSize``, 10 MB in classroom mode); on the English one, nothing."""
+    if lang() != "tr":
+        return ""
+    browse = css_string(t_plain("uploader_browse"))
+    limit = css_string(t_plain("uploader_limit", mb=st.get_option("server.maxUploadSize")))
+    drop = css_string(t_plain("uploader_drop"))
+    label = f'{DROPZONE} > span button [data-testid="stMarkdownContainer"]'
+    overlay = f"{DROPZONE} > div:not([data-testid]) > span:only-child"  # the chips of a file sit in another div
+    return ("<style>\n"
+            # the button's label hidden, the Turkish one in the label's box (which has app.css's size)
+            f"{label} > p {{ display: none; }}\n"
+            f"{label}::after {{ content: {browse}; }}\n"
+            # the size limit (Streamlit's line also names the file types, which each uploader's label says already)
+            f"{INSTRUCTIONS} span {{ font-size: 0; }}\n"
+            f"{INSTRUCTIONS} span::after {{ content: {limit}; font-size: 0.875rem; }}\n"
+            # the overlay while a file is dragged over the zone
+            f"{overlay} {{ font-size: 0; }}\n"
+            f"{overlay}::after {{ content: {drop}; font-size: 0.875rem; }}\n"
+            "</style>")
 
 
 def _times(font, default: float | None, f: float) -> None:
