@@ -5,6 +5,7 @@ travels with the working tree (the git-ignored folder .devcarry/, see bench/devi
     python bench/device_check.py unpack --dest DIR       # there: the carried models into DIR
     python bench/device_check.py minilm --folder DIR/minilm-l6-bf16 [--device cuda] [--json PATH]
     python bench/device_check.py random-llama --dest DIR/llama-random   # smollm2-135m's shape, random weights
+    python bench/device_check.py headmasks --parts DIR --out PATH     # the block masks' figures (issue 45)
     python bench/device_check.py summary --parts DIR --out PATH
 
 ``minilm`` compares ``models.analyze`` of the carried minilm-l6 on ``--device`` with the CPU float32 references:
@@ -66,6 +67,11 @@ BF16_HIDDEN = 5e-2  # x the largest |hidden state| of the layer
 ROW_SUM_BF16 = 4e-3
 F32_WEIGHTS = 1e-4
 F32_EMBEDDING = 1e-3
+# bench/head_masks.py layer (the headmasks part): compiled block masks vs one sdpa call per group of heads with dense
+# planes. Goal (issue 45): 2x at the longest length with 70 % of the heads window + sinks. Outputs: the same sums in
+# other orders, float32 ~1e-6 of the largest value (CPU, measured); bfloat16 keeps 8 bits (2^-9 per value).
+HEADMASK_GOAL = 2.0
+HEADMASK_TOL = {"float32": 1e-4, "bfloat16": 2e-2}
 
 # Packages some engine tests import that the GPU machine lacks and that are too large to carry (requirements.txt).
 MISSING = ("duckdb", "streamlit", "plotly", "segno")
@@ -348,6 +354,35 @@ def random_llama(args) -> None:
           f"in {time.perf_counter() - t0:.1f} s")
 
 
+def headmasks(args) -> int:
+    """The headmasks part's JSON (issue 45, block masks): bench/head_masks.py ``layer``'s figures (one attention layer
+    of a 1B Llama's shape, 70 % of the heads window + sinks) per length, each kernel's seconds, the speed-up of
+    ``flex_compiled`` over ``dense`` (goal: ``HEADMASK_GOAL`` at the longest length), flex's outputs against dense's
+    (within ``HEADMASK_TOL`` of the dtype, else exit 1), and ``ratio``'s whole analyses when it ran."""
+    parts = Path(args.parts)
+    layer_file, ratio_file = parts / "headmasks_layer.json", parts / "headmasks_ratio.json"
+    if not layer_file.is_file():
+        print("headmasks: no layer figures")
+        return 1
+    layer = json.loads(layer_file.read_text())
+    tol = HEADMASK_TOL.get(layer["dtype"], 2e-2)
+    out: dict = {"layer": layer, "tolerance": tol, "goal_speedup": HEADMASK_GOAL, "speedup": {}, "ok": True}
+    for n, kernels in layer["lengths"].items():
+        flex = kernels.get("flex_compiled")
+        if flex is None:
+            continue
+        out["speedup"][n] = flex["speedup_vs_dense"]
+        if flex["max_rel_diff"] is not None and flex["max_rel_diff"] > tol:
+            out["ok"] = False
+    longest = max(out["speedup"], key=int) if out["speedup"] else None
+    out["goal_met"] = longest is not None and (out["speedup"][longest] or 0) >= HEADMASK_GOAL
+    out["ratio"] = json.loads(ratio_file.read_text()) if ratio_file.is_file() else None
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print("headmasks: speed-up of compiled block masks over dense per length", out["speedup"],
+          f"goal >= {HEADMASK_GOAL} at {longest}:", out["goal_met"], "outputs within", tol, ":", out["ok"])
+    return 0 if out["ok"] else 1
+
+
 def summary(args) -> None:
     """Merge the parts' JSON files and exit codes into one summary."""
     parts = Path(args.parts)
@@ -420,12 +455,15 @@ def main() -> int:
     p = sub.add_parser("random-llama")
     p.add_argument("--shape", required=True, help="folder with smollm2-135m's config and tokenizer")
     p.add_argument("--dest", required=True)
+    p = sub.add_parser("headmasks")
+    p.add_argument("--parts", required=True)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("summary")
     p.add_argument("--parts", required=True)
     p.add_argument("--out", required=True)
     args = parser.parse_args()
     handler = {"prepare": prepare, "unpack": unpack, "minilm": minilm, "random-llama": random_llama,
-               "summary": summary}[args.cmd]
+               "headmasks": headmasks, "summary": summary}[args.cmd]
     return handler(args) or 0
 
 

@@ -16,7 +16,12 @@
 #                    fails only on importing duckdb/streamlit/plotly reported as skipped (-p device_check)
 #   llama        a Llama of smollm2-135m's shape with random weights, saved in bf16
 #   longcontext  (c) bench/longcontext.py on cuda on that model at 512, 2,048 and 8,192 tokens
-#   headmasks    bench/head_masks.py ratio on that model at 2,048 and 8,192 tokens (a mask per head ÷ a plain run)
+#   headmasks    the block masks (issue 45): bench/head_masks.py layer, one attention layer of a 1B Llama's shape (32
+#                heads on 8 key/value heads, head_dim 64, bfloat16 on a GPU) at 8,192 and 32,768 tokens (HEADMASK_LENGTHS), 70 %
+#                of the heads window 64 + 4 sinks: compiled FlexAttention block masks vs one sdpa call per group of heads
+#                with dense planes (goal >= 2x at 32k; outputs compared); then, when the random Llama is there, a whole
+#                analysis ÷ a plain one under both kernels at the last of LENGTHS (its own HM_RATIO_S limit, 30 s, not
+#                failing the part); bench/device_check.py headmasks writes the figures into headmasks.json
 #   summary      (d) $OUT/summary.json: every part's exit code, the checks' numbers, the failing tests
 #
 # Building .devcarry/ here (once; ~52 MiB: the working tree is ~7 MiB and at most 64 MiB travel):
@@ -41,6 +46,9 @@ PY=${PY:-python3}
 INSTALL=${INSTALL:-1}
 TESTS=${TESTS:-tests/engine}
 LENGTHS=${LENGTHS:-512,2048,8192}
+HEADMASK_LENGTHS=${HEADMASK_LENGTHS:-$([ "$DEVICE" = cuda ] && echo 8192,32768 || echo "$LENGTHS")}
+HM_DTYPE=${HM_DTYPE:-$([ "$DEVICE" = cuda ] && echo bfloat16 || echo float32)}
+HM_RATIO_S=${HM_RATIO_S:-30}
 PARTS=/tmp/devcheck
 rm -rf "$PARTS"
 mkdir -p "$OUT" "$PARTS"
@@ -83,6 +91,20 @@ engine_tests() {
         -rfEs --durations=10 --junitxml="$PARTS/pytest.xml" "${xdist[@]}"
 }
 
+headmasks() {
+    local hm=$PARTS/headmasks
+    "$PY" bench/head_masks.py layer --device "$DEVICE" --dtype "$HM_DTYPE" --tokens "$HEADMASK_LENGTHS" --heads 32 \
+        --kv-heads 8 --head-dim 64 --share 0.7 --kernel dense,flex_compiled --repeats 3 --json "${hm}_layer.json" \
+        || return 1
+    if [ -d /tmp/devcarry/llama-random ]; then
+        timeout -k 3 "$HM_RATIO_S" "$PY" bench/head_masks.py ratio --model /tmp/devcarry/llama-random \
+            --device "$DEVICE" --tokens "${LENGTHS##*,}" --cases w70 --kernel dense,flex_compiled --repeats 2 \
+            --json "${hm}_ratio.json"
+        echo "whole analyses: rc=$?"
+    fi
+    "$PY" bench/device_check.py headmasks --parts "$PARTS" --out "$PARTS/headmasks.json"
+}
+
 main() {
     echo "device check of $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname), $(date -u +%FT%TZ)"
     part install 45 bash -c install
@@ -95,13 +117,12 @@ main() {
         --dest /tmp/devcarry/llama-random
     part longcontext 70 "$PY" bench/longcontext.py --model /tmp/devcarry/llama-random --device "$DEVICE" \
         --lengths "$LENGTHS" --repeats 3 --json "$PARTS/longcontext.json"
-    part headmasks 60 bash -c 'for n in 2048 8192; do "$PY" bench/head_masks.py ratio --model /tmp/devcarry/llama-random \
-        --device "$DEVICE" --tokens $n --repeats 5 || exit 1; done'
+    part headmasks 80 bash -c headmasks
     echo
     timeout -k 5 10 "$PY" bench/device_check.py summary --parts "$PARTS" --out "$OUT/summary.json"
     echo "===== done at +$(($(date +%s) - START)) s"
 }
 
-export -f install engine_tests
-export PY DEVICE PARTS INSTALL TESTS
+export -f install engine_tests headmasks
+export PY DEVICE PARTS INSTALL TESTS LENGTHS HEADMASK_LENGTHS HM_DTYPE HM_RATIO_S
 main 2>&1 | tee "$OUT/device_log.txt"

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .. import checks
+from ..capture.flex_heads import KERNELS
 from ..capture.head_rules import LAST_Q  # noqa: F401  (documented here: rows a vertical-slash head is chosen from)
 from ..errors import InvalidMaskError
 from .masks import MaskMode, parse_mask
@@ -143,6 +144,12 @@ class HeadMasks:
         stack: the self-attention stack (None: the model's ``mask_stack``, the decoder of a decoder).
         fit: allow patterns whose budget is larger than the text (they then keep every key their kind allows);
             else such a pattern is refused (``head_mask_budget``).
+        kernel: how a layer whose weights nobody keeps runs its heads (:data:`models.capture.flex_heads.KERNELS`):
+            ``dense`` (one sdpa call per group of heads, each with its dense plane), ``flex`` / ``flex_compiled``
+            (one FlexAttention call with a block mask: tiles no head reads are skipped), ``auto`` (compiled flex
+            from :data:`models.capture.flex_heads.AUTO_TOKENS` tokens); None: :data:`models.capture.flex_heads.KERNEL`.
+            The weights are the same (to float rounding); a call flex cannot run as the dense path does runs dense,
+            the reason in :attr:`HeadRules.kernels`.
     """
 
     default: object = "full"
@@ -150,6 +157,7 @@ class HeadMasks:
     heads: dict = field(default_factory=dict)
     stack: str | None = None
     fit: bool = False
+    kernel: str | None = None
 
 
 def duo_attention(scores, k: int, window: int = 64, sinks: int = 4, stack: str | None = None) -> HeadMasks:
@@ -200,11 +208,19 @@ class HeadRules:
             heads all keep the model's own mask are left out). patterns: ``(layer, head) -> str`` of every head.
         chosen: ``(layer, head) -> dict`` what a :class:`Chosen` head kept at its last call (``columns`` and
             ``offsets``, or ``blocks`` as ``(block row, block column)`` pairs), filled by the forward pass.
+        modes: ``layer -> tuple`` of each head's parsed pattern (:class:`MaskMode`, :class:`Chosen` or None), for the
+            block masks' closed forms (:mod:`models.capture.flex_heads`). kernel: :attr:`HeadMasks.kernel`.
+        kernels: ``layer -> str`` the kernel each layer's last fused call ran (``dense``, ``flex``,
+            ``flex_compiled``, ``dense (why flex was refused)``, or ``eager (why)`` for a call with arguments sdpa does
+            not take, run with the whole mask), filled by the forward pass.
     """
 
-    def __init__(self, layers: int, heads: int, n: int, rules: dict, patterns: dict):
+    def __init__(self, layers: int, heads: int, n: int, rules: dict, patterns: dict, modes: dict | None = None,
+                 kernel: str | None = None):
         self.layers, self.heads, self.n = layers, heads, n
         self.rules, self.patterns = rules, patterns
+        self.modes, self.kernel = modes or {}, kernel
+        self.kernels: dict[int, str] = {}
         self.chosen: dict = {}
         self.natives: list[np.ndarray] = []  # the model's own masks met, each stored once
         self.native_of: dict[int, int] = {}
@@ -275,10 +291,13 @@ def resolve(loaded: LoadedModel, spec: HeadMasks, n: int) -> tuple[str, HeadRule
             exist (``head_mask_no_head``); a bad pattern; a custom array that is not ``(n, n)``; a pattern
             whose budget (:func:`budget`) is larger than the text (``head_mask_budget``), or a block-sparse
             block larger than the text.
+        InvalidArgumentError: ``spec.kernel`` not one of :data:`models.capture.flex_heads.KERNELS` (``arg_choice``).
     """
     if not isinstance(spec.fit, (bool, np.bool_)):
         raise InvalidMaskError(f"HeadMasks.fit must be True or False, got {checks.shown(spec.fit)}.",
                                code="head_mask_key", value=checks.shown(spec.fit))
+    if spec.kernel is not None:
+        checks.choice("kernel", spec.kernel, KERNELS)
     stack = loaded.mask_stack if spec.stack is None else spec.stack
     if not isinstance(stack, str) or stack not in loaded.stacks or stack == "cross":
         raise InvalidMaskError(
@@ -295,9 +314,9 @@ def resolve(loaded: LoadedModel, spec: HeadMasks, n: int) -> tuple[str, HeadRule
         parsed = parse_pattern(pattern)
         if not spec.fit:
             _check_budget(parsed, n, where)
-        found: tuple[MaskMode | Chosen | torch.Tensor | None, str] = (parsed, "full" if parsed is None else str(parsed))
+        found: tuple = (parsed, "full" if parsed is None else str(parsed), parsed)
         if isinstance(parsed, MaskMode):
-            found = (torch.from_numpy(np.ascontiguousarray(parsed.matrix(n))), str(parsed))
+            found = (torch.from_numpy(np.ascontiguousarray(parsed.matrix(n))), str(parsed), parsed)
         if key is not None:
             cache[key] = found
         return found
@@ -314,13 +333,14 @@ def resolve(loaded: LoadedModel, spec: HeadMasks, n: int) -> tuple[str, HeadRule
                                    code="head_mask_key", value=checks.shown(key))
         _check_index(loaded, stack, layers, heads, key[0], key[1])
         per_head[(int(key[0]), int(key[1]))] = rule_of(pattern, f"layer {key[0]}, head {key[1]}")
-    rules, patterns = {}, {}
+    rules, patterns, modes = {}, {}, {}
     for layer in range(layers):
         row = [per_head.get((layer, h), per_layer.get(layer, default)) for h in range(heads)]
-        if any(r is not None for r, _ in row):
-            rules[layer] = tuple(r for r, _ in row)
-        patterns.update({(layer, h): name for h, (_, name) in enumerate(row)})
-    return stack, HeadRules(layers, heads, n, rules, patterns), _describe(patterns)
+        if any(r is not None for r, _, _ in row):
+            rules[layer] = tuple(r for r, _, _ in row)
+            modes[layer] = tuple(m for _, _, m in row)
+        patterns.update({(layer, h): name for h, (_, name, _) in enumerate(row)})
+    return stack, HeadRules(layers, heads, n, rules, patterns, modes, spec.kernel), _describe(patterns)
 
 
 def _items(mapping, what: str):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from . import flex_heads
 from .blocks import block_of
 
 LAST_Q = 64  # query rows a vertical-slash head is chosen from (MInference, Algorithm 2, last_q = 64)
@@ -73,20 +74,26 @@ def per_head_mask(rules, layer: int, eager, module, query, key, value, attention
 
 
 def fused_per_head(rules, layer: int, eager, module, query, key, value, attention_mask, args, kwargs, cache: dict):
-    """A call whose weights nobody reads, with a mask per head, run as one fused sdpa call per group of heads that
-    share a rule (:func:`torch.nn.functional.scaled_dot_product_attention`): the heads that keep the model's causal
-    mask with sdpa's own ``is_causal`` (the blocks above the diagonal skipped), each pattern with its one plane
-    broadcast over its heads; no ``(1, heads, q, k)`` mask is made. Outputs equal the eager function's up to float
-    rounding, as the whole-stack fused path (:attr:`models.capture.CaptureState.fused`).
+    """A call whose weights nobody reads, with a mask per head, run fused: by the rules' kernel
+    (:func:`models.capture.flex_heads.kernel_for`), either one FlexAttention call whose block mask skips the tiles
+    no head reads (:mod:`models.capture.flex_heads`; Dong et al. 2024, arXiv 2412.05496), or, ``dense``, one sdpa
+    call per group of heads that share a rule (:func:`torch.nn.functional.scaled_dot_product_attention`): the
+    heads that keep the model's causal mask with sdpa's own ``is_causal`` (the blocks above the diagonal skipped),
+    each pattern with its one plane broadcast over its heads; no ``(1, heads, q, k)`` mask is made. A call flex
+    cannot run as the dense path does runs dense, the reason in ``rules.kernels[layer]``. Outputs equal the eager
+    function's up to float rounding, as the whole-stack fused path (:attr:`models.capture.CaptureState.fused`).
 
     Returns:
         ``(output (batch, q, heads, head_dim), the keys any head may attend bool (q, k), head -> its bool (q, k))``,
         or None when the call has arguments a plain sdpa call does not take (positional extras, T5's position bias,
-        soft-capping, learned sinks): then the mask is made whole.
+        soft-capping, learned sinks): then the mask is made whole (``rules.kernels[layer]``: ``eager (reason)`` when
+        flex was asked for).
     """
     row = rules.rules.get(layer)
     extra = ("position_bias", "softcap", "s_aux", "sinks")
     if row is None or args or any(kwargs.get(name) is not None for name in extra):
+        if row is not None and flex_heads.kernel_for(getattr(rules, "kernel", None), query.shape[-2]) != "dense":
+            rules.kernels[layer] = f"eager ({flex_heads.extra_reason(args, kwargs)})"
         return None
     q_len, k_len, heads = query.shape[-2], key.shape[-2], query.shape[1]
     own_key = ("own", id(attention_mask), q_len, k_len, query.dtype, query.device)
@@ -101,43 +108,27 @@ def fused_per_head(rules, layer: int, eager, module, query, key, value, attentio
     chosen = [h for h, r in enumerate(row) if r is not None and not isinstance(r, torch.Tensor)]
     picked = _choose(rules, layer, row, chosen, eager, module, query, key, value, attention_mask, args, kwargs,
                      own_allowed) if chosen else {}
-    groups: dict = {}
-    for h, rule in enumerate(row):
-        groups.setdefault(("head", h) if h in picked else ("rule", id(rule)), []).append(h)
-    per = heads // key.shape[1]  # GQA: query head h reads key/value head h // per (transformers' repeat_kv)
     scaling = kwargs.get("scaling", getattr(module, "scaling", None))
-    out = query.new_empty((query.shape[0], heads, q_len, value.shape[-1]))
-    empty, has_empty = torch.zeros((heads, q_len), dtype=torch.bool, device=query.device), False
-    for (what, which), members in groups.items():
-        rule = row[members[0]]
-        causal, mask = False, None
-        if what == "head":
-            mask, rows = _plane(picked[which], query.dtype)
-            empty[members], has_empty = rows, has_empty or bool(rows.any())
-        elif rule is None:
-            causal = cache[causal_key]
-            mask = None if causal else own[0, 0]
-        else:
-            plane_key = ("fused plane", id(rule), q_len, k_len, query.dtype, query.device)
-            if plane_key not in cache:
-                plane, rows = _plane(rule[k_len - q_len:k_len, :k_len].to(query.device), query.dtype)
-                cache[plane_key] = (plane, rows, bool(rows.any()))
-            mask, rows, some = cache[plane_key]
-            if some:
-                empty[members], has_empty = rows, True
-        index = torch.tensor(members, device=query.device)
-        kv = torch.tensor([h // per for h in members], device=query.device)
-        out[:, index] = torch.nn.functional.scaled_dot_product_attention(
-            query[:, index], key[:, kv], value[:, kv], attn_mask=mask, is_causal=causal, scale=scaling)
+    empty, has_empty = _empty_rows(row, picked, query, q_len, k_len, cache)
+    kernel = flex_heads.kernel_for(getattr(rules, "kernel", None), q_len)
+    out = None
+    if kernel != "dense":
+        why = flex_heads.refusal(module, query, key, own, own_allowed, rules.n, args, kwargs, cache,
+                                 kernel == "flex_compiled")
+        if why is None:
+            mask = flex_heads.block_mask(row, rules.modes.get(layer), picked, own_allowed, cache[causal_key], cache)
+            out = flex_heads.attend(query, key, value, mask, scaling, kernel == "flex_compiled")
+            why = "torch.compile failed" if out is None else None
+        rules.kernels[layer] = kernel if why is None else f"dense ({why})"
+    else:
+        rules.kernels[layer] = "dense"
+    if out is None:
+        out = _sdpa_groups(row, picked, own, query, key, value, scaling, cache[causal_key], cache)
     out = out.transpose(1, 2).contiguous()
     if has_empty:  # a query with no allowed key attends to nothing (sdpa would give NaN)
         out = out.masked_fill(empty.transpose(0, 1)[None, :, :, None], 0.0)
-    planes = {}
-    for (what, which), members in groups.items():
-        rule = row[members[0]]
-        allowed = (picked[which] if what == "head" else own_allowed if rule is None
-                   else rule[k_len - q_len:k_len, :k_len].to(query.device))
-        planes.update({h: allowed for h in members})
+    planes = {h: picked[h] if h in picked else own_allowed if rule is None
+              else rule[k_len - q_len:k_len, :k_len].to(query.device) for h, rule in enumerate(row)}
     union_key = ("union", frozenset(id(planes[h]) if h in picked else id(row[h]) for h in range(heads)),
                  id(attention_mask), q_len, k_len)
     union = cache.get(union_key) if not picked else None
@@ -148,6 +139,57 @@ def fused_per_head(rules, layer: int, eager, module, query, key, value, attentio
         if not picked:
             cache[union_key] = union
     return out, union, planes
+
+
+def _empty_rows(row, picked: dict, query, q_len: int, k_len: int, cache: dict) -> tuple[torch.Tensor, bool]:
+    """Bool ``(heads, q)`` of the queries each head's own pattern leaves with no key (a chosen head's, a rule's;
+    never the model's own mask's), and whether there is any."""
+    empty, has_empty = torch.zeros((len(row), q_len), dtype=torch.bool, device=query.device), False
+    for h, rule in enumerate(row):
+        if h in picked:
+            rows = ~picked[h].any(dim=-1)
+        elif rule is None:
+            continue
+        else:
+            rows_key = ("fused rows", id(rule), q_len, k_len, query.device)
+            if rows_key not in cache:
+                rows = ~rule[k_len - q_len:k_len, :k_len].to(query.device).any(dim=-1)
+                cache[rows_key] = (rows, bool(rows.any()), rule)
+            rows, some, _ = cache[rows_key]
+            if not some:
+                continue
+        empty[h] = rows
+        has_empty = has_empty or bool(rows.any())
+    return empty, has_empty
+
+
+def _sdpa_groups(row, picked: dict, own, query, key, value, scaling, own_causal: bool, cache: dict) -> torch.Tensor:
+    """The dense kernel of :func:`fused_per_head`: one sdpa call per group of heads sharing a rule, each chosen
+    head alone; returns ``(batch, heads, q, head_dim)`` (a row with no allowed key left as sdpa gives it)."""
+    q_len, k_len, heads = query.shape[-2], key.shape[-2], query.shape[1]
+    groups: dict = {}
+    for h, rule in enumerate(row):
+        groups.setdefault(("head", h) if h in picked else ("rule", id(rule)), []).append(h)
+    per = heads // key.shape[1]  # GQA: query head h reads key/value head h // per (transformers' repeat_kv)
+    out = query.new_empty((query.shape[0], heads, q_len, value.shape[-1]))
+    for (what, which), members in groups.items():
+        rule = row[members[0]]
+        causal, mask = False, None
+        if what == "head":
+            mask, _ = _plane(picked[which], query.dtype)
+        elif rule is None:
+            causal = own_causal
+            mask = None if causal else own[0, 0]
+        else:
+            plane_key = ("fused plane", id(rule), q_len, k_len, query.dtype, query.device)
+            if plane_key not in cache:
+                cache[plane_key] = _plane(rule[k_len - q_len:k_len, :k_len].to(query.device), query.dtype)[0], rule
+            mask = cache[plane_key][0]
+        index = torch.tensor(members, device=query.device)
+        kv = torch.tensor([h // per for h in members], device=query.device)
+        out[:, index] = torch.nn.functional.scaled_dot_product_attention(
+            query[:, index], key[:, kv], value[:, kv], attn_mask=mask, is_causal=causal, scale=scaling)
+    return out
 
 
 def rows_mask(planes: dict, heads: int, r0: int, r1: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
