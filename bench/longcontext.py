@@ -22,8 +22,19 @@ For each length (512 and 2,048 tokens; 8,192 with ``--long``) it prints
 Both runs alternate in the same loop (machine load hits both alike); the median of each is used. The
 peak is read from the kernel's high-water mark (VmHWM), reset before each analyze (/proc/self/clear_refs).
 
+With ``--export`` it prints instead, for each length (default 512), the all-weights export (issue 45, step 2):
+    lse / eager       time(models.analyze(keep="lse") + np.asarray(a.attentions["decoder"]): one fused pass that keeps
+                      each layer's queries, keys and log-sum-exp, then every weight from them,
+                      models.analysis.lse_weights) / time(transformers' eager forward, output_attentions=True)
+    replay / eager    the same with keep=False (today's path: the weights by a second, eager forward pass)
+    analyze, weights  the lse path split: the analysis (its fused pass, top-k and loss at every position) and the
+                      weights computed from q, k and lse, each / eager; plain / eager: a plain sdpa forward
+    error             the largest |weight - eager weight| of each path over every layer, head, row and key
+    q,k,lse MiB       what the lse analysis holds for its weights (linear in n)
+All four runs alternate in one loop; medians.
+
     python bench/longcontext.py [--repeats 3] [--long] [--lengths 512,2048] [--device cuda] [--model KEY|FOLDER]
-        [--json PATH] [--stats tile,flex,flex_compiled]
+        [--json PATH] [--stats tile,flex,flex_compiled] [--export]
 
 ``--device`` is any device models.load takes (cpu, cuda, cuda:1, auto), in its default dtype (bfloat16 on a CUDA
 GPU); times on a GPU are taken after torch.cuda.synchronize(). ``--model``: another decoder with its tokenizer,
@@ -119,6 +130,55 @@ def _stats_pass(args, loaded, plain, ids, text, a, mid: int, plain_s: float) -> 
     return out
 
 
+def _export(args, loaded, plain, lengths: list[int]) -> list[dict]:
+    """The all-weights export by the lse path and by today's replay, each beside transformers' eager forward with
+    ``output_attentions`` (module docstring)."""
+    import numpy as np
+
+    dev = loaded.device
+    eager = AutoModelForCausalLM.from_pretrained(str(loaded.folder), dtype=loaded.dtype,
+                                                 attn_implementation="eager").to(dev).eval()
+    print(f"{'tokens':>6} {'eager s':>8} {'lse/eager':>10} {'replay/eager':>13} {'analyze/eager':>14} "
+          f"{'weights/eager':>14} {'plain/eager':>12} {'lse error':>10} {'replay error':>13} {'q,k,lse MiB':>12}")
+    rows = []
+    for n in lengths:
+        text = text_of(loaded.tokenizer, n)
+        ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"].to(dev)
+        models.analyze(loaded, text[:300], keep="lse")  # warm-up
+        t = {k: [] for k in ("eager", "lse", "replay", "analyze", "weights", "plain")}
+        for _ in range(args.repeats):
+            _sync(dev)
+            t0 = time.perf_counter()
+            ref = eager(input_ids=ids, output_attentions=True).attentions
+            _sync(dev)
+            t1 = time.perf_counter()
+            a = models.analyze(loaded, text, keep="lse")
+            t2 = time.perf_counter()
+            got = np.asarray(a.attentions["decoder"])
+            t3 = time.perf_counter()
+            b = models.analyze(loaded, text, keep=False)
+            old = np.asarray(b.attentions["decoder"])
+            _sync(dev)
+            t4 = time.perf_counter()
+            plain(input_ids=ids)
+            _sync(dev)
+            t5 = time.perf_counter()
+            for k, v in (("eager", t1 - t0), ("lse", t3 - t1), ("analyze", t2 - t1), ("weights", t3 - t2),
+                         ("replay", t4 - t3), ("plain", t5 - t4)):
+                t[k].append(v)
+        want = torch.stack([x[0] for x in ref]).float().cpu().numpy()
+        errors = [float(np.abs(x - want).max()) for x in (got, old)]
+        med = {k: statistics.median(v) for k, v in t.items()}
+        held = a.attentions["decoder"].lse.nbytes / 2 ** 20 if a.attentions["decoder"].lse is not None else 0.0
+        print(f"{n:>6} {med['eager']:>8.2f} {med['lse'] / med['eager']:>10.2f} {med['replay'] / med['eager']:>13.2f} "
+              f"{med['analyze'] / med['eager']:>14.2f} {med['weights'] / med['eager']:>14.2f} "
+              f"{med['plain'] / med['eager']:>12.2f} {errors[0]:>10.1e} {errors[1]:>13.1e} {held:>12.1f}", flush=True)
+        rows.append({"tokens": n, **{f"{k}_s": v for k, v in med.items()}, "lse_error": errors[0],
+                     "replay_error": errors[1], "lse_held_mib": held, "source": a.attentions["decoder"].source})
+        del a, b, got, old, ref
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
@@ -129,9 +189,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--stats", default="",
                         help="kernels of the statistics pass to time (tile, flex, flex_compiled)")
+    parser.add_argument("--export", action="store_true",
+                        help="only the all-weights export: lse path and replay vs eager (default length 512)")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     lengths = [int(x) for x in args.lengths.split(",")] if args.lengths else [512, 2048] + ([8192] if args.long else [])
+    if args.export and not args.lengths:
+        lengths = [512]
 
     loaded = models.load(args.model, device=args.device)
     dev = loaded.device
@@ -148,6 +212,12 @@ def main() -> None:
     models.analyze(loaded, SENTENCE)  # warm-up
     plain(input_ids=loaded.tokenizer(SENTENCE, return_tensors="pt")["input_ids"].to(dev))
     _sync(dev)
+    if args.export:
+        rows = _export(args, loaded, plain, lengths)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"model": args.model, "device": str(dev), "dtype": str(loaded.dtype),
+                                                   "export": rows}, indent=1) + "\n")
+        return
     print(f"{'tokens':>6} {'analyze s':>10} {'plain s':>8} {'analyze/plain':>14} {'layer s':>8} {'layer/plain':>12} "
           f"{'summary/plain':>14} {'peak RSS MiB':>13} {'held MiB':>9}" + (f" {'GPU peak MiB':>13}" if gpu else ""))
     rows, problems = [], []

@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--head-off takes STACK:LAYER:HEAD, e.g. decoder:3:1; got '{item}'")
             heads.append((parts[0], int(parts[1]), int(parts[2])))
         loaded = load(args.model, device=args.device)
+        # the export reads every weight: from each layer's queries, keys and log-sum-exp where the family allows it
+        # (no second forward pass, models.analysis.lse_weights), else computed again by Replay
         result = analyze(loaded, args.text, text_pair=args.text_pair, target=args.target, heads_off=heads,
-                         mask=args.mask)
+                         mask=args.mask, keep="lse" if args.out else None)
     except (DikkatError, ValueError) as exc:
         print(f"error: {exc}".encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
         return 2

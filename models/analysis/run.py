@@ -20,6 +20,7 @@ from .outputs import collect_hidden, fill_outputs, generate_target, lm_blocks
 from .result import Analysis
 from .tokens import Token, batched, check_text, group_words, tokens_from_encoding, truncate
 from .collect import Collector
+from . import lse_weights
 from .store import MATERIALIZE_BYTES, MaskStack, Replay
 
 
@@ -91,7 +92,7 @@ def analyze(
     top_k: int = 10,
     hidden_states: bool = False,
     keep_logits: bool = False,
-    keep: bool | None = None,
+    keep: bool | str | None = None,
 ) -> Analysis:
     """Run one text through a model and capture every layer's and head's attention weights.
 
@@ -116,7 +117,10 @@ def analyze(
         keep: hold every attention weight in memory (True), compute them when indexed (False), or decide by
             size (None: hold them while all stacks take at most ``KEEP_BYTES``, 32 MiB). Per-head
             statistics and pooled overview maps are computed the first time they are read (from the held
-            weights, or in one more forward pass).
+            weights, or in one more forward pass). ``"lse"``: compute them when indexed from each layer's
+            queries, keys and row log-sum-exp kept by this pass (:mod:`models.analysis.lse_weights`: no second
+            forward pass, equal to the eager weights to float rounding, not bit for bit) where the family allows
+            it; a stack it cannot read is computed as with False (``AttentionStack.lse_refused`` says why).
 
     Memory: the weights are computed by the family's eager function in blocks of query rows
     (:data:`models.capture.CHUNK_BYTES`), so one analysis never holds a whole layer unless ``keep``; the
@@ -138,8 +142,10 @@ def analyze(
             a non-encoder; ``target`` for a model that is not an encoder-decoder; heads switched off or a
             mask replaced on the fallback path where that is not possible.
         InvalidArgumentError: ``max_tokens`` not a whole number above the number of special tokens,
-            ``top_k`` not a whole number >= 1; ``keep`` not a bool or None; ``keep=True`` for more than
+            ``top_k`` not a whole number >= 1; ``keep`` not a bool, ``"lse"`` or None; ``keep=True`` for more than
             ``MATERIALIZE_BYTES`` of weights.
+        AttentionTooLargeError: ``keep="lse"`` with queries, keys and log-sum-exp above
+            ``models.analysis.lse_weights.LSE_BYTES`` (code ``lse_too_large``), before the forward pass.
         ModelOutOfMemoryError: the forward pass ran out of memory.
     """
     text, text_pair, target, limit = _check_arguments(model, text, text_pair, target, max_tokens, top_k)
@@ -161,6 +167,10 @@ def analyze(
     result.head_masks = {stack: m for stack, m in masks.items() if not isinstance(m, torch.Tensor)}
     keep_all = _keep_all(model, result, keep, eager_stacks)
     collector = Collector(model, result, keep_all)
+    # weights not kept: from each layer's queries, keys and log-sum-exp where the family allows (issue 45)
+    lengths = {stack: (len(result.axis_tokens(stack)[0]), len(result.axis_tokens(stack)[1])) for stack in model.stacks}
+    lse, lse_refused = (None, {}) if keep_all or not isinstance(keep, str) else lse_weights.plan(
+        model, lengths, masks, eager_stacks, required=True)
     call = dict(inputs, output_hidden_states=hidden_states, output_attentions=bool(eager_stacks), return_dict=True,
                 **model.call_kwargs)
     if model.family == "decoder" and _accepts(model.model, "use_cache"):
@@ -171,7 +181,7 @@ def analyze(
     if head_blocks:
         call["logits_to_keep"] = 1
     outputs, state, last_hidden = _forward(model, call, gates, masks, softmax_masks, collector, keep_all, head_blocks,
-                                           len(tokens))
+                                           len(tokens), lse)
     if eager_stacks:
         _collect_eager(model, outputs, state, eager_stacks, collector)
     replay_call = {k: v for k, v in call.items() if k not in ("output_hidden_states", "output_attentions")}
@@ -179,7 +189,7 @@ def analyze(
         replay_call["logits_to_keep"] = 1
     run = Replay(model, replay_call, gates, masks, capture.state.CHUNK_BYTES)
     result.run = run if not eager_stacks else None
-    collector.finish(result, None if keep_all else run)
+    collector.finish(result, None if keep_all else run, lse, lse_refused)
     result.masks.update({stack: MaskStack([m.numpy()], [0] * model.stacks[stack][0])
                          for stack, m in eager_masks.items()})
     fill_outputs(model, result, outputs, inputs["input_ids"], labels, top_k, keep_logits, last_hidden)
@@ -303,14 +313,15 @@ def _keep_all(model: LoadedModel, result: Analysis, keep, eager_stacks: set) -> 
     """Step 5: whether every weight is held (eager stacks always; else ``keep``, or by size: ``KEEP_BYTES``).
 
     Raises:
-        InvalidArgumentError: ``keep`` not a bool or None; ``keep=True`` above ``MATERIALIZE_BYTES``."""
+        InvalidArgumentError: ``keep`` not a bool, ``"lse"`` or None; ``keep=True`` above ``MATERIALIZE_BYTES``."""
     total = sum(layers * heads * len(result.axis_tokens(stack)[0]) * len(result.axis_tokens(stack)[1]) * 4
                 for stack, (layers, heads) in model.stacks.items())
-    if keep is not None and not isinstance(keep, (bool, np.bool_)):
-        raise InvalidArgumentError(f"keep must be True, False or None, got {keep!r}.",
-                                   code="arg_choice", name="keep", options="True, False, None",
+    if keep is not None and not isinstance(keep, (bool, np.bool_)) and not (isinstance(keep, str) and keep == "lse"):
+        raise InvalidArgumentError(f"keep must be True, False, 'lse' or None, got {keep!r}.",
+                                   code="arg_choice", name="keep", options="True, False, 'lse', None",
                                    value=checks.shown(keep))
-    keep_all = bool(eager_stacks) or (total <= KEEP_BYTES if keep is None else bool(keep))
+    wanted = False if isinstance(keep, str) else keep  # "lse": computed when indexed, as False
+    keep_all = bool(eager_stacks) or (total <= KEEP_BYTES if wanted is None else bool(wanted))
     if keep_all and not eager_stacks and total > MATERIALIZE_BYTES:
         raise InvalidArgumentError(
             f"keep=True would hold {total / 2 ** 30:.1f} GiB of weights ({len(result.tokens)} tokens); the limit is "
@@ -322,9 +333,11 @@ def _keep_all(model: LoadedModel, result: Analysis, keep, eager_stacks: set) -> 
 
 
 def _forward(model: LoadedModel, call: dict, gates: dict, masks: dict, softmax_masks: dict, collector: Collector,
-             keep_all: bool, head_blocks: bool, n: int) -> tuple:
+             keep_all: bool, head_blocks: bool, n: int, lse=None) -> tuple:
     """Step 6: the one forward pass, in a :func:`models.capture.rerun` context (weights to the collector when
-    every weight is held; the fused kernel for layers nobody reads otherwise). Returns ``(outputs, capture state,
+    every weight is held; the fused kernel for layers nobody reads otherwise, through ``lse``, a
+    :class:`models.analysis.lse_weights.LseCollector`, where it keeps their queries, keys and log-sum-exp). Returns
+    ``(outputs, capture state,
     final hidden states or None)``; the final hidden states are kept when the head runs on blocks of positions.
 
     Raises:
@@ -346,7 +359,7 @@ def _forward(model: LoadedModel, call: dict, gates: dict, masks: dict, softmax_m
         model, gates=gates, masks=masks, hooks=hooks, oom=oom,
         sink=collector.sink if (keep_all and not fallback) else None,
         mask_sink=None if fallback else collector.mask_sink, chunk_bytes=capture.state.CHUNK_BYTES,
-        fused=not keep_all and model.sdpa_ok,
+        fused=not keep_all and model.sdpa_ok, stats=lse,
     ) as state, fallback_masks.applying(softmax_masks):
         outputs = model.model(**call)
     return outputs, state, last_hidden[0] if last_hidden else None

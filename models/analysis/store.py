@@ -13,9 +13,11 @@ pass when first read). Either way
   ...) work on the whole array while it fits :data:`MATERIALIZE_BYTES`; beyond it they raise
   :class:`~models.errors.AttentionTooLargeError`, which says to index a layer.
 
-Weights that were not kept are recomputed by :class:`Replay`: the same forward pass (same inputs, heads
-switched off, masks) runs again under :func:`models.capture.rerun`, sends only the wanted layer's
-weights (block by block, only the wanted heads and rows) to a buffer, and stops right after that layer.
+Weights that were not kept are computed from the layer's queries, keys and row log-sum-exp where the analysis
+kept them (:class:`models.analysis.lse_weights.LseWeights`: one product and one ``exp`` per block, no forward
+pass; equal to the eager weights to float rounding), else recomputed by :class:`Replay`: the same forward pass
+(same inputs, heads switched off, masks) runs again under :func:`models.capture.rerun`, sends only the wanted
+layer's weights (block by block, only the wanted heads and rows) to a buffer, and stops right after that layer.
 The same eager functions run on the same inputs in the same blocks, so the recomputed weights are
 bit-identical to the ones the analysis saw (and equal the family's eager weights, as the capture path
 guarantees).
@@ -201,6 +203,10 @@ class AttentionStack(LazyArray):
         shape: ``(layers, heads, query, key)``.
         kept: the whole float32 array when the analysis kept it, else None.
         replay: how to recompute weights that were not kept (None when kept).
+        lse: the stack's weights from kept queries, keys and log-sum-exp
+            (:class:`models.analysis.lse_weights.LseWeights`), used instead of ``replay`` when given.
+        lse_refused: why the stack has no ``lse`` source though the analysis asked for one (``keep="lse"``), else
+            None.
 
     Indexing follows numpy's rules. An index that starts with a layer number replays the forward pass up
     to that layer: ``[layer]`` -> ``(heads, q, k)``; ``[layer, head]`` -> ``(q, k)``; with an int or a step-1
@@ -216,11 +222,13 @@ class AttentionStack(LazyArray):
     what = "attention stack"
 
     def __init__(self, stack: str, shape: tuple[int, int, int, int], kept: np.ndarray | None = None,
-                 replay: Replay | None = None):
+                 replay: Replay | None = None, lse=None, lse_refused: str | None = None):
         self.stack, self.shape, self.dtype = stack, tuple(int(x) for x in shape), np.dtype(np.float32)
         if kept is not None:
             kept.flags.writeable = False  # shared by every page and session that reads this analysis
         self.kept, self.replay = kept, replay
+        self.lse = lse if kept is None and lse is not None and stack in lse.stacks else None
+        self.lse_refused = lse_refused
         self._cache: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
@@ -236,10 +244,21 @@ class AttentionStack(LazyArray):
         """True when the weights are computed when asked for (not held)."""
         return self.kept is None
 
+    @property
+    def source(self) -> str:
+        """Where the weights come from: ``kept`` (held), ``lse`` (queries, keys and log-sum-exp kept by the
+        analysis) or ``replay`` (the forward pass run again)."""
+        return "kept" if self.kept is not None else "lse" if self.lse is not None else "replay"
+
     def _build(self) -> np.ndarray:
         if self.kept is not None:
             return self.kept
         layers, heads, nq, nk = self.shape
+        if self.lse is not None:  # every element written: no zeros first
+            out = np.empty(self.shape, dtype=np.float32)
+            for layer in range(layers):
+                self.lse.block(self.stack, layer, (0, heads), (0, nq), out=torch.from_numpy(out[layer]))
+            return out
         out = np.zeros(self.shape, dtype=np.float32)
 
         def visit(_stack, layer, q0, k0, w):
@@ -280,6 +299,10 @@ class AttentionStack(LazyArray):
                     return self._cache[have][h0 - a0:h1 - a0, r0 - b0:r1 - b0]
         size = (h1 - h0) * (r1 - r0) * nk * 4
         self._check(size, f"Layer {layer}'s weights ({h1 - h0} heads x {r1 - r0} rows x {nk} keys)")
+        if self.lse is not None:
+            out = self.lse.block(self.stack, layer, (h0, h1), (r0, r1)).numpy()
+            out.flags.writeable = False
+            return out
         out = np.zeros((h1 - h0, r1 - r0, nk), dtype=np.float32)
 
         def visit(_stack, _layer, q0, k0, w):
