@@ -11,6 +11,7 @@ import torch
 
 from .. import checks
 from ..errors import InvalidArgumentError
+from . import flash_summary
 from . import statistics as hstats
 from ..capture import blocks
 from ..loading.model import LoadedModel
@@ -53,7 +54,10 @@ class Collector:
             self._alive.append(attention_mask)
         per["layers"][site.layer] = index
 
-    def finish(self, result: Analysis, replay: Replay | None) -> None:
+    def finish(self, result: Analysis, replay: Replay | None, lse=None, lse_refused: dict | None = None) -> None:
+        """Build ``result``'s stacks (kept arrays, else on demand: from ``lse``, a
+        :class:`models.analysis.lse_weights.LseCollector`, where it read the stack, else by ``replay``) and masks;
+        ``lse_refused``: ``stack -> why`` not from the log-sum-exp."""
         if self.keep:  # in the model's order of stacks (encoder, decoder, cross), whatever ran first
             shapes = {stack: self.kept[stack].shape for stack in self.model.stacks if stack in self.kept}
         else:
@@ -61,7 +65,11 @@ class Collector:
             for stack, (layers, heads) in self.model.stacks.items():
                 q_tokens, k_tokens = result.axis_tokens(stack)
                 shapes[stack] = (layers, heads, len(q_tokens), len(k_tokens))
-        attach_stacks(result, {stack: AttentionStack(stack, shape, kept=self.kept.get(stack), replay=replay)
+        source = None if (self.keep or lse is None) else lse.source(
+            result.masks, {stack: layers for stack, (layers, _) in self.model.stacks.items()})
+        refused = dict(lse_refused or {}, **(lse.refused if lse is not None else {}))
+        attach_stacks(result, {stack: AttentionStack(stack, shape, kept=self.kept.get(stack), replay=replay, lse=source,
+                                                     lse_refused=None if self.keep else refused.get(stack))
                                for stack, shape in shapes.items()})
         for stack, per in self.masks.items():
             layers = self.model.stacks[stack][0]
@@ -159,17 +167,20 @@ def feed_blocks(result: Analysis, feed, stacks=None) -> None:
         if lazy.kept is not None:
             for layer in range(lazy.shape[0]):
                 feed(stack, layer, 0, 0, torch.tensor(lazy.kept[layer]))
+        elif lazy.lse is not None:  # from the kept queries, keys and log-sum-exp: no forward pass
+            lazy.lse.run({(stack, layer) for layer in range(lazy.shape[0])}, visit)
         else:
             replay = lazy.replay
     if replay is not None:
-        replay.run({(stack, layer) for stack in stacks if result.attentions[stack].kept is None
+        replay.run({(stack, layer) for stack in stacks if result.attentions[stack].source == "replay"
                     for layer in range(result.attentions[stack].shape[0])}, visit)
 
 
 def _summaries(result: Analysis) -> tuple[dict, dict]:
     """Per-head statistics and pooled overview maps of every stack (:mod:`models.analysis.statistics`), from the kept
-    weights, or else from one more forward pass that hands every layer's weights over block by block (never
-    a whole layer at once)."""
+    weights, or else from one more forward pass: through the fused CPU kernel where it can read every layer
+    (:func:`models.analysis.flash_summary.summaries`: a few kernel calls per layer, no weight held), else handing
+    every layer's weights over block by block (never a whole layer at once)."""
     accs = {}
     for stack, lazy in result.attentions.items():
         layers, heads, n_q, n_k = lazy.shape
@@ -182,6 +193,9 @@ def _summaries(result: Analysis) -> tuple[dict, dict]:
         for acc in accs[stack]:
             acc.add(layer, q0, k0, w)
 
-    feed_blocks(result, feed)
+    lazies = list(result.attentions.values())
+    replay = lazies[0].replay if lazies and all(x.source == "replay" for x in lazies) else None
+    if replay is None or not flash_summary.summaries(result, replay, accs):  # the fused CPU kernel's pass, or blocks
+        feed_blocks(result, feed)
     return ({stack: acc[0].result() for stack, acc in accs.items()},
             {stack: acc[1].result() for stack, acc in accs.items()})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from ..capture.blocks import is_causal
 from ..errors import UnsupportedOperationError
 
 STATS = ("lse", "first", "previous", "self", "entropy", "received")
@@ -200,3 +201,64 @@ def _compiled(fn):
         _COMPILED["flex"] = torch.compile(fn, dynamic=False)
     return _COMPILED["flex"]
 
+
+def score_scaling(eager, module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kwargs) -> float:
+    """The factor the family's eager function multiplies ``q · k`` by, read from one call of it on one query and two
+    keys: ``log(w_0 / w_1) = scaling · q · (k_0 − k_1)`` (softmax of ``scaling · q·k``, Vaswani et al. 2017, eq. 1),
+    so a family that scales by the layer (GPT-2's ``scale_attn_by_inverse_layer_idx``), by a configured factor or not
+    at all needs no table.
+
+    Args:
+        eager: the family's ``eager_attention_forward``. module: the calling attention module. query:
+            ``(batch, heads, n_q, d)``; key, value: ``(batch, kv_heads, n_k, d)`` (a call of one key, a text of one
+            token, is read with a zero key added: any two keys tell the factor). kwargs: the call's keyword
+            arguments (only those that are not tensors are passed on).
+
+    Returns:
+        float; ``d ** -0.5`` when the two keys score alike for every head (the ratio says nothing).
+    """
+    q, k, v = query[:1, :, :1], key[:1, :, :2], value[:1, :, :2]
+    if k.shape[2] < 2:
+        k, v = torch.cat([k, torch.zeros_like(k)], dim=2), torch.cat([v, torch.zeros_like(v)], dim=2)
+    sub = {name: val for name, val in kwargs.items() if not torch.is_tensor(val)}
+    _, w = eager(module, q, k, v, None, **sub)
+    heads = query.shape[1]
+    kk = k.repeat_interleave(heads // k.shape[1], dim=1).double()
+    diff = (q.double()[0, :, 0] * (kk[0, :, 0] - kk[0, :, 1])).sum(-1)  # (heads,)
+    ratio = torch.log(w.double()[0, :, 0, 0] / w.double()[0, :, 0, 1])
+    best = int(diff.abs().argmax())
+    if float(diff[best].abs()) < 1e-6:
+        return float(query.shape[-1] ** -0.5)
+    return float(ratio[best] / diff[best])
+
+
+def readable(args, kwargs) -> None:
+    """Check that one attention call's statistics can be read from the log-sum-exp: no extra positional arguments or
+    position bias (ALiBi, T5's relative bias), no softcapping, no learned sinks.
+
+    Raises:
+        UnsupportedOperationError: ``stats_bias``, ``stats_softcap`` or ``stats_sinks``, with the reason.
+    """
+    if args or any(kwargs.get(k) is not None for k in ("position_bias", "alibi")):
+        raise UnsupportedOperationError(
+            "This attention passes a position bias of its own to its scores: its statistics are read from the "
+            "weights themselves (models.analyze), not from the log-sum-exp.", code="stats_bias")
+    if kwargs.get("softcap") is not None:
+        raise UnsupportedOperationError(
+            "This model caps its attention scores (tanh softcapping): the entropy is not linear in q·k, so "
+            "its statistics are read from the weights themselves (models.analyze).", code="stats_softcap")
+    if any(kwargs.get(k) is not None for k in ("s_aux", "sinks")):
+        raise UnsupportedOperationError(
+            "This model has learned attention sinks: part of each row's weight goes to no key, so its "
+            "statistics are read from the weights themselves (models.analyze).", code="stats_sinks")
+
+
+def plain_causal(seen: dict, mask: torch.Tensor | None, n: int) -> bool:
+    """Whether an attention call's additive ``mask`` ``(batch, 1, n, n)`` is the plain causal one (each query
+    attends the keys up to its own position), remembered in ``seen`` per mask (a pass's layers share one mask)."""
+    if mask is None or mask.shape[-1] != n or mask.shape[1] != 1:
+        return False
+    found = seen.get((id(mask), n))
+    if found is None:
+        found = seen[(id(mask), n)] = is_causal(mask, n)
+    return found

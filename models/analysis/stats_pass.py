@@ -27,13 +27,14 @@ import numpy as np
 import torch
 
 from .. import capture, checks
-from ..capture.blocks import is_causal
 from ..errors import UnsupportedOperationError
 from ..loading.model import LoadedModel
 from ..sites.inputs import accepts as _accepts
-from .fused_stats import STATS, flex_stats, tile_stats
+from .flash_stats import available as _flash_available
+from .flash_stats import flash_stats
+from .fused_stats import STATS, flex_stats, plain_causal, readable, score_scaling, tile_stats
 
-KERNELS = ("tile", "flex", "flex_compiled")
+KERNELS = ("auto", "flash", "tile", "flex", "flex_compiled")
 
 
 @dataclass
@@ -63,64 +64,39 @@ class _Collector:
         self.causal: dict[tuple, bool] = {}
 
     def __call__(self, site, eager, module, query, key, value, attention_mask, args, kwargs) -> torch.Tensor | None:
-        if args or any(kwargs.get(k) is not None for k in ("position_bias", "alibi")):
-            raise UnsupportedOperationError(
-                "This attention passes a position bias of its own to its scores: its statistics are read from the "
-                "weights themselves (models.analyze), not from the log-sum-exp.", code="stats_bias")
-        if kwargs.get("softcap") is not None:
-            raise UnsupportedOperationError(
-                "This model caps its attention scores (tanh softcapping): the entropy is not linear in q·k, so "
-                "its statistics are read from the weights themselves (models.analyze).", code="stats_softcap")
-        if any(kwargs.get(k) is not None for k in ("s_aux", "sinks")):
-            raise UnsupportedOperationError(
-                "This model has learned attention sinks: part of each row's weight goes to no key, so its "
-                "statistics are read from the weights themselves (models.analyze).", code="stats_sinks")
-        scaling = _scaling(eager, module, query, key, value, kwargs)
-        n = query.shape[-2]
+        readable(args, kwargs)
+        scaling = score_scaling(eager, module, query, key, value, kwargs)
         mask = attention_mask
-        causal = False
-        if mask is not None and mask.shape[-1] == n and mask.shape[1] == 1:
-            found = self.causal.get((id(mask), n))
-            if found is None:
-                found = self.causal[(id(mask), n)] = is_causal(mask, n)
-            causal = found
-        if self.kernel == "tile":
+        causal = plain_causal(self.causal, mask, query.shape[-2])
+        kernel = self.kernel
+        if kernel == "auto":  # measured (flash_stats' docstring): the fused CPU kernel where it runs, else tiles
+            kernel = "flash" if _flash_available(query) and value.shape[-1] == query.shape[-1] else "tile"
+        if kernel == "flash":
+            got = flash_stats(query, key, value, None if causal else mask, scaling, causal=causal)
+            out = got.pop("out")
+        elif kernel == "tile":
             got = tile_stats(query, key, None if causal else mask, scaling, value=value, causal=causal)
             out = got.pop("out")
         else:
             got = flex_stats(query, key, None if causal else mask, scaling, causal=causal,
-                             compiled=self.kernel == "flex_compiled")
+                             compiled=kernel == "flex_compiled")
             out = None
         self.out[site.layer] = {k: v[0].detach().cpu() for k, v in got.items()}
         return out  # the layer's output from the same scores (tile), or None: the fused kernel computes it
 
 
-def _scaling(eager, module, query, key, value, kwargs) -> float:
-    """The factor the family's eager function multiplies ``q · k`` by, read from one call on one query and two
-    keys (module docstring)."""
-    q, k, v = query[:1, :, :1], key[:1, :, :2], value[:1, :, :2]
-    sub = {name: val for name, val in kwargs.items() if not torch.is_tensor(val)}
-    _, w = eager(module, q, k, v, None, **sub)
-    heads = query.shape[1]
-    kk = k.repeat_interleave(heads // k.shape[1], dim=1).double()
-    diff = (q.double()[0, :, 0] * (kk[0, :, 0] - kk[0, :, 1])).sum(-1)  # (heads,)
-    ratio = torch.log(w.double()[0, :, 0, 0] / w.double()[0, :, 0, 1])
-    best = int(diff.abs().argmax())
-    if float(diff[best].abs()) < 1e-6:
-        return float(query.shape[-1] ** -0.5)
-    return float(ratio[best] / diff[best])
-
-
 @checks.needs_model
 def head_statistics(loaded: LoadedModel, text: str, *, max_tokens: int | None = None,
-                    kernel: str = "tile") -> PassStatistics:
+                    kernel: str = "auto") -> PassStatistics:
     """Every head's per-query statistics of ``text`` in one forward pass, from the log-sum-exp (module docstring).
 
     Args:
         loaded: a text model (encoder or decoder) on the interface capture path.
         text: the text. max_tokens: cut to this many tokens (default the model's own limit).
-        kernel: ``tile`` (blocks of query rows), ``flex`` (FlexAttention, uncompiled: it computes the scores
-            whole) or ``flex_compiled`` (FlexAttention through ``torch.compile``: O(n) memory).
+        kernel: ``auto`` (``flash`` where it runs, else ``tile``: chosen by measurement, see
+            :mod:`models.analysis.flash_stats`), ``flash`` (three calls of PyTorch's fused CPU attention kernel:
+            O(n) memory; refused off a CPU), ``tile`` (blocks of query rows), ``flex`` (FlexAttention, uncompiled:
+            it computes the scores whole) or ``flex_compiled`` (FlexAttention through ``torch.compile``).
 
     Returns:
         :class:`PassStatistics`.
@@ -129,7 +105,8 @@ def head_statistics(loaded: LoadedModel, text: str, *, max_tokens: int | None = 
         InvalidArgumentError: ``kernel`` not one of :data:`KERNELS`, ``max_tokens`` out of range.
         UnsupportedOperationError: the fallback capture path (``stats_path``), an encoder-decoder or speech model
             (``stats_family``), softcapping (``stats_softcap``), learned sinks (``stats_sinks``), a position bias
-            (``stats_bias``). Whatever :func:`models.analyze` raises for the text.
+            (``stats_bias``), ``flash`` where the fused CPU kernel cannot run (``stats_kernel``). Whatever
+            :func:`models.analyze` raises for the text.
     """
     from .run import _encode, default_max_tokens
 
