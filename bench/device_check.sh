@@ -15,7 +15,8 @@
 #                    bundled-model tests deselected (-m "not bundled": their packages are not there), a test that
 #                    fails only on importing duckdb/streamlit/plotly reported as skipped (-p device_check)
 #   llama        a Llama of smollm2-135m's shape with random weights, saved in bf16
-#   longcontext  (c) bench/longcontext.py on cuda on that model at 512, 2,048 and 8,192 tokens
+#   longcontext  (c) bench/longcontext.py on cuda on that model at 512, 2,048 and 8,192 tokens, with the
+#                statistics pass by tiles (issue 45: its statistics against the weights, its time against a plain pass)
 #   headmasks    the block masks (issue 45): bench/head_masks.py layer, one attention layer of a 1B Llama's shape (32
 #                heads on 8 key/value heads, head_dim 64, bfloat16 on a GPU) at 8,192 and 32,768 tokens (HEADMASK_LENGTHS), 70 %
 #                of the heads window 64 + 4 sinks: compiled FlexAttention block masks vs one sdpa call per group of heads
@@ -116,7 +117,7 @@ main() {
     part llama 25 "$PY" bench/device_check.py random-llama --shape /tmp/devcarry/smollm2-135m-shape \
         --dest /tmp/devcarry/llama-random
     part longcontext 70 "$PY" bench/longcontext.py --model /tmp/devcarry/llama-random --device "$DEVICE" \
-        --lengths "$LENGTHS" --repeats 3 --json "$PARTS/longcontext.json"
+        --lengths "$LENGTHS" --repeats 3 --stats tile --json "$PARTS/longcontext.json"
     part headmasks 80 bash -c headmasks
     echo
     timeout -k 5 10 "$PY" bench/device_check.py summary --parts "$PARTS" --out "$OUT/summary.json"

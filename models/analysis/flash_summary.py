@@ -59,28 +59,33 @@ def _times(q: torch.Tensor, k: torch.Tensor, columns: torch.Tensor, causal: bool
     return torch.cat(out, dim=-1), lse
 
 
-def _same_word(q, k, scaling, lse, allowed, word_of: np.ndarray) -> torch.Tensor:
-    """``Σ_{k ≠ q, word(k) = word(q)} w_qk`` per query: float32 ``(1, heads, n)``, from the pairs of tokens that
-    share a word (one dot product each, :data:`PAIR_BLOCK` pairs at a time)."""
-    n = q.shape[2]
-    out = torch.zeros(q.shape[:3], dtype=torch.float32)
+def _pairs(word_of: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, cols)`` int64: every ordered pair of distinct tokens that share a word (``word_of`` int ``(n,)``, -1
+    for none)."""
+    n = len(word_of)
     order = np.argsort(word_of, kind="stable")
     words = word_of[order]
-    starts = np.flatnonzero(np.r_[True, words[1:] != words[:-1]])
+    starts = np.flatnonzero(np.r_[True, words[1:] != words[:-1]]) if n else np.zeros(0, dtype=np.int64)
     sizes = np.diff(np.r_[starts, n])
-    rows: list[np.ndarray] = []
-    cols: list[np.ndarray] = []
-    for start, size in zip(starts, sizes):
-        if words[start] < 0 or size < 2:
+    rows: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    cols: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    for size in np.unique(sizes[sizes >= 2]):  # the words of each size at once
+        first = starts[(sizes == size) & (words[starts] >= 0)]
+        if not len(first):
             continue
-        members = order[start:start + size]
-        a, b = np.meshgrid(members, members, indexing="ij")
-        keep = a != b
-        rows.append(a[keep])
-        cols.append(b[keep])
-    if not rows:
-        return out
-    r_all, c_all = torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(cols))
+        members = order[first[:, None] + np.arange(size)[None, :]]  # (words, size)
+        a, b = members[:, :, None], members[:, None, :]
+        keep = np.broadcast_to(~np.eye(size, dtype=bool), (len(first), size, size))
+        rows.append(np.broadcast_to(a, keep.shape)[keep])
+        cols.append(np.broadcast_to(b, keep.shape)[keep])
+    return torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(cols))
+
+
+def _same_word(q, k, scaling, lse, allowed, pairs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``Σ_{k ≠ q, word(k) = word(q)} w_qk`` per query: float32 ``(1, heads, n)``, one dot product per pair of tokens
+    that share a word (:func:`_pairs`, :data:`PAIR_BLOCK` pairs at a time)."""
+    out = torch.zeros(q.shape[:3], dtype=torch.float32)
+    r_all, c_all = pairs
     for p0 in range(0, len(r_all), PAIR_BLOCK):
         r, c = r_all[p0:p0 + PAIR_BLOCK], c_all[p0:p0 + PAIR_BLOCK]
         w = torch.exp(scaling * (q[:, :, r] * k[:, :, c]).sum(-1) - lse[:, :, r])
@@ -93,7 +98,8 @@ def _same_word(q, k, scaling, lse, allowed, word_of: np.ndarray) -> torch.Tensor
 
 
 def add_layer(stats: HeadStatistics, overview: Overview, layer: int, query: torch.Tensor, key: torch.Tensor,
-              attention_mask: torch.Tensor | None, scaling: float, *, causal: bool) -> None:
+              attention_mask: torch.Tensor | None, scaling: float, *, causal: bool,
+              pairs: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """Add one layer of one self-attention stack to ``stats`` and ``overview``, as their ``add`` would from every
     block of the layer's weights (module docstring).
 
@@ -102,7 +108,8 @@ def add_layer(stats: HeadStatistics, overview: Overview, layer: int, query: torc
         layer: the layer. query: ``(1, heads, n, d)``; key: ``(1, kv_heads, n, d)`` (after RoPE, as the attention
             function receives them). attention_mask: additive ``(1, 1 or heads, n, n)`` or None. scaling: the
             score's factor (:func:`models.analysis.fused_stats.score_scaling`). causal: the mask is the plain causal
-            one (it may then be None).
+            one (it may then be None). pairs: :func:`_pairs` of the stack's words (made here when None; a pass
+            makes them once for all its layers).
 
     Raises:
         UnsupportedOperationError: a mask with finite biases (``stats_bias``).
@@ -141,8 +148,10 @@ def add_layer(stats: HeadStatistics, overview: Overview, layer: int, query: torc
         distance = distance + 2 * share * (late[..., 0] - qf * late[..., 1])
     previous = _at(q, k, scaling, lse0, allowed, 1)
     first = _at(q, k, scaling, lse0, allowed, -1)
-    same = (_same_word(q, k, scaling, lse0, allowed, stats.word_of.numpy()) if stats.has_partner is not None
-            else torch.zeros_like(first))
+    if stats.has_partner is not None:
+        same = _same_word(q, k, scaling, lse0, allowed, _pairs(stats.word_of.numpy()) if pairs is None else pairs)
+    else:
+        same = torch.zeros_like(first)
     values = torch.stack([entropy, distance, previous, first, feats[..., 1], feats[..., 2], same], -1)[0]
     row_ok = torch.ones((n, len(NAMES)), dtype=torch.bool)
     row_ok[:, NAMES.index("previous")] = torch.arange(n) >= 1
@@ -162,6 +171,7 @@ class _Pass:
     def __init__(self, accs: dict[str, tuple[HeadStatistics, Overview]]):
         self.accs = accs
         self.causal: dict[tuple, bool] = {}
+        self.pairs = {stack: _pairs(stats.word_of.numpy()) for stack, (stats, _) in accs.items()}
 
     def __call__(self, site, eager, module, query, key, value, attention_mask, args, kwargs) -> torch.Tensor:
         readable(args, kwargs)
@@ -173,7 +183,8 @@ class _Pass:
             raise _NotHere("a mask other than the causal one on a text this long")
         scaling = score_scaling(eager, module, query, key, value, kwargs)
         stats, overview = self.accs[site.stack]
-        add_layer(stats, overview, site.layer, query, key, None if causal else attention_mask, scaling, causal=causal)
+        add_layer(stats, overview, site.layer, query, key, None if causal else attention_mask, scaling, causal=causal,
+                  pairs=self.pairs[site.stack])
         h = query.shape[1]
         mask = None if causal else _additive(allowed_keys(attention_mask, n, n), query.dtype)
         out, _ = _kernel()(query, _repeat(key, h), _repeat(value, h), 0.0, causal, attn_mask=mask, scale=scaling)
@@ -209,6 +220,10 @@ def summaries(result, replay, accs: dict[str, tuple[HeadStatistics, Overview]]) 
     from .. import capture
     from ..errors import UnsupportedOperationError
 
+    from .store import Replay
+
+    if type(replay) is not Replay:  # a speech model's cropped replay (models.speech): its own pass, two stacks
+        return False
     loaded = replay.loaded
     if (loaded.capture_path != "interface" or loaded.device.type != "cpu" or loaded.family not in ("encoder", "decoder")
             or any(stack not in ("encoder", "decoder") for stack in accs)):
