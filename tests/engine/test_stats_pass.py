@@ -24,7 +24,7 @@ def from_weights(a, stack: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "bert", "mistral", "gemma3"])
-@pytest.mark.parametrize("kernel", ["tile", "flex"])
+@pytest.mark.parametrize("kernel", ["tile", "flex", "flash", "auto"])
 def test_statistics_from_the_lse_equal_those_of_the_weights(tiny, arch, kernel):
     loaded = tiny(arch)
     got = head_statistics(loaded, TEXT, kernel=kernel)
