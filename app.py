@@ -17,6 +17,7 @@ from views import hosting, shared  # noqa: E402
 from views.live_sections import redraw as live_redraw  # noqa: E402
 from views.live_sections import room as live_room  # noqa: E402
 from views.live_sections.panel import live_panel  # noqa: E402
+from views.live_sections.stage import arrived as live_arrived  # noqa: E402
 from views.live_sections.stage import stage as live_stage  # noqa: E402
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
@@ -34,3 +35,4 @@ live_room.follow(page)  # a student following a live class (issue 29): the teach
 live_stage()  # the lesson's step, its question and the teacher's controls at the top of the main area (issue 50)
 with live_room.broadcasting(page):  # a teacher's page, once it has run, goes to the class
     shared.run_page(page)  # page.run(), its namespace emptied of what the run computed (views/shared/pagerun.py)
+live_arrived()  # a teacher's question asked as the page moved: drawn once the page has reached the room

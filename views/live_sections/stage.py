@@ -33,12 +33,32 @@ def _teacher() -> None:
     at = steps.current()
     if at is not None and _moving(state, f"{at[0].id}:{at[1]}"):
         state = {}  # its question ends when this run's page is sent (live.rules.ends_question): not shown meanwhile
+        st.session_state[MOVED] = True  # drawn again once the page has arrived, if a question is open then (arrived)
     if at is None and not state.get("question"):
         return
     with st.container(border=True, key="live_stage"):
         if at is not None:
             steps.teacher_nav(*at)
         asking.teacher(state)
+
+
+MOVED = "_live_moved"  # the teacher's stage was drawn while the page was on its way to the room
+
+
+def arrived() -> None:
+    """``app.py``, after the page's run (and its push to the room, :func:`room.broadcasting`): a teacher whose stage
+    was drawn while the page was on its way, and whose room now shows a question, runs again to draw it. A question
+    asked as the teacher pressed Next or Previous names the step on its way, so the room shows it only once that
+    step's page has arrived (:func:`live.rules.shown`); the class answered a question whose Reveal the teacher could
+    not see (browser tier)."""
+    if not st.session_state.pop(MOVED, False):
+        return
+    try:
+        open_now = bool((room.store().get_state(room.room_code()) or {}).get("question"))
+    except live.LiveError:
+        return
+    if open_now:
+        st.rerun()
 
 
 def _moving(state: dict, step: str) -> bool:
