@@ -6,6 +6,8 @@ today's Replay path within float rounding (float32: 1e-6 here); what it cannot r
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,9 @@ import models
 from models import capture
 from models.analysis import lse_weights, store
 from models.capture import blocks
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_store import attentions_of  # noqa: E402  (one reading of transformers' attentions for both tests)
 
 # ~40 tokens on the tiny word-level tokenizers: several blocks of rows, causal and sliding-window key ranges
 LONG = "kedi fareyi kovaladı the cat chased the mouse dün a kedi " * 3
@@ -36,11 +41,7 @@ def _eager(tiny_folder, arch: str, a: models.Analysis, **extra) -> dict[str, np.
         inputs.update({k: v for k, v in _tokenized(tiny_folder(arch), a).items() if k == "token_type_ids"})
     with torch.no_grad():
         out = ref(**inputs, output_attentions=True)
-    if a.family == "encoder-decoder":
-        tensors = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
-    else:
-        tensors = {"decoder" if a.family == "decoder" else "encoder": out.attentions}
-    return {stack: torch.stack([t[0] for t in ts]).numpy() for stack, ts in tensors.items()}
+    return attentions_of(out, a.family)
 
 
 def _tokenized(folder, a: models.Analysis) -> dict:

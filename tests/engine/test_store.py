@@ -36,10 +36,15 @@ def _reference(tiny_folder, arch, a: models.Analysis) -> dict[str, np.ndarray]:
         inputs["decoder_input_ids"] = torch.tensor([[t.id for t in a.target_tokens]])
     with torch.no_grad():
         out = ref(**inputs, output_attentions=True)
-    if a.family == "encoder-decoder":
+    return attentions_of(out, a.family)
+
+
+def attentions_of(out, family: str) -> dict[str, np.ndarray]:
+    """``stack -> float32 (layers, heads, q, k)`` of a transformers output with ``output_attentions`` (batch 0)."""
+    if family == "encoder-decoder":
         tensors = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
     else:
-        tensors = {"decoder" if a.family == "decoder" else "encoder": out.attentions}
+        tensors = {"decoder" if family == "decoder" else "encoder": out.attentions}
     return {stack: torch.stack([t[0] for t in ts]).numpy() for stack, ts in tensors.items()}
 
 
