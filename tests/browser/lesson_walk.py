@@ -114,7 +114,7 @@ def walk(app_url: str, token: str, shots: Path | None = None, reloads: frozenset
     students over the protocol join then). Returns one ``{"step", "page", "settled_s"}`` per step.
 
     Found by it (issue 50): a student stayed on step 3 for good when the teacher moved to step 4 (3 of 7 walks, with
-    or without a reload): its poll had lost its timer in the browser (views/live_sections/panel.keep_polling).
+    or without a reload): its poll had lost its timer in the browser (views/live_sections/polling.keep).
 
     Raises:
         AssertionError: a page that does not show what the room should see (the page's screenshot in

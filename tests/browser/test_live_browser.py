@@ -98,84 +98,154 @@ def _answer(page, label: str, send: str) -> None:
     _click(page, send)
 
 
+def _report(pages: dict) -> str:
+    """What each page showed and the server's last lines, for a failing run's log (CI keeps only its output)."""
+    lines = []
+    for name, page in pages.items():
+        try:
+            runs = page.evaluate("window.__dikkatRuns")
+            text = page.evaluate("document.body.innerText")[:1200]
+            page.screenshot(path=str(RESULTS / f"live-failed-{name}.png"))
+        except Exception as exc:  # noqa: BLE001  (a report must not hide the failure it reports)
+            runs, text = None, f"(unreadable: {exc})"
+        lines.append(f"--- {name}: {page.url} (runs seen: {runs})\n{text}")
+    log = ROOT / "test-results" / "live-app-server.log"
+    tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-60:] if log.exists() else []
+    return "\n".join([*lines, "--- server log (last 60 lines)", *tail])
+
+
 def test_a_teacher_and_two_students(app_url):
     SHOTS.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         teacher, turkish, english = _page(browser), _page(browser), _page(browser)
+        try:
+            _lesson(app_url, teacher, turkish, english)
+        except Exception:
+            print(_report({"teacher": teacher, "turkish": turkish, "english": english}))
+            raise
+        finally:
+            browser.close()
 
-        # the teacher opens a class: the code is drawn big, with the QR code of the students' link
-        teacher.goto(app_url + "/live", timeout=120_000)
-        teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
-        _click(teacher, "Open a class")
-        teacher.locator(".live-code").wait_for(timeout=WAIT)
-        code = teacher.locator(".live-code").inner_text().replace("\u2009", "").strip()
-        teacher.locator(".st-key-live_qr img").wait_for(timeout=WAIT)
-        assert len(code) == 6 and teacher.locator(".st-key-live_qr img").count() == 1
-        assert TOKEN not in teacher.content() and "secret" not in teacher.url
-        _settled(teacher)
-        teacher.screenshot(path=str(SHOTS / "live-teacher-en-1280.png"))
 
-        # one student by the link (the QR code's), one by the typed code
-        turkish.goto(f"{app_url}/?room={code}&lang=tr", timeout=120_000)
-        _shows(turkish, "Öğretmeni izliyorsunuz")
-        english.goto(app_url + "/?lang=en", timeout=120_000)
-        _settled(english)  # the page drawn before a click, as a student sees it (a click mid-run can be redrawn away)
-        english.get_by_text("Join a live class", exact=True).click()
-        english.get_by_label("Class code", exact=True).wait_for(state="visible", timeout=WAIT)
-        english.get_by_label("Class code", exact=True).fill(code.lower())
-        english.screenshot(path=str(RESULTS / "live-join-en-1280.png"))
-        _click(english, "Join")
-        _shows(english, "Following the teacher")
-        _shows(teacher, "2 connected")
+def _lesson(app_url, teacher, turkish, english) -> None:
+    """The class's walk: see the module's docstring."""
+    # the teacher opens a class: the code is drawn big, with the QR code of the students' link
+    teacher.goto(app_url + "/live", timeout=120_000)
+    teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
+    _click(teacher, "Open a class")
+    teacher.locator(".live-code").wait_for(timeout=WAIT)
+    code = teacher.locator(".live-code").inner_text().replace("\u2009", "").strip()
+    teacher.locator(".st-key-live_qr img").wait_for(timeout=WAIT)
+    assert len(code) == 6 and teacher.locator(".st-key-live_qr img").count() == 1
+    assert TOKEN not in teacher.content() and "secret" not in teacher.url
+    _settled(teacher)
+    teacher.screenshot(path=str(SHOTS / "live-teacher-en-1280.png"))
 
-        # the lesson's first step: both students' pages follow by themselves
-        _click(teacher, "Start the lesson")
-        _title_is(teacher, "qkv", "en")
-        _title_is(turkish, "qkv", "tr")
-        _title_is(english, "qkv", "en")
-        _shows(turkish, "Sorgular, anahtarlar ve değerler")  # the step's text in the student's language
-        _shows(english, "Queries, keys and values")
+    # one student by the link (the QR code's), one by the typed code
+    turkish.goto(f"{app_url}/?room={code}&lang=tr", timeout=120_000)
+    _shows(turkish, "Öğretmeni izliyorsunuz")
+    english.goto(app_url + "/?lang=en", timeout=120_000)
+    _settled(english)  # the page drawn before a click, as a student sees it (a click mid-run can be redrawn away)
+    english.get_by_text("Join a live class", exact=True).click()
+    english.get_by_label("Class code", exact=True).wait_for(state="visible", timeout=WAIT)
+    english.get_by_label("Class code", exact=True).fill(code.lower())
+    english.screenshot(path=str(RESULTS / "live-join-en-1280.png"))
+    _click(english, "Join")
+    _shows(english, "Following the teacher")
+    _shows(teacher, "2 connected")
 
-        # the English student detaches and stays; the teacher moves on; Rejoin jumps there
-        _click(english, "Detach")
-        _shows(english, "Exploring on your own")
-        _click(teacher, "Next ▶")
-        _shows(teacher, "step 2 of")
-        _settled(teacher)
-        teacher.screenshot(path=str(RESULTS / "live-teacher-step-en-1280.png"))
-        _click(teacher, "Next ▶")
-        _title_is(teacher, "explore", "en")
-        _title_is(turkish, "explore", "tr")
-        english.wait_for_timeout(3000)  # three polls of the detached student's: it must not have moved
-        _title_is(english, "qkv", "en")
-        _click(english, "Rejoin")
-        _title_is(english, "explore", "en")
-        _shows(english, "Following the teacher")
+    # the lesson's first step: both students' pages follow by themselves
+    _click(teacher, "Start the lesson")
+    _title_is(teacher, "qkv", "en")
+    _title_is(turkish, "qkv", "tr")
+    _title_is(english, "qkv", "en")
+    _shows(turkish, "Sorgular, anahtarlar ve değerler")  # the step's text in the student's language
+    _shows(english, "Queries, keys and values")
 
-        # back to the first step, whose question both answer; the teacher sees the count and reveals
-        _click(teacher, "◀ Previous")
-        _shows(teacher, "step 2 of")
-        _click(teacher, "◀ Previous")
-        _title_is(turkish, "qkv", "tr")
-        _click(teacher, "Ask this step's question")
-        _shows(turkish, "en çok ağırlığı")
-        _shows(english, "which key does the query")
-        _answer(turkish, "2 · cat", "Yanıtımı gönder")
-        _shows(turkish, "Gönderildi")
-        _answer(english, "1 · the", "Send my answer")
-        _shows(english, "You can change it")
-        _shows(teacher, "2 answered")
-        _click(teacher, "Reveal the answer")
-        for page, lang, said in ((turkish, "tr", "Model:"), (english, "en", "The model:")):
-            _shows(page, said)
-            page.locator(".st-key-live_stage [data-testid=stPlotlyChart]").first.wait_for(timeout=WAIT)
-            _settled(page)
-            page.screenshot(path=str(SHOTS / f"live-{lang}-1280.png"))
-        # the teacher's desk puts the revealed question first, for the projector
-        teacher.locator("[data-testid=stSidebarNav] a").filter(has_text="Class").first.click()
-        _shows(teacher, "Class code and QR code")
-        _settled(teacher)
-        teacher.screenshot(path=str(RESULTS / "live-teacher-results-en-1280.png"))
-        browser.close()
+    # the English student detaches and stays; the teacher moves on; Rejoin jumps there
+    _click(english, "Detach")
+    _shows(english, "Exploring on your own")
+    _click(teacher, "Next ▶")
+    _shows(teacher, "step 2 of")
+    _settled(teacher)
+    teacher.screenshot(path=str(RESULTS / "live-teacher-step-en-1280.png"))
+    _click(teacher, "Next ▶")
+    _title_is(teacher, "explore", "en")
+    _title_is(turkish, "explore", "tr")
+    english.wait_for_timeout(3000)  # three polls of the detached student's: it must not have moved
+    _title_is(english, "qkv", "en")
+    _click(english, "Rejoin")
+    _title_is(english, "explore", "en")
+    _shows(english, "Following the teacher")
+
+    # back to the first step, whose question both answer; the teacher sees the count and reveals
+    _click(teacher, "◀ Previous")
+    _shows(teacher, "step 2 of")
+    _click(teacher, "◀ Previous")
+    _title_is(turkish, "qkv", "tr")
+    _click(teacher, "Ask this step's question")
+    _shows(turkish, "en çok ağırlığı")
+    _shows(english, "which key does the query")
+    _answer(turkish, "2 · cat", "Yanıtımı gönder")
+    _shows(turkish, "Gönderildi")
+    _answer(english, "1 · the", "Send my answer")
+    _shows(english, "You can change it")
+    _shows(teacher, "2 answered")
+    _click(teacher, "Reveal the answer")
+    for page, lang, said in ((turkish, "tr", "Model:"), (english, "en", "The model:")):
+        _shows(page, said)
+        page.locator(".st-key-live_stage [data-testid=stPlotlyChart]").first.wait_for(timeout=WAIT)
+        _settled(page)
+        page.screenshot(path=str(SHOTS / f"live-{lang}-1280.png"))
+    # the teacher's desk puts the revealed question first, for the projector
+    teacher.locator("[data-testid=stSidebarNav] a").filter(has_text="Class").first.click()
+    _shows(teacher, "Class code and QR code")
+    _settled(teacher)
+    teacher.screenshot(path=str(RESULTS / "live-teacher-results-en-1280.png"))
+
+
+# Streamlit arms a fragment's timer with setInterval(..., seconds * 1000) (its frontend's handleAutoRerun): this page
+# drops those of 1 and 2 seconds, as a full run whose auto_rerun message never arrived leaves a page with none.
+NO_POLL_TIMERS = """
+window.__droppedTimers = 0;
+const realSetInterval = window.setInterval;
+window.setInterval = function (fn, ms, ...rest) {
+  if (ms === 1000 || ms === 2000) { window.__droppedTimers += 1; return 0; }
+  return realSetInterval.call(window, fn, ms, ...rest);
+};
+"""
+
+
+def test_a_student_whose_page_lost_its_poll_timer_still_follows(app_url):
+    """A student's page with no fragment timer (views/live_sections/polling.py): the watchdog wakes the poll, so the
+    student still follows the teacher's lesson steps; without it the page stays where it was for good."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        teacher, student = _page(browser), _page(browser)
+        student.add_init_script(NO_POLL_TIMERS)
+        try:
+            teacher.goto(app_url + "/live", timeout=120_000)
+            teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
+            _click(teacher, "Open a class")
+            teacher.locator(".live-code").wait_for(timeout=WAIT)
+            code = teacher.locator(".live-code").inner_text().replace("\u2009", "").strip()
+            student.goto(f"{app_url}/?room={code}&lang=en", timeout=120_000)
+            _shows(student, "Following the teacher")
+            _settled(student)
+            _click(teacher, "Start the lesson")
+            _title_is(teacher, "qkv", "en")
+            _title_is(student, "qkv", "en")
+            _click(teacher, "Next ▶")
+            _shows(teacher, "step 2 of")
+            _click(teacher, "Next ▶")
+            _title_is(teacher, "explore", "en")
+            _title_is(student, "explore", "en")
+            assert student.evaluate("window.__droppedTimers") > 0  # Streamlit's timer was asked for, and never ran
+            assert student.evaluate("window.__dikkatWatch.wakes") >= 2  # each move came from the watchdog's wake
+        except Exception:
+            print(_report({"teacher": teacher, "student": student}))
+            raise
+        finally:
+            browser.close()

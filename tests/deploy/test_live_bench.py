@@ -49,7 +49,7 @@ def test_a_student_whose_poll_timer_was_dropped_gets_it_back_and_follows_again()
     browser has cleared its timers for that run, so when the dropped part held the poll's ``auto_rerun`` the page
     polled no more and the student stayed on the old step for good (2 of 6 lesson walks in Chromium). Here the
     student's tab loses its timer as a browser would, then the one fragment run that cut the full run arrives: it
-    arms the timer again (views/live_sections/panel.keep_polling), and the teacher's next change reaches the page."""
+    arms the timer again (views/live_sections/polling.keep), and the teacher's next change reaches the page."""
     bench = _bench()
     args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
                              "--gap", "0.2", "--stagger", "0", "--timeout", "60"])

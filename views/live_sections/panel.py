@@ -19,7 +19,7 @@ import live
 from live import readiness
 from views.shared import t
 
-from . import asking, room, steps
+from . import asking, polling, room, steps
 
 
 def live_panel() -> None:
@@ -104,31 +104,10 @@ def _join() -> None:
 # ------------------------------------------------------------------------------------------- a student
 
 
-def keep_polling(every_s: float) -> None:
-    """From a run of a ``run_every`` fragment, arm its timer in the browser again (Streamlit arms it only from a full
-    run). Streamlit 1.67 drops the rest of a full run's messages when a fragment's timer asks for a run just as the
-    full run ends ("Ignoring event from non-current ScriptRunner"); the browser has by then cleared its timers for
-    the new run (its ``new_session``), so when the dropped part held the run's ``auto_rerun`` the page polled no more
-    and a following student stayed on the old step for good (issue 50: 2 of 6 lesson walks with a reload on every
-    question). The fragment run that cut it is delivered, and arms the timer again; the browser ignores an
-    ``auto_rerun`` for a timer it already has at that interval."""
-    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-    from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState, get_script_run_ctx
-
-    ctx = get_script_run_ctx()
-    fragment_id = ThreadState.get().fragment_id
-    if ctx is None or not fragment_id or not ctx.fragment_ids_this_run:
-        return  # a full run: Streamlit's own decorator armed it
-    msg = ForwardMsg()
-    msg.auto_rerun.interval = every_s
-    msg.auto_rerun.fragment_id = fragment_id
-    ctx.enqueue(msg)
-
-
 @st.fragment(run_every=1)
 def _student_poll() -> None:
     """Every second: heartbeat and the room's version; a change draws the app again (its page may move)."""
-    keep_polling(1)
+    polling.keep(1)
     if room.poll() and room.in_fragment_run():
         st.rerun()
     if room.paused():  # drawn by the fragment each second: it goes by itself when the store answers again
@@ -169,7 +148,7 @@ def _teacher_counts() -> None:
     """Every two seconds: how many students are connected and, while a question is open, how many answered. A
     session that no longer leads the room (closed, or led from another tab now) draws the whole app again, which
     says so (:func:`~views.live_sections.room.still_teacher`)."""
-    keep_polling(2)
+    polling.keep(2)
     if room.run_lost():  # the teacher's last full run never fully reached the browser: draw the page again
         st.rerun()
     room.push_unsent()  # a change the store could not take while it was down
