@@ -113,3 +113,20 @@ def test_the_why_page_draws_its_figures_once_for_every_session(monkeypatch):
     assert second == first
     monkeypatch.setattr(cache.CACHE, "get_or_create", lambda key, make: make())  # no cache: each figure built
     assert session() == first and len(built) >= 5
+
+
+def test_a_sent_figure_is_the_figure_plotly_would_send():
+    """Issue 48: ``views.shared.output.plotly_chart`` hands ``st.plotly_chart`` the figure's own properties, not
+    plotly's deep copy: the JSON is the one ``fig.to_dict()`` gives (arrays as plotly's typed arrays, frames kept),
+    for a heatmap, a scatter with a title and a figure with frames."""
+    from views.shared.output import _Outgoing
+
+    rng = np.random.default_rng(0)
+    heat = vh.head_heatmap(rng.random((3, 3)), LABELS, LABELS)
+    scatter = go.Figure(go.Scatter(x=np.arange(4.0), y=rng.random(4), text=list("abcd")),
+                        layout=dict(title="başlık", separators=",."))
+    framed = go.Figure(go.Bar(x=[1, 2], y=np.array([3.0, 4.0])), frames=[go.Frame(data=[go.Bar(y=[5, 6])])])
+    for fig in (heat, scatter, framed):
+        expected = json.loads(pio.to_json(fig.to_dict(), validate=False))
+        assert json.loads(pio.to_json(_Outgoing(fig).to_dict(), validate=False)) == expected
+        assert "bdata" in json.dumps(expected)  # numpy arrays went as typed arrays, both ways

@@ -100,9 +100,14 @@ def _step_shown(page, step: L.Step, n: int, total: int, title: str, who: str) ->
         stage = page.locator(".st-key-live_stage")
         shown = stage.first.inner_text()[:300] if stage.count() else "(no lesson box)"
         state = page.evaluate("() => [document.querySelector('[data-testid=stApp]')?.getAttribute("
-                              "'data-test-script-state'), window.__dikkatRuns, window.__dikkatWaitingFor]")
+                              "'data-test-script-state'), window.__dikkatRuns, window.__dikkatWaitingFor, "
+                              "(window.__dikkatWatch || {}).wakes, "
+                              "document.querySelectorAll('[data-testid=stMain] *').length]")
+        page.wait_for_timeout(2000)  # how fast the runs go on: a page that never stays still
+        runs = page.evaluate("window.__dikkatRuns")
         raise AssertionError(f"step {n}: the {who}'s page ({page.url}) shows {shown!r}; script state, runs, "
-                             f"waiting for: {state}") from exc
+                             f"waiting for, watchdog wakes, elements in the main area: {state}; runs 2 s "
+                             f"later: {runs}") from exc
 
 
 def walk(app_url: str, token: str, shots: Path | None = None, reloads: frozenset[int] = frozenset({1}),

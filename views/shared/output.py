@@ -9,6 +9,8 @@ import json
 
 import pandas as pd
 import streamlit as st
+from _plotly_utils.utils import convert_to_base64
+from plotly.basedatatypes import BaseFigure
 
 import models
 from viz import numbers as nb
@@ -63,9 +65,30 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
         kwargs["config"] = {"locale": "tr", "locales": {"tr": {"dictionary": _plotly_tr()}},
                             **(kwargs.get("config") or {})}
     try:
-        return (container or st).plotly_chart(fig, **kwargs)
+        return (container or st).plotly_chart(_Outgoing(fig), **kwargs)
     finally:
         empty_figure(fig)
+
+
+class _Outgoing(BaseFigure):
+    """A figure on its way to ``st.plotly_chart``, which reads it once with ``to_dict()`` and serialises that dict.
+    plotly's ``to_dict`` deep-copies every trace's and the layout's properties first (a fifth of Information flow's
+    rerun over cached results, issue 48); the figure is emptied right after it is sent (:func:`empty_figure`), so
+    its own properties are given, their arrays turned into plotly's typed-array specs in place (``convert_to_base64``,
+    as ``to_dict`` does to its copy): the same dict, the same bytes sent. Nothing else of plotly's figure API is
+    served (``BaseFigure.__init__`` is not run)."""
+
+    def __init__(self, fig: BaseFigure) -> None:  # noqa: D107  (BaseFigure's own __init__ would copy it again)
+        self._outgoing = fig
+
+    def to_dict(self) -> dict:
+        fig = self._outgoing
+        res: dict = {"data": list(fig._data), "layout": fig._layout}
+        frames = [frame._props for frame in fig._frame_objs]
+        if frames:
+            res["frames"] = frames
+        convert_to_base64(res)
+        return res
 
 
 def empty_figure(fig) -> None:
