@@ -19,6 +19,7 @@ from views.live_sections import room as live_room  # noqa: E402
 from views.live_sections.panel import live_panel  # noqa: E402
 from views.live_sections.stage import arrived as live_arrived  # noqa: E402
 from views.live_sections.stage import stage as live_stage  # noqa: E402
+from views.shared.uploader_words import words as uploader_words  # noqa: E402
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")
@@ -27,6 +28,7 @@ live_redraw.begin()  # a live class: this full run is open until its end (views/
 st.html(f"<style>{(shared.ASSETS / 'css' / 'app.css').read_text(encoding='utf-8')}</style>")  # shipped, no CDN
 st.session_state["_selection"] = shared.sidebar(live_panel)  # the sidebar, with the live class's panel in it
 st.html(shared.scale_style())  # the sidebar's text size (projector mode) for app.css: --dk-scale
+uploader_words()  # Streamlit's uploader errors in Turkish on the Turkish interface (views/shared/uploader_words.py)
 
 PAGES = [st.Page(p.file, title=shared.t(p.title), icon=p.icon, default=p.default) for p in pagestate.PAGES]
 

@@ -7,6 +7,7 @@ page's own ``<style>`` (views/shared/scale.py, the one app.py puts on every page
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -61,3 +62,24 @@ def test_a_css_string_cannot_end_its_quote_or_its_style():
     quoted = css_string('a "b" \\ </style>\n')
     assert quoted == '"a \\22 b\\22  \\5c  \\3c /style\\3e \\a "'
     assert quoted.count('"') == 2 and "<" not in quoted
+
+
+def test_the_errors_rewritten_are_the_ones_streamlit_writes():
+    """views/shared/uploader_words.py rewrites the exact English sentences Streamlit's frontend writes under an
+    uploaded file: each ``uploader_*`` error string's English, its ``{size}``/``{type}`` parts aside, is in the
+    installed Streamlit's bundle (a Streamlit that words them otherwise fails here, not silently in a classroom),
+    and its Turkish keeps the same parts."""
+    import re
+
+    import streamlit
+
+    from views.shared import uploader_words
+
+    bundle = "".join(p.read_text(encoding="utf-8", errors="replace")
+                     for p in (Path(streamlit.__file__).parent / "static" / "static" / "js").glob("*.js"))
+    assert len(uploader_words.pairs()) == 6
+    for en, tr in uploader_words.pairs():
+        parts = [part.strip() for part in re.split(r"\{\w+\}", en) if part.strip()]
+        assert parts and all(part in bundle for part in parts), (en, parts)
+        assert re.findall(r"\{\w+\}", en) == re.findall(r"\{\w+\}", tr), (en, tr)
+        assert en != tr

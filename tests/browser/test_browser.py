@@ -361,3 +361,36 @@ def test_the_layout_check_finds_text_outside_a_chart_and_text_over_text():
                      "{x: 0, y: 0, text: 'ikinci'}]}")
         assert [kind for kind, _, _ in over] == ["overlap"], over
         browser.close()
+
+
+def test_the_uploaders_errors_are_in_the_pages_language(app_url):
+    """Issue 50 point 6: Streamlit writes an uploaded file's error in English whatever the page's language. On the
+    Turkish interface (views/shared/uploader_words.py) a PDF given to the Head atlas's corpus upload (TXT, CSV,
+    JSONL or Parquet) reads "application/pdf türündeki dosyalar kabul edilmiyor." in the tooltip over its chip,
+    and every other message Streamlit writes there, put into the uploader, is rewritten with its parts (the size
+    limit) kept; in English it stays Streamlit's."""
+    from views.shared import uploader_words
+
+    pdf = {"name": "notlar.pdf", "mimeType": "application/pdf", "buffer": b"%PDF-1.4\n"}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = _new_page(browser, 1280, 720)
+        for lang, said in (("tr", "application/pdf türündeki dosyalar kabul edilmiyor."),
+                           ("en", "application/pdf files are not allowed.")):
+            page.goto(app_url + f"/atlas?model_key=minilm-l6&atlas_corpus=upload&lang={lang}")
+            _settled(page)
+            page.locator("[data-testid=stFileUploader] input[type=file]").first.set_input_files(files=[pdf])
+            page.locator("[data-testid=stFileChip]").first.hover()  # the error is the tooltip over the file's chip
+            page.wait_for_function("t => document.querySelector('[data-testid=stTooltipErrorContent]')?.innerText"
+                                   ".trim() === t", arg=said, timeout=RUN_TIMEOUT)
+            if lang == "tr":
+                assert "not allowed" not in page.locator("[data-testid=stFileUploader]").first.inner_text()
+                for en, tr in uploader_words.pairs():  # each message, as Streamlit would write it there
+                    shown = en.replace("{size}", "10.0MB").replace("{type}", "text/html")
+                    page.evaluate("t => { const p = document.createElement('p'); p.className = 'dk-probe'; "
+                                  "p.textContent = t; document.querySelector('[data-testid=stFileUploader]')"
+                                  ".appendChild(p); }", shown)
+                    page.wait_for_function("t => [...document.querySelectorAll('.dk-probe')].some(p => "
+                                           "p.textContent === t)", arg=tr.replace("{size}", "10.0MB")
+                                           .replace("{type}", "text/html"), timeout=10_000)
+        browser.close()

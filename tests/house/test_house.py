@@ -81,7 +81,7 @@ PAGE_PREFIXES = {"cost": ("cost_",), "kvcache": ("kv_",), "masks": ("masks_",), 
                  "live": ("live_", "_live_"), "live_sections": ("live_", "_live_")}
 # a page's parts, one module each, and their page
 SECTIONS = {"mask_sections": "masks", "atlas_sections": "atlas", "live_sections": "live", "explore_parts": "explore"}
-APP_KEYS = {"_device_slot", "_selection", "example", "lang", "model_custom", "model_key",
+APP_KEYS = {"_device_slot", "_selection", "_uploader_words", "example", "lang", "model_custom", "model_key",
             "scale", "text"}
 
 
