@@ -93,6 +93,15 @@ def _click(page, name: str) -> None:
     page.get_by_role("button", name=name, exact=True).first.click()
 
 
+def _open_class(teacher, app_url: str) -> str:
+    """The teacher opens a class on the Class page with the token; returns the class code the desk shows."""
+    teacher.goto(app_url + "/live", timeout=120_000)
+    teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
+    _click(teacher, "Open a class")
+    teacher.locator(".live-code").wait_for(timeout=WAIT)
+    return teacher.locator(".live-code").inner_text().replace("\u2009", "").strip()
+
+
 def _answer(page, label: str, send: str) -> None:
     page.locator(".st-key-live_stage [role=radiogroup] label").filter(has_text=label).first.click()
     _click(page, send)
@@ -132,11 +141,7 @@ def test_a_teacher_and_two_students(app_url):
 def _lesson(app_url, teacher, turkish, english) -> None:
     """The class's walk: see the module's docstring."""
     # the teacher opens a class: the code is drawn big, with the QR code of the students' link
-    teacher.goto(app_url + "/live", timeout=120_000)
-    teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
-    _click(teacher, "Open a class")
-    teacher.locator(".live-code").wait_for(timeout=WAIT)
-    code = teacher.locator(".live-code").inner_text().replace("\u2009", "").strip()
+    code = _open_class(teacher, app_url)
     teacher.locator(".st-key-live_qr img").wait_for(timeout=WAIT)
     assert len(code) == 6 and teacher.locator(".st-key-live_qr img").count() == 1
     assert TOKEN not in teacher.content() and "secret" not in teacher.url
@@ -226,11 +231,7 @@ def test_a_student_whose_page_lost_its_poll_timer_still_follows(app_url):
         teacher, student = _page(browser), _page(browser)
         student.add_init_script(NO_POLL_TIMERS)
         try:
-            teacher.goto(app_url + "/live", timeout=120_000)
-            teacher.get_by_label("Teacher token", exact=True).fill(TOKEN)
-            _click(teacher, "Open a class")
-            teacher.locator(".live-code").wait_for(timeout=WAIT)
-            code = teacher.locator(".live-code").inner_text().replace("\u2009", "").strip()
+            code = _open_class(teacher, app_url)
             student.goto(f"{app_url}/?room={code}&lang=en", timeout=120_000)
             _shows(student, "Following the teacher")
             _settled(student)
