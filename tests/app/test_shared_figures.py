@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from views.shared import figures
+from views.shared import figures, keys
 from viz import heatmap as vh, model_view as vmv
 
 LABELS = ["kedi", "fareyi", "kovaladı"]
@@ -80,8 +80,9 @@ def test_the_model_view_keeps_what_it_drew():
 
 def test_the_why_page_draws_its_figures_once_for_every_session(monkeypatch):
     """Issue 48: a cached rerun of Why cost 134 ms, most of it plotly building the same figures for each student. A
-    second session builds none of them and sends exactly the charts the first one sent, and those a session
-    building every figure itself would send."""
+    second session builds none of them, styles none of them again (each figure as sent is kept too), and sends
+    exactly the charts the first one sent, and those a session building and styling every figure itself would
+    send."""
     from streamlit.testing.v1 import AppTest
 
     from views.shared import cache
@@ -101,32 +102,58 @@ def test_the_why_page_draws_its_figures_once_for_every_session(monkeypatch):
     from viz import pruning as vp
     from viz import why as vw
 
-    built = []
+    from views.shared import charts
+
+    built, styled = [], []
+    real_style = charts.style
+    monkeypatch.setattr(charts, "style", lambda fig, columns: styled.append(columns) or real_style(fig, columns))
     for module, name in ((vw, "neuron_figure"), (vw, "terms_figure"), (vw, "sides_figure"), (vp, "head_grid")):
         real = getattr(module, name)
         counted = functools.wraps(real)(lambda *a, _real=real, **k: built.append(_real.__name__) or _real(*a, **k))
         monkeypatch.setattr(module, name, counted)  # the same name and module: the same figures in the cache
     first = session()
-    built.clear()
+    assert len(styled) >= 5
+    built.clear(), styled.clear()
     second = session()
     assert built == [] and len(second) >= 5  # every chart of the page from the shared cache, none built again
+    assert styled == []  # and each sent as the first session sent it: none styled and converted again
     assert second == first
     monkeypatch.setattr(cache.CACHE, "get_or_create", lambda key, make: make())  # no cache: each figure built
     assert session() == first and len(built) >= 5
 
 
 def test_a_sent_figure_is_the_figure_plotly_would_send():
-    """Issue 48: ``views.shared.output.plotly_chart`` hands ``st.plotly_chart`` the figure's own properties, not
-    plotly's deep copy: the JSON is the one ``fig.to_dict()`` gives (arrays as plotly's typed arrays, frames kept),
-    for a heatmap, a scatter with a title and a figure with frames."""
-    from views.shared.output import _Outgoing
+    """Issue 48: ``views.shared.charts.plotly_chart`` hands ``st.plotly_chart`` the figure's own properties, styled,
+    not plotly's deep copy: the JSON is the one ``fig.to_dict()`` gives for the same styled figure (arrays as
+    plotly's typed arrays, frames kept), for a heatmap, a scatter with a long title in two columns and a figure with
+    frames; a figure built the same way has the same key, another figure or column count another key."""
+    from views.shared import charts
 
-    rng = np.random.default_rng(0)
-    heat = vh.head_heatmap(rng.random((3, 3)), LABELS, LABELS)
-    scatter = go.Figure(go.Scatter(x=np.arange(4.0), y=rng.random(4), text=list("abcd")),
-                        layout=dict(title="başlık", separators=",."))
-    framed = go.Figure(go.Bar(x=[1, 2], y=np.array([3.0, 4.0])), frames=[go.Frame(data=[go.Bar(y=[5, 6])])])
-    for fig in (heat, scatter, framed):
-        expected = json.loads(pio.to_json(fig.to_dict(), validate=False))
-        assert json.loads(pio.to_json(_Outgoing(fig).to_dict(), validate=False)) == expected
+    def figures_():
+        rng = np.random.default_rng(0)
+        heat = vh.head_heatmap(rng.random((3, 3)), LABELS, LABELS)
+        scatter = go.Figure(go.Scatter(x=np.arange(4.0), y=rng.random(4), text=list("abcd")),
+                            layout=dict(title="bir başlık " * 12, separators=",."))
+        framed = go.Figure(go.Bar(x=[1, 2], y=np.array([3.0, 4.0])), frames=[go.Frame(data=[go.Bar(y=[5, 6])])])
+        return heat, scatter, framed
+
+    keys = set()
+    for ours, theirs in zip(figures_(), figures_(), strict=True):
+        keys.add(charts._sent_key(ours, 2))
+        assert charts._sent_key(ours, 2) == charts._sent_key(theirs, 2) != charts._sent_key(theirs, 1)
+        charts.style(theirs, 2)
+        expected = json.loads(pio.to_json(theirs.to_dict(), validate=False))
+        assert json.loads(pio.to_json(charts._as_sent(ours, 2), validate=False)) == expected
         assert "bdata" in json.dumps(expected)  # numpy arrays went as typed arrays, both ways
+    assert len(keys) == 3 and None not in keys
+    assert expected["frames"]  # the last one kept its frames
+
+
+def test_a_figure_key_finds_a_nan_and_an_array_of_objects():
+    """A figure's key (views/shared/keys.key_of) equals for equal figures even with NaN in them (NaN equals no
+    NaN) and keys an array of Python objects by its items (it has no bytes to digest)."""
+    a = keys.key_of({"range": [float("nan"), 1.0], "text": np.array(["kedi", None], dtype=object)}, max_depth=64)
+    b = keys.key_of({"range": [float("nan"), 1.0], "text": np.array(["kedi", None], dtype=object)}, max_depth=64)
+    assert a == b and a is not keys.UNKEYED
+    assert a != keys.key_of({"range": [float("nan"), 2.0], "text": np.array(["kedi", None], dtype=object)},
+                             max_depth=64)

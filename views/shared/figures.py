@@ -14,42 +14,12 @@ dict without validating it again (it was validated when first built), so what th
 from __future__ import annotations
 
 import functools
-import hashlib
-import numbers
-from typing import TYPE_CHECKING, cast
 
-import numpy as np
 import plotly.graph_objects as go
 
 from .cache import CACHE
+from .keys import UNKEYED, key_of
 from .output import empty_figure
-
-if TYPE_CHECKING:
-    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
-
-_UNKEYED = object()
-
-
-def _key(value, depth: int = 0):
-    """A hashable stand-in for a builder's argument: arrays by shape, dtype and a digest of their bytes, containers
-    item by item; :data:`_UNKEYED` for anything else (a figure of it is built, not kept)."""
-    if value is None or isinstance(value, (str, bool, numbers.Number, bytes)):
-        return value
-    if isinstance(value, np.generic):  # numpy's scalars (np.bool_ is no numbers.Number)
-        return ("scalar", value.dtype.str, value.item())
-    if isinstance(value, np.ndarray):
-        data = np.ascontiguousarray(value)
-        digest = hashlib.blake2b(cast("Buffer", data.view(np.uint8)), digest_size=16).digest()  # numpy: no Buffer stub
-        return ("ndarray", data.shape, data.dtype.str, digest)
-    if depth > 4:
-        return _UNKEYED
-    if isinstance(value, (list, tuple)):
-        items = tuple(_key(v, depth + 1) for v in value)
-        return _UNKEYED if any(i is _UNKEYED for i in items) else (type(value).__name__, items)
-    if isinstance(value, dict):
-        items = tuple((_key(k, depth + 1), _key(v, depth + 1)) for k, v in value.items())
-        return _UNKEYED if any(_UNKEYED in pair for pair in items) else ("dict", items)
-    return _UNKEYED
 
 
 def _figure_dict(fig: go.Figure) -> dict:
@@ -80,8 +50,8 @@ def shared_figure(build):
 
     @functools.wraps(build)
     def wrapper(*args, **kwargs):
-        key = _key((args, kwargs))
-        if key is _UNKEYED:
+        key = key_of((args, kwargs))
+        if key is UNKEYED:
             return build(*args, **kwargs)
         kept = CACHE.get_or_create(("figure", name, key), lambda: _as_kept(build(*args, **kwargs)))
         if isinstance(kept, tuple):  # (figure, what else the builder returned)

@@ -4,91 +4,18 @@ interface language (paths scrubbed in classroom mode)."""
 from __future__ import annotations
 
 
-import functools
-import json
 
 import pandas as pd
 import streamlit as st
-from _plotly_utils.utils import convert_to_base64
-from plotly.basedatatypes import BaseFigure
 
 import models
 from viz import numbers as nb
-from viz.text import wrap_title
 
 from .. import hosting
-from .scale import factor, scale_figure
-from .strings import ASSETS, Md, _strings, lang, md, t, t_plain
+from .strings import Md, _strings, lang, md, t, t_plain
 
 
 PLOTLY_SEPARATORS = nb.SEPARATORS  # decimal mark, then thousands separator, per language
-
-
-# The main column's width at 1280 x 720 (a projector) less the figure's side margins: a figure in one of n columns
-# wraps its title to MAIN_PX / n (issue 33: titles cut in the Masks page's two- and three-column rows).
-MAIN_PX = 800
-LINE_PX = 18  # one more line of a wrapped title
-
-
-def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
-    """``st.plotly_chart`` (in ``container`` when given, e.g. a column) with the figure's numbers (ticks,
-    hover, cell text) written the interface language's way (:func:`viz.numbers.style`: plotly's
-    ``layout.separators``, Turkish 0,25 and 131.072, and no SI suffix such as "1µ" on an axis or a colour bar),
-    and its title wrapped to the width of one of ``columns`` columns (default 2 in a
-    ``container``, 1 otherwise; the figure grows by the lines added). Its text is drawn at the sidebar's text size
-    (:func:`views.shared.scale.scale_figure`, projector mode). Returns what ``st.plotly_chart`` returns (the
-    selection event with ``on_select``); ``fig`` is empty afterwards (:func:`empty_figure`)."""
-    nb.style(fig, lang())
-    f = factor()
-    columns = columns or (2 if container is not None else 1)
-    scale_figure(fig, f, width=MAIN_PX / columns)
-    line = LINE_PX * f
-    added = 0
-    # a fixed-width figure wraps to its own width; a larger text size wraps a full-width figure's title too
-    if fig.layout.title.text and (columns > 1 or f > 1):
-        width = min(MAIN_PX / columns, fig.layout.width or MAIN_PX) - 20
-        title, added = wrap_title(fig.layout.title.text, width, fig.layout.title.font.size or 15 * f)
-        if added:
-            margin = fig.layout.margin.t if fig.layout.margin.t is not None else 80
-            fig.update_layout(title_text=title, margin_t=margin + round(line * added))
-            if fig.layout.height is not None:
-                fig.update_layout(height=fig.layout.height + round(line * added))
-    if fig.layout.title.text and (fig.layout.title.y is None or added):
-        # at the container's top, where the figure's top margin leaves it room (viz.text.top_axis_margin); at
-        # plotly's "auto" place, the middle of the top margin, it ran into a top axis's title (issue 13). Plotly
-        # anchors a title of several lines about a line higher than one line, however many: the pad moves its first
-        # line down into the figure (one line's worth, measured in Chromium for 2 to 5 lines at 13 and 19.5 px)
-        pad = (fig.layout.title.pad.t or 8) + (round(line) if added else 0)
-        fig.layout.title.update(yref="container", y=1, yanchor="top", pad=dict(t=pad))  # the title alone: a
-        # figure-wide update_layout walks every layout property (23 ms on the flow's route figure)
-    if lang() == "tr":  # plotly's own words (the mode bar's buttons, "double-click to zoom back out") in Turkish
-        kwargs["config"] = {"locale": "tr", "locales": {"tr": {"dictionary": _plotly_tr()}},
-                            **(kwargs.get("config") or {})}
-    try:
-        return (container or st).plotly_chart(_Outgoing(fig), **kwargs)
-    finally:
-        empty_figure(fig)
-
-
-class _Outgoing(BaseFigure):
-    """A figure on its way to ``st.plotly_chart``, which reads it once with ``to_dict()`` and serialises that dict.
-    plotly's ``to_dict`` deep-copies every trace's and the layout's properties first (a fifth of Information flow's
-    rerun over cached results, issue 48); the figure is emptied right after it is sent (:func:`empty_figure`), so
-    its own properties are given, their arrays turned into plotly's typed-array specs in place (``convert_to_base64``,
-    as ``to_dict`` does to its copy): the same dict, the same bytes sent. Nothing else of plotly's figure API is
-    served (``BaseFigure.__init__`` is not run)."""
-
-    def __init__(self, fig: BaseFigure) -> None:  # noqa: D107  (BaseFigure's own __init__ would copy it again)
-        self._outgoing = fig
-
-    def to_dict(self) -> dict:
-        fig = self._outgoing
-        res: dict = {"data": list(fig._data), "layout": fig._layout}
-        frames = [frame._props for frame in fig._frame_objs]
-        if frames:
-            res["frames"] = frames
-        convert_to_base64(res)
-        return res
 
 
 def empty_figure(fig) -> None:
@@ -102,13 +29,6 @@ def empty_figure(fig) -> None:
     layout = getattr(fig, "_layout", None)
     if isinstance(layout, dict):
         layout.clear()
-
-
-@functools.cache
-def _plotly_tr() -> dict[str, str]:
-    """plotly.js's interface words in Turkish (``assets/plotly_locale_tr.json``: plotly's own ``tr`` locale has
-    only seven), passed inline in the chart's config (no locale script is fetched)."""
-    return json.loads((ASSETS / "plotly_locale_tr.json").read_text(encoding="utf-8"))
 
 
 def table(data, *, decimals: int | dict | None = None, container=None, **kwargs):

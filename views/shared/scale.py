@@ -3,7 +3,7 @@ link opens a class's screen as large as the teacher left it.
 
 The main area's text (markdown, captions, tables, widget labels and values, metrics) grows through the CSS
 variable ``--dk-scale`` (:func:`style`, read by ``assets/css/app.css``); a figure's text through
-:func:`scale_figure`, called by :func:`views.shared.output.plotly_chart` (the builders in ``viz/`` keep their
+:func:`scale_figure`, called by :func:`views.shared.charts.plotly_chart` (the builders in ``viz/`` keep their
 sizes for notebooks); the head view through its zoom (``views/explore.py``).
 
 The same ``<style>`` carries, on the Turkish interface, Streamlit's own file-uploader words in Turkish
