@@ -7,3 +7,8 @@ new MutationObserver((records) => {
     if (r.target.getAttribute("data-test-script-state") === "notRunning" && r.oldValue !== "notRunning") window.__dikkatRuns++;
   }
 }).observe(document, {subtree: true, attributes: true, attributeOldValue: true, attributeFilter: ["data-test-script-state"]});
+// The time of the last click, key or typed input: tests/browser_settled.js counts a page's idle time from it.
+window.__dikkatInputAt = 0;
+for (const type of ["pointerdown", "keydown", "input"]) {
+  document.addEventListener(type, () => { window.__dikkatInputAt = performance.now(); }, true);
+}
