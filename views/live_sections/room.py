@@ -366,7 +366,7 @@ def poll() -> bool:
     a following student whose room shows another page or link gets a pending move (:func:`follow`).
 
     Returns:
-        whether the page must be drawn again (the state or the question changed, or the room is gone).
+        whether the page must be drawn again (the state changed, the room is gone, or a kept answer was sent).
     """
     if not is_student():
         return False
@@ -375,11 +375,11 @@ def poll() -> bool:
     room, seat_id = room_code(), student()
     try:
         rooms = store()
-        send_pending(rooms)
+        sent = send_pending(rooms)
         rooms.heartbeat(room, seat_id)
         version = rooms.version(room)
         if version == st.session_state.get("_live_seen"):
-            return False
+            return sent
         state = rooms.get_state(room)
     except live.NoSuchRoom as exc:
         leave()
@@ -422,12 +422,14 @@ def one_process() -> bool:
 PENDING = "_live_pending"  # (room, question id) -> an answer the store could not take yet (it was down)
 
 
-def send_pending(rooms: live.RoomStore | None = None) -> None:
+def send_pending(rooms: live.RoomStore | None = None) -> bool:
     """Send the answers kept while the store was down (:func:`views.live_sections.asking` keeps them): each one
     sent becomes the student's answer; one the room no longer takes (revealed meanwhile) is dropped with its
-    reason. Raises :class:`live.LiveUnavailable` while the store is still down (the answers stay kept)."""
+    reason. Returns whether one was sent or dropped (the page is then drawn again to say so). Raises
+    :class:`live.LiveUnavailable` while the store is still down (the answers stay kept)."""
     pending = st.session_state.get(PENDING) or {}
     rooms = rooms or store()
+    handled = False
     for (room, qid), value in list(pending.items()):
         try:
             rooms.answer(room, qid, student(), value)
@@ -438,15 +440,14 @@ def send_pending(rooms: live.RoomStore | None = None) -> None:
         else:
             st.session_state.setdefault("_live_answers", {})[(room, qid)] = value
         del pending[(room, qid)]
+        handled = True
+    return handled
 
 
 def mark_drawn() -> None:
     """At the end of a full run of a student's or the teacher's page: the run's number, put in the link
-    (:func:`.redraw.mark`), so that a run the browser never fully got is found. Every full run is numbered, not
-    each version of the room's state: a student's page runs several times for one version (the move to the
-    teacher's page is a run, the page it opens another), and a cut second run left the link holding the number the
-    first had put there, so the half-drawn page was never drawn again (issue 50's lesson walk: a student's step 1
-    showed the lesson's box over an empty page for 300 s)."""
+    (:func:`.redraw.mark`), so that a run the browser never fully got is found (:func:`run_lost`). Every full run is
+    numbered, not each version of the room's state: one version may take several runs, and any of them may be cut."""
     if not (is_student() or is_teacher()):
         return
     runs = st.session_state["_live_runs"] = int(st.session_state.get("_live_runs", 0)) + 1
