@@ -47,6 +47,9 @@ from .fused_stats import score_scaling
 LSE_BYTES = 256 << 20
 #: largest block of float32 weights computed at once by :meth:`LseWeights.run` (bytes)
 BLOCK_BYTES = 8 << 20
+#: a causal layer's rows are computed in at least this many chunks of at least :data:`CAUSAL_ROWS` rows, each
+#: reading only the keys its rows may attend: ``(1 + 1 / CAUSAL_CHUNKS) / 2`` of the ``n²`` products and exps
+CAUSAL_CHUNKS, CAUSAL_ROWS = 16, 32
 
 
 def _mib(n: int) -> str:
@@ -323,19 +326,29 @@ class LseWeights:
         k = rec.k.float() if group == 1 and (h0, h1) == (0, rec.q.shape[0]) else \
             rec.k[torch.arange(h0, h1, device=rec.k.device) // group].float()
         lse = rec.lse[h0:h1, r0:r1, None]
-        # exp(scaling q·k − lse) in one batched product and one exp, in place in ``out``
-        if out is None or out.device != q.device:
-            w = torch.baddbmm(lse.neg(), q, k.transpose(1, 2), alpha=rec.scaling)
-        else:
-            w = torch.baddbmm(lse.neg(), q, k.transpose(1, 2), alpha=rec.scaling, out=out)
-        w.exp_()
-        if rec.form == "causal":  # row r0 + i attends keys 0 .. r0 + i: zero above that diagonal, in place
-            w.tril_(r0)
-        elif rec.form == "mask":
-            plane = self.masks[stack]
-            # a copy (r1 - r0 rows of bools): the plane is read-only, torch.from_numpy would warn
-            allowed = torch.tensor(plane.distinct[plane.index[layer]][r0:r1], device=w.device)
-            w.masked_fill_(~allowed, 0.0)
+        n_k = k.shape[1]
+        on_cpu = out is not None and out.device == q.device
+        w = out if on_cpu else torch.empty((h1 - h0, r1 - r0, n_k), dtype=torch.float32, device=q.device)
+        if rec.form == "causal":
+            # row r0 + i reads keys 0 .. r0 + i only: chunks of rows, each computing the keys its last row reads
+            # (about half of the n² products and exps of a whole layer) and writing zeros past them
+            step = max(CAUSAL_ROWS, -(-(r1 - r0) // CAUSAL_CHUNKS))
+            for a in range(0, r1 - r0, step):
+                b = min(r1 - r0, a + step)
+                reach = min(n_k, r0 + b)
+                part = w[:, a:b, :reach]
+                torch.exp(torch.baddbmm(lse[:, a:b].neg(), q[:, a:b], k[:, :reach].transpose(1, 2),
+                                        alpha=rec.scaling), out=part)
+                part.tril_(r0 + a)
+                w[:, a:b, reach:].zero_()
+        else:  # exp(scaling q·k − lse) in one batched product and one exp, in place
+            torch.baddbmm(lse.neg(), q, k.transpose(1, 2), alpha=rec.scaling, out=w)
+            w.exp_()
+            if rec.form == "mask":
+                plane = self.masks[stack]
+                # a copy (r1 - r0 rows of bools): the plane is read-only, torch.from_numpy would warn
+                allowed = torch.tensor(plane.distinct[plane.index[layer]][r0:r1], device=w.device)
+                w.masked_fill_(~allowed, 0.0)
         if out is not None and w is not out:
             out.copy_(w.cpu())
             return out

@@ -83,6 +83,22 @@ def test_every_layer_head_and_row_block_equals_eager_and_replay(tiny, tiny_folde
         np.testing.assert_allclose(whole.sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 32])
+def test_a_causal_layer_in_chunks_of_rows_equals_eager(tiny, tiny_folder, monkeypatch, rows):
+    """A causal layer is computed in chunks of rows, each reading only the keys its last row may attend (zeros
+    written past them): chunks of 1, 3 and 32 rows, whole layers and blocks starting inside a chunk."""
+    monkeypatch.setattr(lse_weights, "CAUSAL_ROWS", rows)
+    a = models.analyze(tiny("llama"), LONG, keep="lse")
+    ref = _eager(tiny_folder, "llama", a)["decoder"]
+    lazy = a.attentions["decoder"]
+    assert lazy.lse.layers[("decoder", 0)].form == "causal"
+    np.testing.assert_allclose(np.asarray(lazy), ref, atol=TOL, rtol=0)
+    n = ref.shape[2]
+    for r0, r1 in ((0, 1), (5, 6), (4, 17), (n - 9, n)):
+        np.testing.assert_allclose(lazy.lse.block("decoder", 1, (1, 3), (r0, r1)).numpy(), ref[1, 1:3, r0:r1],
+                                   atol=TOL, rtol=0)
+
+
 def test_gqa_keys_are_kept_once_per_key_value_head_and_the_bytes_are_as_stated(tiny):
     loaded = tiny("llama")  # 2 layers, 4 query heads, 2 key/value heads, head width 8, float32
     a = models.analyze(loaded, LONG, keep="lse")
