@@ -47,8 +47,8 @@ from .fused_stats import score_scaling
 LSE_BYTES = 256 << 20
 #: largest block of float32 weights computed at once by :meth:`LseWeights.run` (bytes)
 BLOCK_BYTES = 8 << 20
-#: a causal layer's rows are computed in at least this many chunks of at least :data:`CAUSAL_ROWS` rows, each
-#: reading only the keys its rows may attend: ``(1 + 1 / CAUSAL_CHUNKS) / 2`` of the ``n²`` products and exps
+#: a causal layer's rows are computed in at most this many chunks of at least :data:`CAUSAL_ROWS` rows, each reading
+#: only the keys its rows may attend: with all 16, ``(1 + 1 / 16) / 2`` of the ``n²`` products and exps
 CAUSAL_CHUNKS, CAUSAL_ROWS = 16, 32
 
 
@@ -327,8 +327,8 @@ class LseWeights:
             rec.k[torch.arange(h0, h1, device=rec.k.device) // group].float()
         lse = rec.lse[h0:h1, r0:r1, None]
         n_k = k.shape[1]
-        on_cpu = out is not None and out.device == q.device
-        w = out if on_cpu else torch.empty((h1 - h0, r1 - r0, n_k), dtype=torch.float32, device=q.device)
+        w = out if out is not None and out.device == q.device else \
+            torch.empty((h1 - h0, r1 - r0, n_k), dtype=torch.float32, device=q.device)
         if rec.form == "causal":
             # row r0 + i reads keys 0 .. r0 + i only: chunks of rows, each computing the keys its last row reads
             # (about half of the n² products and exps of a whole layer) and writing zeros past them
