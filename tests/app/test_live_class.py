@@ -585,6 +585,39 @@ def test_a_teacher_run_the_browser_never_fully_got_is_drawn_again(monkeypatch):
     assert _title(teacher, "explore") and teacher.slider(key="layer") is not None
 
 
+def test_a_page_whose_browser_lacks_the_runs_marker_is_drawn_again_a_few_times_at_most(monkeypatch):
+    """Every full run of a live page ends the main area with a hidden marker holding its number (its link may say the
+    run arrived while the page lost it: bench/lesson_room.py's empty step); when the browser's watchdog says the
+    marker is missing (views/live_sections/polling.py), the poll's fragment run draws the page again, at most
+    MAX_REDRAWS times for one run (a page that fails before its end never draws its marker)."""
+    teacher, code = _teacher("en")
+    student = _app("en", room=code)
+    teacher.switch_page("views/explore.py")
+    _run(teacher)
+    _run(student)
+
+    def markers() -> list[str]:
+        return [h.proto.body for h in student.main.get("html") if redraw.MARKER in h.proto.body]
+
+    runs = student.session_state["_live_runs"]
+    assert markers() == [f'<span class="{redraw.MARKER}" data-run="{runs}"></span>']
+    assert student.query_params[room.SHOWN] == str(runs)  # the link says the run arrived: only the marker can tell
+    found, real = [], redraw.lost
+    monkeypatch.setattr(redraw, "lost", lambda: found.append(real()) or found[-1])
+    for times, redrawn in ((1, True), (redraw.MAX_REDRAWS, True), (redraw.MAX_REDRAWS + 1, False)):
+        runs = student.session_state["_live_runs"]
+        student.session_state[redraw.ASKED] = (runs, times)  # the watchdog's word (redraw.asked), the n-th time
+        once = iter([True])
+        monkeypatch.setattr(redraw, "in_fragment_run", lambda once=once: next(once, False))
+        _run(student)
+        assert found[0] is redrawn
+        assert student.session_state["_live_runs"] == runs + 1  # a full run (the faked fragment run's, or its redraw)
+        assert markers() == [f'<span class="{redraw.MARKER}" data-run="{runs + 1}"></span>']
+        assert student.session_state[redraw.ASKED] == (runs, -times)  # answered, whether drawn again or not
+        assert _title(student, "explore")
+        found.clear()
+
+
 def test_an_outage_pauses_the_class_on_every_screen_and_loses_no_answer(monkeypatch):
     """The class's store stops answering (Redis killed, frozen or reloading: tests/deploy/test_class_redis.py makes
     the real ones): the teacher's and the student's panels say the class is paused, an answer sent meanwhile is

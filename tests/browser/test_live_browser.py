@@ -123,6 +123,38 @@ def _report(pages: dict) -> str:
     return "\n".join([*lines, "--- server log (last 60 lines)", *tail])
 
 
+def test_a_student_whose_page_lost_what_it_drew_is_drawn_again(app_url):
+    """bench/lesson_room.py: a student's step showed the lesson's box over an empty page for 300 s, its link holding
+    the run's number (views/live_sections/redraw.py). Here the student's page loses what its last full run drew (the
+    run's marker taken out of the page, as the page's elements were): the poll's watchdog finds the marker missing
+    and the page is drawn again, with a new marker; without it nothing runs the page again."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        teacher, student = _page(browser), _page(browser)
+        try:
+            code = _open_class(teacher, app_url)
+            student.goto(f"{app_url}/?room={code}&lang=en", timeout=120_000)
+            _shows(student, "Following the teacher")
+            _click(teacher, "Start the lesson")
+            _title_is(student, "qkv", "en")
+            _settled(student)
+            marker = ".dk-drawn"
+            drawn = student.evaluate(
+                f"Math.max(...[...document.querySelectorAll('{marker}')].map(e => +e.dataset.run))"
+            )
+            assert drawn >= 1
+            student.evaluate(f"document.querySelectorAll('{marker}').forEach(e => e.className = 'gone')")
+            student.wait_for_function(
+                f"n => [...document.querySelectorAll('{marker}')].some(e => +e.dataset.run > n)", arg=drawn,
+                timeout=60_000)
+            _title_is(student, "qkv", "en")
+        except Exception:
+            print(_report({"teacher": teacher, "student": student}))
+            raise
+        finally:
+            browser.close()
+
+
 def test_a_teacher_and_two_students(app_url):
     SHOTS.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(exist_ok=True)

@@ -12,12 +12,17 @@ Two guards, each enough on its own:
   fragment's runs; when none came for :data:`STALL` poll intervals, it sets a trigger value, which reruns the
   fragment (a fragment's widget does not stop a full run under way: Streamlit queues it), and that run arms the
   timer again. While the timer works the watchdog sends nothing.
+
+The same watchdog looks for the marker the last full run drew at the end of the main area (:mod:`.redraw`); missing
+for :data:`STALL` intervals, it sends that run's number and the fragment's run draws the whole page again.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 import streamlit.components.v2 as components
+
+from . import redraw
 
 STALL = 4  # poll intervals with no run of the fragment before the watchdog wakes it
 _KEY = "live_watch"
@@ -29,11 +34,16 @@ export default function(component) {
   const { data, setTriggerValue } = component;
   const w = window.__dikkatWatch = window.__dikkatWatch || { wakes: 0 };
   if (w.tick !== data.tick) { w.tick = data.tick; w.at = Date.now(); }
+  if (w.drawn !== data.drawn) { w.drawn = data.drawn; w.seen = Date.now(); w.redraws = w.redraws || 0; }
   w.after = data.after_ms;
   w.wake = setTriggerValue;
+  const shown = () => w.drawn === null || [...document.querySelectorAll("." + data.marker)].some(
+    e => Number(e.dataset.run) >= w.drawn);
   const check = () => {
     if (!w.on) return;
     if (Date.now() - w.at > w.after) { w.at = Date.now(); w.wakes += 1; w.wake("wake", w.wakes); }
+    if (shown()) { w.seen = Date.now(); }
+    else if (Date.now() - w.seen > w.after) { w.seen = Date.now(); w.redraws += 1; w.wake("redraw", w.drawn); }
     w.timer = setTimeout(check, 500);
   };
   if (!w.on) { w.on = true; w.at = Date.now(); check(); }
@@ -59,8 +69,14 @@ def keep(every_s: float) -> None:
         msg.auto_rerun.fragment_id = fragment_id
         ctx.enqueue(msg)
     tick = st.session_state["_live_tick"] = int(st.session_state.get("_live_tick", 0)) + 1
-    _watchdog(key=_KEY, data={"tick": tick, "after_ms": int(STALL * every_s * 1000)}, on_wake_change=_woken)
+    data = {"tick": tick, "after_ms": int(STALL * every_s * 1000), "drawn": redraw.last_drawn(),
+            "marker": redraw.MARKER}
+    found = _watchdog(key=_KEY, data=data, on_wake_change=_woken, on_redraw_change=_woken)
+    missing = getattr(found, "redraw", None)  # a trigger's value lasts for the run it caused
+    if missing is not None:
+        redraw.asked(int(missing))
 
 
 def _woken() -> None:
-    """The watchdog's trigger: nothing to do; the fragment's run it causes is the point."""
+    """The watchdog's triggers: nothing to do here; the fragment's run they cause is the point (:func:`keep` reads
+    the page's missing run)."""
