@@ -164,14 +164,14 @@ def _page() -> None:
     spec = models.CATALOG.get(sel.model)
     if spec is not None and spec.reads != "text":  # said before loading a model the page cannot use
         st.info(t("atlas_speech", model=sel.model))
-        st.stop()
+        shared.stop()
     st.caption(t("atlas_intro"))
     loaded = shared.load_model_ui(sel.model)
     if loaded is None:
-        st.stop()
+        shared.stop()
     if not loaded.reads_text:
         st.info(t("atlas_speech", model=shared.model_name(loaded)))
-        st.stop()
+        shared.stop()
     corpus, (max_tokens, limit, repeats, engine), row = corpus_and_settings(loaded, spec)
     atlas = job = None
     running = False

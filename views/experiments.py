@@ -389,13 +389,13 @@ for i, src in enumerate(exp.sources):
 installed = [k for k in exp.models if models.get_spec(k).installed]
 if not installed:
     st.warning(t("exp_no_model", models=", ".join(exp.models)))
-    st.stop()
+    shared.stop()
 sidebar_model = shared.selection().model
 default = sidebar_model if sidebar_model in installed else installed[0]
 name = st.selectbox(t("exp_model"), installed, index=installed.index(default), key=f"exp_model_{which}")
 loaded = shared.load_model_ui(name)
 if loaded is None:
-    st.stop()
+    shared.stop()
 
 cache_key = ("experiments", which, name)
 job = ahead.experiment_job(which, name)

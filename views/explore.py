@@ -56,7 +56,7 @@ def _stop(family: str, state: ExploreState | None = None) -> NoReturn:
     if state is not None:
         _notices(state)
     _pair_field(family)
-    st.stop()
+    shared.stop()
 
 
 def _analysis_notes(analysis: models.Analysis) -> None:

@@ -60,7 +60,7 @@ def _or_stop(fn, *args, **kwargs):
     except models.DikkatError as exc:
         shared.show_error(exc)
         URL.finish()
-        st.stop()
+        shared.stop()
 
 
 def _pct(value: float) -> str:
@@ -70,17 +70,17 @@ def _pct(value: float) -> str:
 sel, loaded = shared.page_start("flow_title", "flow_intro", text=True)
 if not sel.text.strip():
     st.info(t("teach_need_text"))
-    st.stop()
+    shared.stop()
 if loaded.capture_path != "interface":
     st.info(t("flow_interface_only", model=shared.model_name(loaded)))
-    st.stop()
+    shared.stop()
 
 # ---- what to measure ------------------------------------------------------------------------------------------
 mask, off = shared.mask_and_heads_off(URL, "flow", shared.heads_off(sel.model), st.columns(2))
 analysis = shared.analysis_ui(sel.model, sel.text, heads_off=off, mask=mask, max_tokens=MAX_TOKENS)
 if analysis is None:
     URL.finish()
-    st.stop()
+    shared.stop()
 stacks = [s for s in loaded.stacks if s != "cross"]
 stack = shared.self_stack(URL, "flow_stack", stacks)
 tokens = analysis.axis_tokens(stack)[0]
@@ -160,7 +160,7 @@ st.header(t("flow_s3"))
 if flow.head_refused is not None:
     st.info(t("flow_no_lens", why=t(f"flow_why_{flow.head_refused}")))
     URL.finish()
-    st.stop()
+    shared.stop()
 st.markdown(t("flow_s3_text"))
 lens = _or_stop(_lens, sel.model, sel.text, off, mask, stack, int(position))
 streams = [t("flow_embeddings")] + [t("flow_after_layer", layer=i) for i in range(n_layers)]

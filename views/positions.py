@@ -123,7 +123,7 @@ st.header(t("pos_s4"))
 st.markdown(t("pos_s4_text"))
 if not shared.reads_text(loaded):
     URL.finish()
-    st.stop()
+    shared.stop()
 w1, w2 = st.columns(2)
 URL.bind("pos_text_a")
 URL.bind("pos_text_b")
@@ -135,7 +135,7 @@ try:
 except models.DikkatError as exc:
     shared.show_error(exc)
     URL.finish()
-    st.stop()
+    shared.stop()
 n_layers = wo.attn_a.shape[0]
 wo_layer, wo_head = shared.layer_head("pos_wo_layer", "pos_wo_head", n_layers, heads, url=URL,
                                       mean="pos_mean_heads", head_default=shared.MEAN)

@@ -164,18 +164,18 @@ st.caption(t("prune_intro"))
 
 if not sel.text.strip():
     st.info(t("prune_need_text"))
-    st.stop()
+    shared.stop()
 spec = models.CATALOG.get(sel.model)
 if spec is not None and spec.reads != "text":  # said before loading a model the page cannot use
     st.info(t("prune_text_model_only", model=sel.model))
-    st.stop()
+    shared.stop()
 loaded = shared.load_model_ui(sel.model)
 if loaded is None:
-    st.stop()
+    shared.stop()
 name, text = sel.model, sel.text
 if not loaded.reads_text:
     st.info(t("prune_text_model_only", model=name))
-    st.stop()
+    shared.stop()
 stacks = loaded.stacks
 # the heads switched off live in the URL too (?off=decoder.3.1,...), so a link or a reload reopens them
 shared.heads.heads_from_link(name, stacks)

@@ -32,7 +32,7 @@ URL = shared.UrlState("qkv")
 sel, loaded = shared.page_start("qkv_title", "qkv_intro", text=True)
 if not sel.text.strip():
     st.info(t("teach_need_text"))
-    st.stop()
+    shared.stop()
 
 stacks = [s for s in loaded.stacks if s != "cross"]
 stack = stacks[0]
@@ -49,7 +49,7 @@ try:
         steps = qkv.head_steps(loaded, lc, head)
 except models.DikkatError as exc:
     shared.show_error(exc)
-    st.stop()
+    shared.stop()
 
 analysis = steps.analysis
 if analysis.truncated:

@@ -86,7 +86,7 @@ def _or_stop(fn, *args, **kwargs):
     except models.DikkatError as exc:
         _show(exc)
         URL.finish()
-        st.stop()
+        shared.stop()
 
 
 # ---- parts of the stream in words (both languages: built from the part's kind, layer and head) ---------------------
@@ -131,7 +131,7 @@ def _named_heads(grid: np.ndarray, k: int = 5) -> str:
 sel, loaded = shared.page_start("why_title", "why_intro", text=True)
 if not sel.text.strip():
     st.info(t("teach_need_text"))
-    st.stop()
+    shared.stop()
 
 # side by side at the normal text sizes; one under the other in projector mode, where a half column cuts the labels
 wide = shared.factor() < 1.5
@@ -140,14 +140,14 @@ mask, off = shared.mask_and_heads_off(URL, "why", shared.heads_off(sel.model), c
 analysis = shared.analysis_ui(sel.model, sel.text, heads_off=off, mask=mask, max_tokens=MAX_TOKENS)
 if analysis is None:
     URL.finish()
-    st.stop()
+    shared.stop()
 stacks = [s for s in loaded.stacks if s != "cross"]
 stack = shared.self_stack(URL, "why_stack", stacks)
 tokens = analysis.axis_tokens(stack)[0]
 if not tokens:
     st.info(t("why_no_tokens"))
     URL.finish()
-    st.stop()
+    shared.stop()
 labels = [tok.label for tok in tokens]
 n = len(tokens)
 n_layers, n_heads = loaded.stacks[stack]
@@ -258,7 +258,7 @@ except models.DikkatError as exc:
     else:
         _show(exc)
         URL.finish()
-        st.stop()
+        shared.stop()
 if split is None:
     st.caption(t("why_no_rope", model=shared.model_name(loaded)))
 else:

@@ -585,6 +585,27 @@ def test_a_teacher_run_the_browser_never_fully_got_is_drawn_again(monkeypatch):
     assert _title(teacher, "explore") and teacher.slider(key="layer") is not None
 
 
+def test_a_page_that_ends_early_still_reaches_the_class_and_ends_with_its_marker():
+    """Q/K/V with no sentence ends early (views.shared.stop). With ``st.stop`` the end of the run could not be done
+    (any read of the session's state raised again): the teacher's page never reached the class, and a student's such
+    page lacked its marker and was drawn again by the watchdog (a review of the marker's change)."""
+    teacher, code = _teacher("en")
+    student = _app("en", room=code)
+    teacher.switch_page("views/qkv.py")
+    _run(teacher)
+    teacher.sidebar.text_area(key="text").set_value("   ")
+    _run(teacher)
+    assert _title(teacher, "qkv") and not teacher.get("plotly_chart")  # the page ended early, after its notice
+    assert _store().get_state(code)["params"]["text"] == "   "  # ... and still reached the class
+    _run(student)
+    assert _title(student, "qkv") and student.sidebar.text_area(key="text").value == "   "
+    for at in (teacher, student):
+        runs = at.session_state["_live_runs"]
+        assert at.query_params[room.SHOWN] == str(runs)
+        assert [h.proto.body for h in at.main.get("html") if redraw.MARKER in h.proto.body] == [
+            f'<span class="{redraw.MARKER}" data-run="{runs}"></span>']
+
+
 def test_a_page_whose_browser_lacks_the_runs_marker_is_drawn_again_a_few_times_at_most(monkeypatch):
     """Every full run of a live page ends the main area with a hidden marker holding its number (its link may say the
     run arrived while the page lost it: bench/lesson_room.py's empty step); when the browser's watchdog says the

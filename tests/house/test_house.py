@@ -61,6 +61,15 @@ def test_views_leave_torch_and_transformers_to_the_engine():
     assert not {k: v for k, v in found.items() if v}, found
 
 
+def test_pages_end_early_with_the_apps_stop_not_streamlits():
+    """A page that called ``st.stop`` was never sent to a live class, and a student's such page was drawn again
+    (views/shared/pagerun.py ``stop``: after ``st.stop`` any read of the session's state raises again, so the end of
+    the run could not be done); pages end early with ``views.shared.stop``."""
+    found = [path.relative_to(ROOT).as_posix() for path in [ROOT / "app.py", *(ROOT / "views").rglob("*.py")]
+             if "st.stop(" in path.read_text(encoding="utf-8")]
+    assert not found, found
+
+
 def test_no_module_is_over_500_lines():
     """Issues 16, 49: one topic per module in every product folder (the live class and the launcher too)."""
     from test_imports import PRODUCT

@@ -159,7 +159,7 @@ def computed_or_stop(lazy, stack: str):
             return lazy[stack]
     except models.DikkatError as exc:
         shared.show_error(exc)
-        st.stop()
+        shared.stop()
 
 
 def hv_slider(n_rows: int) -> int:

@@ -31,7 +31,6 @@ from contextlib import contextmanager
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
-from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
 import live
 import models
@@ -284,15 +283,14 @@ def push_unsent() -> None:
 
 @contextmanager
 def broadcasting(page):
-    """``app.py``: ``with broadcasting(page): page.run()``: after the page's run, also one that stopped early
-    (``st.stop``), the teacher's page goes to the class (:func:`broadcast`) and the viewer's link gets the run's
-    number (:func:`mark_drawn`); a rerun asked mid-way does neither."""
+    """``app.py``: ``with broadcasting(page): page.run()``: after the page's run, also one that ended early
+    (:func:`views.shared.stop`: ``st.stop`` would leave nothing able to run after it), the teacher's page goes to the
+    class (:func:`broadcast`) and the viewer's link and page get the run's number (:func:`mark_drawn`); a rerun asked
+    mid-way does neither."""
     try:
         yield
-    except StopException:
-        broadcast(page_name(page))
-        mark_drawn()
-        raise
+    except shared.PageStop:
+        pass
     broadcast(page_name(page))
     mark_drawn()
 

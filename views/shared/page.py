@@ -9,6 +9,7 @@ import streamlit as st
 import models
 
 
+from .pagerun import stop
 from .cache import load_model_ui, reads_text
 from .sidebar import Selection, selection
 from .strings import t
@@ -32,8 +33,8 @@ def page_start(title: str, intro: str, *, caption: bool = False,
     spec = models.CATALOG.get(sel.model)
     if text and spec is not None and spec.reads != "text":  # said before a load the page would not use
         st.info(t("speech_model_no_text", model=sel.model))
-        st.stop()
+        stop()
     loaded = load_model_ui(sel.model)
     if loaded is None or (text and not reads_text(loaded)):
-        st.stop()
+        stop()
     return sel, loaded

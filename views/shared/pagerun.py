@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import types
 from pathlib import Path
+from typing import NoReturn
 
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
@@ -71,3 +72,22 @@ def run_page(page) -> None:
             exec(code, module.__dict__)  # noqa: S102  (what st.Page.run does with a page file)
         finally:
             forget_run(module.__dict__)
+
+
+class PageStop(Exception):  # noqa: N818  (a page's end, not an error)
+    """A page's run ended early by :func:`stop`; ``app.py``'s :func:`views.live_sections.room.broadcasting` ends it
+    there."""
+
+
+def stop() -> NoReturn:
+    """End the page's run here, keeping what it drew (for pages, in place of ``st.stop``). After ``st.stop``
+    Streamlit's stop request stays in force: any later read of the session's state raises its StopException again,
+    so the end of a live class's run (the teacher's page sent to the room, the run's number and its marker,
+    :mod:`views.live_sections.redraw`) could not be done; a page that stopped was never sent to the class, and a
+    student's page that stopped was drawn again for want of its marker. This ends the page alone: the app's script
+    goes on after it as after a page that returned.
+
+    Raises:
+        PageStop: always (caught by ``broadcasting``, around every page's run).
+    """
+    raise PageStop
