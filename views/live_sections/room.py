@@ -283,14 +283,11 @@ def push_unsent() -> None:
 
 @contextmanager
 def broadcasting(page):
-    """``app.py``: ``with broadcasting(page): page.run()``: after the page's run, also one that ended early
+    """``app.py``: ``with broadcasting(page): shared.run_page(page)``: after the page's run, also one that ended early
     (:func:`views.shared.stop`: ``st.stop`` would leave nothing able to run after it), the teacher's page goes to the
     class (:func:`broadcast`) and the viewer's link and page get the run's number (:func:`mark_drawn`); a rerun asked
     mid-way does neither."""
-    try:
-        yield
-    except shared.PageStop:
-        pass
+    yield
     broadcast(page_name(page))
     mark_drawn()
 

@@ -23,7 +23,7 @@ from .output import (  # noqa: F401
 )
 from .charts import plotly_chart  # noqa: F401  (a figure styled for the viewer, sent as kept for every session)
 from .page import page_start  # noqa: F401
-from .pagerun import PageStop, run_page, stop  # noqa: F401  (a page run that keeps nothing once it ends; its early end)
+from .pagerun import run_page, stop  # noqa: F401  (a page run that keeps nothing of its own once it ends; its early end)
 from .preload import plotly_preload  # noqa: F401  (plotly's module loaded while a page without a chart is read)
 from .pickers import MEAN, grid_cell, layer_head, mask_and_heads_off, self_stack  # noqa: F401
 from .scale import SCALES, factor, fewer, scale_figure, style as scale_style  # noqa: F401

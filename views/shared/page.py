@@ -9,8 +9,8 @@ import streamlit as st
 import models
 
 
-from .pagerun import stop
 from .cache import load_model_ui, reads_text
+from .pagerun import stop
 from .sidebar import Selection, selection
 from .strings import t
 

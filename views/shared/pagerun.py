@@ -56,27 +56,30 @@ def supported(page) -> bool:
 
 def run_page(page) -> None:
     """Run ``page`` (returned by ``st.navigation``) as ``page.run()`` does, then drop what holds memory from its
-    namespace (:func:`forget_run`), also when the run stops early, reruns or fails."""
+    namespace (:func:`forget_run`), also when the run stops early, reruns or fails. A page that ends early with
+    :func:`stop` ends here, and the app's script goes on (a live class's end of the run)."""
     ctx = get_script_run_ctx()
-    if ctx is None or not supported(page) or not page._can_be_called:
-        RUNS["fallback"] += 1
-        page.run()
+    try:
+        if ctx is None or not supported(page) or not page._can_be_called:
+            RUNS["fallback"] += 1
+            page.run()
+            return
+        RUNS["own"] += 1
+        page._can_be_called = False
+        with ctx.run_with_active_hash(page._script_hash):
+            code = ctx.pages_manager.get_page_script_byte_code(str(page._page))
+            module = types.ModuleType("__main__")
+            module.__dict__["__file__"] = str(page._page)
+            try:
+                exec(code, module.__dict__)  # noqa: S102  (what st.Page.run does with a page file)
+            finally:
+                forget_run(module.__dict__)
+    except PageStop:  # the page ended early (:func:`stop`): the app's script goes on
         return
-    RUNS["own"] += 1
-    page._can_be_called = False
-    with ctx.run_with_active_hash(page._script_hash):
-        code = ctx.pages_manager.get_page_script_byte_code(str(page._page))
-        module = types.ModuleType("__main__")
-        module.__dict__["__file__"] = str(page._page)
-        try:
-            exec(code, module.__dict__)  # noqa: S102  (what st.Page.run does with a page file)
-        finally:
-            forget_run(module.__dict__)
 
 
 class PageStop(Exception):  # noqa: N818  (a page's end, not an error)
-    """A page's run ended early by :func:`stop`; ``app.py``'s :func:`views.live_sections.room.broadcasting` ends it
-    there."""
+    """A page's run ended early by :func:`stop`; :func:`run_page` ends the page there."""
 
 
 def stop() -> NoReturn:
@@ -88,6 +91,6 @@ def stop() -> NoReturn:
     goes on after it as after a page that returned.
 
     Raises:
-        PageStop: always (caught by ``broadcasting``, around every page's run).
+        PageStop: always (caught by :func:`run_page`, which runs every page).
     """
     raise PageStop
