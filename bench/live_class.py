@@ -217,6 +217,7 @@ class Tab(C.Student):
         self.pages: dict[str, str] = {}  # url path ("" = the default page) -> page script hash
         self.run = RunState(0.0, False)
         self.timers: dict[str, tuple[float, asyncio.Task]] = {}
+        self.no_timers = False
         self.watches: list[Watch] = []
         self.finished = asyncio.Condition()
         self.protos: dict[str, object] = {}  # widget id -> its last drawn proto
@@ -329,6 +330,8 @@ class Tab(C.Student):
         return t
 
     def _timer(self, fragment: str, interval: float) -> None:
+        if self.no_timers:  # a test's tab whose page never polls: only the server's wake moves it
+            return
         if fragment in self.timers and self.timers[fragment][0] == interval:
             return
         self._stop_timer(fragment)

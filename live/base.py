@@ -11,6 +11,7 @@ teacher's object with its ``"id"``, or None) and whether it is ``revealed``. A n
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import time
@@ -19,6 +20,8 @@ from collections.abc import Callable
 
 from . import config, rules
 from .errors import LiveUnavailable, NoSuchRoom, NotTeacher, RateLimited
+
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -51,6 +54,7 @@ class RoomStore(Protocol):
     def close_room(self, code: str, secret: str) -> None: ...
     def allow(self, bucket: str, limit: int, per_s: float) -> bool: ...
     def outage_s(self) -> float | None: ...
+    def watch(self, callback: Callable[[str], None]) -> None: ...
 
 
 class BaseStore:
@@ -74,6 +78,25 @@ class BaseStore:
         self._teacher_token = teacher_token
         self.ttl_s = ttl_s
         self.clock = clock
+        self._watchers: list[Callable[[str], None]] = []
+
+    def watch(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(code)`` after every change of a room's version (a page, a question asked or revealed, the
+        room closed), whichever process made it, so a server can wake its students' pages at once instead of waiting
+        for their next poll (issue 48). It runs in the thread that made the change (this process's store) or in the
+        store's listener thread (:class:`live.redis_store.RedisStore`: Redis pub/sub), so it must be quick and must
+        not raise. A change made while the store's listener was disconnected is not reported: the poll stays the
+        guarantee, this only its shortcut."""
+        self._watchers.append(callback)
+
+    def _changed(self, code: str) -> None:
+        """Report a room's new version to every :meth:`watch` callback (never raises: a watcher's fault is the
+        watcher's, and the change is made already)."""
+        for callback in list(self._watchers):
+            try:
+                callback(code)
+            except Exception:  # noqa: BLE001  (a store's write never fails for a watcher)
+                _log.exception("a live class watcher failed")
 
     def outage_s(self) -> float | None:
         """Seconds since the store stopped answering, None while it answers (a store in this process always

@@ -158,7 +158,9 @@ class MemoryStore(BaseStore):
                 room.current = None
             room.page, room.params = page, params
             room.version += 1
-            return room.version
+            version = room.version
+        self._changed(room_code(code))
+        return version
 
     def get_state(self, code: str) -> dict | None:
         """``{"page", "params", "version", "question", "revealed"}`` (see :mod:`live.base`), or None when no room
@@ -233,7 +235,8 @@ class MemoryStore(BaseStore):
             room.questions[question_id] = _Question(question)
             room.current = question_id
             room.version += 1
-            return question_id
+        self._changed(room_code(code))
+        return question_id
 
     def _question(self, room: _Room, question_id) -> _Question:
         qid = rules.check_question_id(question_id)
@@ -278,6 +281,7 @@ class MemoryStore(BaseStore):
                 question.revealed = True
             question.measured = measured
             room.version += 1
+        self._changed(room_code(code))
 
     def results(self, code: str, question_id: int) -> dict:
         """``{"counts": {answer: n}, "total": n, "revealed": bool, "measured": ...}``: before the reveal ``counts``
@@ -302,6 +306,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             self._teacher(code, secret)
             del self._rooms[room_code(code)]
+        self._changed(room_code(code))
 
     def _window(self, bucket: str) -> tuple[int, float]:
         with self._lock:

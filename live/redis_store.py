@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 from typing import cast
 
@@ -32,6 +33,7 @@ TOUCH_EVERY_S = 60.0  # a room's keys get their TTL back at most this often per 
 
 
 DEADLINE_S = 1.0  # one Redis call's socket deadline (connect, read, write)
+LISTEN_S = 1.0  # the change listener's wait for a message, and its pause before subscribing again after a failure
 RETRY_AFTER_S = 1.0  # after a failure, calls fail at once for this long (a page with 5 calls waits one deadline)
 
 
@@ -88,6 +90,53 @@ class RedisStore(BaseStore):
         self._failed_at = 0.0
         self.prefix = prefix
         self._touched: dict[str, float] = {}
+        self._listener: threading.Thread | None = None
+        self._listen_lock = threading.Lock()
+        self._subscribed = threading.Event()
+
+    # -- a change, told to every process (issue 48) ----------------------------------------------------------
+    @property
+    def _channel(self) -> str:
+        return f"{self.prefix}changed"
+
+    def _publish(self, code: str) -> None:
+        """Tell every process's listener (:meth:`watch`) that room ``code`` changed; the change is written already,
+        so a failure here only leaves the students to their poll."""
+        try:
+            self.redis.publish(self._channel, code)
+        except redis.RedisError:
+            pass
+
+    def watch(self, callback) -> None:
+        """As :meth:`live.base.BaseStore.watch`: the first call starts this process's listener, a daemon thread
+        subscribed to the store's channel (every process's :meth:`set_state`, :meth:`ask`, :meth:`reveal` and
+        :meth:`close_room` publish the room's code there), which calls the callbacks with each code; it connects
+        again after Redis went away (a change published meanwhile is not reported)."""
+        super().watch(callback)
+        with self._listen_lock:
+            if self._listener is None:
+                self._listener = threading.Thread(target=self._listen, name="dikkat-live-changes", daemon=True)
+                self._listener.start()
+        self._subscribed.wait(LISTEN_S)  # a change made after this call is reported (while Redis answers)
+
+    def _listen(self) -> None:
+        while True:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self._channel)
+                pubsub.get_message(timeout=LISTEN_S)  # the subscription's confirmation: subscribed from here on
+                self._subscribed.set()
+                while True:
+                    message = pubsub.get_message(timeout=LISTEN_S)
+                    if message is not None and message.get("type") == "message":
+                        self._changed(str(message["data"]))
+            except (redis.RedisError, OSError, ValueError):
+                time.sleep(LISTEN_S)  # Redis down or restarting: subscribe again
+            finally:
+                try:
+                    pubsub.close()
+                except (redis.RedisError, OSError):
+                    pass
 
     def outage_s(self) -> float | None:
         """Seconds since this process's calls started failing (Redis down, frozen or still loading), None while
@@ -214,7 +263,9 @@ class RedisStore(BaseStore):
         pipe.hset(state, mapping={"page": page, "params": json.dumps(params, ensure_ascii=False)})
         pipe.hincrby(state, "version", 1)
         pipe.expire(state, self._ttl())
-        return int(pipe.execute()[-2])
+        version = int(pipe.execute()[-2])
+        self._publish(code)
+        return version
 
     @_available
     def get_state(self, code: str) -> dict | None:
@@ -260,6 +311,7 @@ class RedisStore(BaseStore):
         last = int(self.redis.get(self._key(code, "qseq")) or 0)
         self.redis.delete(*self._keys(code, last))
         self._touched.pop(code, None)
+        self._publish(code)
 
     # -- presence ---------------------------------------------------------------------------------------------
     @_available
@@ -317,6 +369,7 @@ class RedisStore(BaseStore):
         pipe.hincrby(state, "version", 1)
         pipe.expire(state, self._ttl())
         pipe.execute()
+        self._publish(code)
         return question_id
 
     @_available
@@ -397,6 +450,7 @@ class RedisStore(BaseStore):
         # two steps, so that a class answering fast never starves the reveal (no watch on the answers)
         self.redis.transaction(close, questions)
         self.redis.transaction(freeze, questions, state)
+        self._publish(code)
 
     @_available
     def results(self, code: str, question_id: int) -> dict:

@@ -86,6 +86,36 @@ def test_a_class_survives_its_redis_killed_and_the_server_restarted(tmp_path):
     assert oct((tmp_path / "class" / "redis.json").stat().st_mode & 0o777) == "0o600"
 
 
+def test_changes_are_reported_again_after_redis_was_killed_and_came_back(tmp_path):
+    """Issue 48: a replica's listener (live/redis_store.py: ``watch``) subscribes again once the kept Redis is back,
+    so students are woken at once again, not only by their poll."""
+    kept = class_redis.KeptRedis(tmp_path / "class", say=lambda line: None)
+    url = kept.start()
+    try:
+        teacher, replica = live.RedisStore(url, teacher_token=TOKEN), live.RedisStore(url, teacher_token=TOKEN)
+        seen: list[str] = []
+        replica.watch(seen.append)
+        code, secret, _ = _class(teacher)
+        deadline = time.monotonic() + 10
+        while seen.count(code) < 2 and time.monotonic() < deadline:  # the page and the question, reported
+            time.sleep(0.05)
+        assert seen == [code, code]
+        os.kill(kept.proc.pid, signal.SIGKILL)
+        _until(lambda: teacher.version(code))  # back, restarted from its file
+        before = len(seen)
+
+        def reported():  # a change made now is reported (the listener may need a moment to subscribe again)
+            teacher.set_state(code, secret, "explore", {"text": f"Kedi uyudu {len(seen)}."})
+            time.sleep(0.3)
+            if len(seen) == before:
+                raise live.LiveUnavailable("not reported yet")
+            return seen[-1]
+
+        assert _until(reported) == code and kept.restarts == 1
+    finally:
+        kept.stop()
+
+
 def test_one_folder_serves_one_class_redis(tmp_path):
     kept = class_redis.KeptRedis(tmp_path, say=lambda line: None)
     kept.start()

@@ -81,3 +81,37 @@ def test_a_student_whose_poll_timer_was_dropped_gets_it_back_and_follows_again()
             bench.stop(server)
 
     asyncio.run(scenario())
+
+
+def test_a_student_whose_page_never_polls_still_follows_every_change_at_once():
+    """Issue 48: a teacher's change wakes the students' pages on the server (views/live_sections/wake.py: the store
+    reports the change, each enlisted session runs its poll fragment) instead of waiting for each page's next poll.
+    Here the student's tab arms no fragment timer at all, as if its poll never fired: a new sentence, a question
+    asked and revealed, all still reach its page (before: the student stayed on the old sentence for good)."""
+    bench = _bench()
+    args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
+                             "--gap", "0.2", "--stagger", "0", "--timeout", "30"])
+
+    async def scenario():
+        server = bench.start(1)
+        try:
+            lesson = bench.Lesson(args, server.base, ["zebra", "quartz", "violin"], 1)
+            room = lesson.rooms[0]
+            await lesson.open_room(room)
+            student = room.students[0]
+            await lesson.join(room, student)
+            assert not lesson.missed, lesson.missed
+            await asyncio.sleep(1.5)  # the join's runs are over
+            student.no_timers = True
+            for poll in list(student.timers):
+                student._stop_timer(poll)
+            await lesson.change(room, 0, "text")
+            await lesson.question(room)
+            assert not lesson.missed, lesson.missed
+            assert [p["kind"] for p in lesson.pairs] == ["text", "ask", "reveal"], lesson.pairs
+            assert not student.timers and not student.errors, student.errors
+            await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
+        finally:
+            bench.stop(server)
+
+    asyncio.run(scenario())

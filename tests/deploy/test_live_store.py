@@ -477,6 +477,47 @@ def test_an_answer_and_a_reveal_at_once_count_every_accepted_answer(store, room)
     assert result["total"] == len(last) and result["counts"] == expected, (len(accepted), last)
 
 
+# ---- every change reported, so a server wakes its students at once (issue 48) -------------------------------------
+
+
+def _reported(seen: list, count: int, timeout: float = 10.0) -> list:
+    deadline = time.monotonic() + timeout
+    while len(seen) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # and nothing more comes
+    return list(seen)
+
+
+def test_every_change_of_a_rooms_version_is_reported_to_watchers_of_any_process(new_store, kind):
+    """A watcher (views/live_sections/wake.py) is told the room's code after each change of its version: the page,
+    a question asked, revealed, the room closed; not after what leaves the version (a join, an answer, a heartbeat).
+    With Redis the watcher is another process's store (a new RedisStore on the same keys: another replica)."""
+    teacher, other = new_store(), new_store()
+    seen: list[str] = []
+    other.watch(seen.append)
+    code, secret = teacher.create_room(TOKEN)
+    teacher.join(code, "s1")
+    teacher.set_state(code, secret, "explore", {"text": "Kedi uyudu."})
+    qid = teacher.ask(code, secret, QUESTION)
+    teacher.heartbeat(code, "s1")
+    teacher.answer(code, qid, "s1", "Kedi")
+    teacher.reveal(code, secret, qid)
+    assert teacher.version(code) == 3
+    teacher.close_room(code, secret)
+    assert _reported(seen, 4) == [code] * 4
+
+
+def test_a_failing_watcher_never_fails_the_change(store, room):
+    code, secret = room
+
+    def broken(_code):
+        raise RuntimeError("a watcher's bug")
+
+    store.watch(broken)
+    assert store.set_state(code, secret, "explore", {"text": "Kedi uyudu."}) == 1
+    assert store.get_state(code)["params"] == {"text": "Kedi uyudu."}
+
+
 # ---- joining by a typed code, and its rate limit ----------------------------------------------------------------
 
 def test_guessing_room_codes_is_rate_limited_and_the_limit_resets(new_store, clock):

@@ -19,7 +19,7 @@ import live
 from live import readiness
 from views.shared import t
 
-from . import asking, polling, room, steps
+from . import asking, polling, room, steps, wake
 
 
 def live_panel() -> None:
@@ -108,10 +108,20 @@ def _join() -> None:
 def _student_poll() -> None:
     """Every second: heartbeat and the room's version; a change draws the app again (its page may move)."""
     polling.keep(1)
+    if room.is_student():
+        _enlist()
     if room.poll() and room.in_fragment_run():
         st.rerun()
     if room.paused():  # drawn by the fragment each second: it goes by itself when the store answers again
         st.warning(t("live_paused"), icon=":material/pause_circle:")
+
+
+def _enlist() -> None:
+    """This session is woken by its room's changes (:mod:`.wake`), not only at its next poll."""
+    try:
+        wake.enlist(room.room_code(), room.store())
+    except live.LiveError:  # no store (REPLICAS without Redis): the panel says so
+        pass
 
 
 def _student() -> None:
