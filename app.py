@@ -19,7 +19,10 @@ from views.live_sections import room as live_room  # noqa: E402
 from views.live_sections.panel import live_panel  # noqa: E402
 from views.live_sections.stage import arrived as live_arrived  # noqa: E402
 from views.live_sections.stage import stage as live_stage  # noqa: E402
+from views.shared import reruns  # noqa: E402
 from views.shared.uploader_words import words as uploader_words  # noqa: E402
+
+reruns.install()  # once per process: no run's last messages dropped for a fragment's timer (views/shared/reruns.py)
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")

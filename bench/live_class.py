@@ -893,6 +893,25 @@ def stop(server: Server) -> None:
         launch.stop_redis(server.redis)
 
 
+async def server_warmed(server: Server, timeout: float, extra_env: dict[str, str]) -> None:
+    """Wait for the server's own warm-up (``deploy/warm.py``, which ``make serve`` starts for each replica: every
+    lesson step opened once, Gemma 3 and Whisper loaded) to end, so that the lesson measured does not share the
+    cores with it (before: the first changes ran beside a 10 s model load): its log has one ``warm:`` line per
+    visit and replica."""
+    import warm  # deploy/warm.py (deploy/ is on sys.path through classroom)
+
+    visits = warm.visits_from_env({**os.environ, **extra_env})
+    want = len(visits or []) * max(server.replicas, 1)
+    deadline = time.monotonic() + timeout
+    while want and time.monotonic() < deadline:
+        done = sum(1 for line in server.log.read_text(errors="replace").splitlines() if line.startswith("warm: "))
+        if done >= want:
+            return
+        await asyncio.sleep(1.0)
+    if want:
+        print(f"the server's warm-up did not end within {timeout:.0f} s", flush=True)
+
+
 async def warm_up(server: Server, timeout: float) -> bytes:
     """Each app process draws Explore and Head pruning once (the model loads); returns the bytes drawn."""
     bases = [f"http://127.0.0.1:{server.port + i}" for i in range(1, server.replicas + 1)] \
@@ -921,6 +940,7 @@ async def run_config(args, replicas: int) -> dict:
     server = start(replicas, dict(kv.split("=", 1) for kv in args.env))
     try:
         t0 = time.perf_counter()
+        await server_warmed(server, 600, dict(kv.split("=", 1) for kv in args.env))
         baseline = await warm_up(server, max(args.timeout, 180))
         words = room_words(baseline)
         print(f"server {server.base} "

@@ -6,6 +6,7 @@ the teacher's change, every answer sent is counted, no page shows the other room
 from __future__ import annotations
 
 import asyncio
+import random
 import importlib.util
 import sys
 from pathlib import Path
@@ -110,6 +111,51 @@ def test_a_student_whose_page_never_polls_still_follows_every_change_at_once():
             assert not lesson.missed, lesson.missed
             assert [p["kind"] for p in lesson.pairs] == ["text", "ask", "reveal"], lesson.pairs
             assert not student.timers and not student.errors, student.errors
+            await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
+        finally:
+            bench.stop(server)
+
+    asyncio.run(scenario())
+
+
+def test_a_fragments_timer_never_drops_the_rest_of_a_full_run():
+    """Issues 48 and 50: Streamlit 1.67 dropped the rest of a full run (its page, its script_finished) when a
+    fragment's timer asked for a run after the run's script had ended but before its messages were sent; the student's
+    page stayed half drawn (bench/live_class.py counted 4-19 such lost runs in a lesson of 30). views/shared/reruns.py
+    makes that fragment rerun wait for the run's last messages. Here a student's tab asks for full runs while its poll's
+    timer fires every few milliseconds: every full run reaches it whole (before: several lost out of 40)."""
+    bench = _bench()
+    args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
+                             "--gap", "0.2", "--stagger", "0", "--timeout", "60"])
+
+    async def scenario():
+        server = bench.start(1, {"DIKKAT_WARM": "0"})
+        try:
+            lesson = bench.Lesson(args, server.base, ["zebra", "quartz", "violin"], 1)
+            room = lesson.rooms[0]
+            await lesson.open_room(room)
+            student = room.students[0]
+            await lesson.join(room, student)
+            await asyncio.sleep(1.5)
+            poll = next(iter(student.timers))
+            student.no_timers = True
+            student._stop_timer(poll)
+
+            async def ticks():
+                while True:
+                    await student.send(fragment=poll)
+                    await asyncio.sleep(random.uniform(0.001, 0.008))
+
+            flood = asyncio.create_task(ticks())
+            lost, finished = student.lost_runs, 0
+            try:
+                for _ in range(40):
+                    await student.act(timeout=30)
+                    finished += 1
+            finally:
+                flood.cancel()
+            assert finished == 40 and student.lost_runs == lost, (student.lost_runs - lost, list(student.trace)[-20:])
+            assert not student.errors, student.errors
             await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
         finally:
             bench.stop(server)

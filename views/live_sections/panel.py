@@ -111,6 +111,7 @@ def _student_poll() -> None:
     if room.is_student():
         _enlist()
     if room.poll() and room.in_fragment_run():
+        room.follow()  # a pending move opens its page from here: one full run, not one to find the move and another
         st.rerun()
     if room.paused():  # drawn by the fragment each second: it goes by itself when the store answers again
         st.warning(t("live_paused"), icon=":material/pause_circle:")

@@ -473,8 +473,9 @@ def _heads_off(model: str, params: dict[str, str]) -> None:
         shared.heads.heads_from_class(model, pagestate.model_stacks(spec), params.get("off", ""))
 
 
-def follow(page) -> None:
-    """``app.py``, after ``st.navigation``: make a pending move (:func:`poll`, :func:`go`). The page's widget values
+def follow(page=None) -> None:
+    """``app.py`` after ``st.navigation``, and the student's poll fragment (a move its poll found opens from there,
+    without a full run in between): make a pending move (:func:`poll`, :func:`go`). The page's widget values
     and the link values kept for it are dropped, so its ``UrlState.read`` reads the new link; then the page opens with
     it (the viewer's language and, for a student, ``?room=`` kept; for the teacher, ``?teach=``)."""
     goto = st.session_state.pop("_live_goto", None)
