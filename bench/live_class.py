@@ -217,7 +217,7 @@ class Tab(C.Student):
         self.pages: dict[str, str] = {}  # url path ("" = the default page) -> page script hash
         self.run = RunState(0.0, False)
         self.timers: dict[str, tuple[float, asyncio.Task]] = {}
-        self.no_timers = False
+        self.no_polls = False
         self.watches: list[Watch] = []
         self.finished = asyncio.Condition()
         self.protos: dict[str, object] = {}  # widget id -> its last drawn proto
@@ -330,7 +330,8 @@ class Tab(C.Student):
         return t
 
     def _timer(self, fragment: str, interval: float) -> None:
-        if self.no_timers:  # a test's tab whose page never polls: only the server's wake moves it
+        if self.no_polls and interval >= 1:  # a test's tab whose poll never fires: only a wake's nudge runs it
+            self._stop_timer(fragment)
             return
         if fragment in self.timers and self.timers[fragment][0] == interval:
             return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -15,6 +16,27 @@ from collections.abc import Callable
 from ..errors import ModelNotInstalledError, UnknownModelError
 
 FAMILIES = ("encoder", "decoder", "encoder-decoder")
+
+
+RECHECK_S = 30.0  # a model package not found is looked for again after this long (installed while serving)
+_found: set[str] = set()
+_missing: dict[str, float] = {}  # module -> time.monotonic() of the look that did not find it
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (``importlib.util.find_spec``), remembered as
+    :attr:`ModelSpec.installed` says."""
+    if module in _found:
+        return True
+    missed = _missing.get(module)
+    if missed is not None and time.monotonic() - missed < RECHECK_S:
+        return False
+    if importlib.util.find_spec(module) is not None:
+        _found.add(module)
+        _missing.pop(module, None)
+        return True
+    _missing[module] = time.monotonic()
+    return False
 
 
 @dataclass(frozen=True)
@@ -71,8 +93,10 @@ class ModelSpec:
 
     @property
     def installed(self) -> bool:
-        """True when every package module of this entry can be imported (checked without importing)."""
-        return all(importlib.util.find_spec(m) is not None for m in self.modules)
+        """True when every package module of this entry can be imported (checked without importing; a module found
+        once is not looked for again, a missing one at most every :data:`RECHECK_S`: the sidebar's model picker asks
+        for every entry on every run of every session, and each look walks ``sys.path``)."""
+        return all(_importable(m) for m in self.modules)
 
     def check_installed(self) -> None:
         """Raise :class:`ModelNotInstalledError` (with the install command) unless installed."""

@@ -9,7 +9,7 @@ lesson; no student session can act as the teacher; and a teacher who reloads the
 with the teacher token, while the same link without it makes a student at most.
 
 A student's page follows from the sidebar's poll (views/live_sections/room.py: ``poll``), which a fragment runs
-every second in a browser and every full run runs inline first: here ``AppTest.run`` is that full run."""
+every two seconds in a browser and every full run runs inline first: here ``AppTest.run`` is that full run."""
 
 from __future__ import annotations
 

@@ -103,6 +103,7 @@ def _step_shown(page, step: L.Step, n: int, total: int, title: str, who: str) ->
                               "'data-test-script-state'), window.__dikkatRuns, window.__dikkatWaitingFor, "
                               "(window.__dikkatWatch || {}).wakes, "
                               "document.querySelectorAll('[data-testid=stMain] *').length]")
+        (RESULTS / f"lesson-stuck-{who}-{n}.html").write_text(page.content(), encoding="utf-8")
         page.wait_for_timeout(2000)  # how fast the runs go on: a page that never stays still
         runs = page.evaluate("window.__dikkatRuns")
         raise AssertionError(f"step {n}: the {who}'s page ({page.url}) shows {shown!r}; script state, runs, "

@@ -2,7 +2,8 @@
 Chromium page as the teacher and two as students, each its own browser session. The teacher opens a class on the
 Class page; one student arrives by the link's ``?room=`` (the QR code's), the other types the code; the teacher
 starts the shipped lesson and steps through it, and the students' pages follow by the sidebar's poll (a fragment,
-every second) with no click of theirs; a detached student stays, and Rejoin jumps to the teacher's page; the step's
+every two seconds, and at once when woken) with no click of theirs; a detached student stays, and Rejoin jumps to
+the teacher's page; the step's
 question is answered by both and revealed, with the class's answers beside the model's, at the top of the main
 page (views/live_sections/stage.py).
 

@@ -5,10 +5,11 @@ the lesson. A teacher's page reloaded (``?teach=CODE``, :mod:`views.live_section
 to lead the class again, or joins it as a student. On a server without a teacher token, and without a room in the
 link, it shows nothing.
 
-A fragment polls the room every second (:func:`views.live_sections.room.poll`; the teacher's every two): when the
-room changed, the whole app runs again and a following student's page moves (``app.py``:
-:func:`~views.live_sections.room.follow`). On a full run the fragment's body runs inline first, so a run that is
-not the fragment's (a click, a test's ``AppTest.run``) follows the room too.
+A fragment polls the room every :data:`STUDENT_POLL_S` seconds (:func:`views.live_sections.room.poll`; the teacher's
+every two), and the teacher's change runs it at once (:mod:`.wake`; the poll is what remains when a wake is lost): when
+the room changed, a following student's page moves (:func:`~views.live_sections.room.follow`). On a full run the
+fragment's body runs inline first, so a run that is not the fragment's (a click, a test's ``AppTest.run``) follows the
+room too.
 """
 
 from __future__ import annotations
@@ -104,14 +105,17 @@ def _join() -> None:
 # ------------------------------------------------------------------------------------------- a student
 
 
-@st.fragment(run_every=1)
+STUDENT_POLL_S = 2  # a student's poll: a heartbeat, kept answers sent, and a teacher's change when its wake was lost
+
+
+@st.fragment(run_every=STUDENT_POLL_S)
 def _student_poll() -> None:
-    """Every second: heartbeat and the room's version; a change draws the app again (its page may move)."""
-    polling.keep(1)
+    """Every :data:`STUDENT_POLL_S` s and when the room wakes it (:mod:`.wake`): heartbeat and the room's version; a
+    change draws the app again (its page may move)."""
+    polling.keep(STUDENT_POLL_S)
     if room.is_student():
         _enlist()
     if room.poll() and room.in_fragment_run():
-        room.follow()  # a pending move opens its page from here: one full run, not one to find the move and another
         st.rerun()
     if room.paused():  # drawn by the fragment each second: it goes by itself when the store answers again
         st.warning(t("live_paused"), icon=":material/pause_circle:")

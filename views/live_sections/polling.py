@@ -1,9 +1,10 @@
-"""A live page's poll that never stops (issue 29, issue 50): a student's page polls the room every second and the
-teacher's every two, each through a ``run_every`` fragment (:mod:`views.live_sections.panel`), whose timer lives in
-the browser. Streamlit's frontend clears every fragment timer when a full run begins and arms one again only when
-that run's ``auto_rerun`` message arrives; a run whose messages were dropped or cut on the way (a busy server,
-"Ignoring event from non-current ScriptRunner") leaves the page with no timer, and a following student then stays on
-the old step for good (the fresh clone's browser tier: a student never reached the lesson's first step in 300 s).
+"""A live page's poll that never stops (issue 29, issue 50): a student's page polls the room every two seconds (and
+at once when the teacher's change wakes it, :mod:`.wake`) and the teacher's every two, each through a ``run_every``
+fragment (:mod:`views.live_sections.panel`), whose timer lives in the browser. Streamlit's frontend clears every
+fragment timer when a full run begins and arms one again only when that run's ``auto_rerun`` message arrives; a run
+whose messages were dropped or cut on the way (a busy server, "Ignoring event from non-current ScriptRunner") leaves the
+page with no timer, and a following student then stays on the old step for good (the fresh clone's browser tier: a
+student never reached the lesson's first step in 300 s).
 
 Two guards, each enough on its own:
 

@@ -1,6 +1,6 @@
 """A full run the browser never fully got, drawn again: a student's and the teacher's (issue 29, issue 50).
 
-Streamlit 1.67 can drop the rest of a run's messages: when a fragment's timer (a student's poll every second, the
+Streamlit 1.67 can drop the rest of a run's messages: when a fragment's timer (a student's poll every two seconds, the
 teacher's counts every two) asks for a run after a full run's script has ended but before all its messages were sent,
 the new script runner starts and the old one's queue is ignored ("Ignoring event from non-current ScriptRunner";
 bench/live_class.py counted 3-17 such runs in a 30-student lesson). The script did run, so the session's state says

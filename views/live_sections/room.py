@@ -15,13 +15,13 @@ What lives where:
 * the room's state (the page the class follows and its link's parameters, the question): the store
   (:func:`live.store_from_env`: one process's memory, or the Redis every replica shares).
 
-Following: :func:`poll` (the sidebar's fragment every second, and inline on every full run) reads the room's
-version; when it grew and the student follows, the new page and parameters become a pending move (``_live_goto``).
-``app.py`` calls :func:`follow` after ``st.navigation``: it drops the page's widget values from Session State (and
-the link values :mod:`views.shared.urlstate` keeps for a page visited again), so the page's ``UrlState.read`` reads the
-teacher's, and opens the page with ``st.switch_page(..., query_params=...)``. Broadcasting: :func:`broadcasting`
-wraps the page's run in ``app.py``; when the page has run (or stopped), the teacher's page and link are pushed with
-``set_state`` if they changed.
+Following: :func:`poll` (the sidebar's fragment every two seconds and when the room's change wakes it, :mod:`.wake`, and
+inline on every full run) reads the room's version; when it grew and the student follows, the new page and parameters
+become a pending move (``_live_goto``). ``app.py`` calls :func:`follow` after ``st.navigation``: it drops the page's
+widget values from Session State (and the link values :mod:`views.shared.urlstate` keeps for a page visited again), so
+the page's ``UrlState.read`` reads the teacher's, and opens the page with ``st.switch_page(..., query_params=...)``.
+Broadcasting: :func:`broadcasting` wraps the page's run in ``app.py``; when the page has run (or stopped), the teacher's
+page and link are pushed with ``set_state`` if they changed.
 """
 
 from __future__ import annotations
@@ -473,9 +473,8 @@ def _heads_off(model: str, params: dict[str, str]) -> None:
         shared.heads.heads_from_class(model, pagestate.model_stacks(spec), params.get("off", ""))
 
 
-def follow(page=None) -> None:
-    """``app.py`` after ``st.navigation``, and the student's poll fragment (a move its poll found opens from there,
-    without a full run in between): make a pending move (:func:`poll`, :func:`go`). The page's widget values
+def follow(page) -> None:
+    """``app.py``, after ``st.navigation``: make a pending move (:func:`poll`, :func:`go`). The page's widget values
     and the link values kept for it are dropped, so its ``UrlState.read`` reads the new link; then the page opens with
     it (the viewer's language and, for a student, ``?room=`` kept; for the teacher, ``?teach=``)."""
     goto = st.session_state.pop("_live_goto", None)

@@ -1,18 +1,23 @@
-"""No run's last messages dropped for a fragment's timer (issues 48 and 50).
+"""A fragment's timer that never breaks a page (issues 48 and 50), in two ways that Streamlit 1.67 allows:
 
-Streamlit 1.67 drops the rest of a run when a fragment's rerun (a ``run_every`` timer in the browser: a student's
-poll every second, a job's progress) arrives after the run's script has ended in its thread but before the event
-loop has sent the run's last messages: ``AppSession.request_rerun`` finds its ScriptRunner stopped, starts a new one
-at once, and from then on ignores the old one's pending events ("Ignoring event from non-current ScriptRunner" in its
-debug log). The browser keeps a half-drawn page; in a live class the student stays on the old step until the page's
-watchdog asks for it again (:mod:`views.live_sections.redraw`, 4 s or more). The more sessions a server runs at once,
-the longer the event loop takes to send a run's messages and the more often a tick lands in that gap:
-``bench/live_class.py`` counted 4-19 such "lost runs" in a lesson of 30 students.
+* **A run's last messages dropped.** A fragment's rerun (a ``run_every`` timer in the browser: a student's poll, a
+  job's progress) that arrives after a run's script has ended in its thread but before the event loop has sent the
+  run's last messages makes ``AppSession.request_rerun`` start a new ScriptRunner at once and ignore the old one's
+  pending events ("Ignoring event from non-current ScriptRunner" in its debug log): the browser keeps a half-drawn page
+  (``bench/live_class.py`` counted 4-19 such "lost runs" in a lesson of 30). Such a rerun now waits, on the event
+  loop, until the stopped runner's last event (its ``SHUTDOWN``, after all of its messages) has been handled, every
+  :data:`AGAIN_S`, for at most :data:`GIVE_UP_S`.
+* **A page emptied by a tick from the page before.** A timer's tick carries the page the browser showed when it fired.
+  One that runs after a move to another page (queued behind the move's run, or merged into it) starts a run whose
+  ``new_session`` names the old page; the browser then clears every element of the page it shows and keeps the app's
+  own (a live class's lesson box over an empty page, for good: the page's marker, drawn by the app, was still there).
+  A fragment's rerun is now run only on a session with no run under way, and dropped when its page is no longer the
+  session's: a timer's tick that arrives during a run is dropped (that run is the fragment's own, or a full run, which
+  runs every fragment and arms its timer again); one a widget asks for (a click in a fragment, the live poll's
+  watchdog) waits for the run's end, as it would have waited in Streamlit's queue, and is then checked.
 
-:func:`install` makes such a fragment rerun wait, on the event loop, until the stopped runner's last event (its
-``SHUTDOWN``, after all of its messages) has been handled, every :data:`AGAIN_S`, for at most :data:`GIVE_UP_S`; then
-it is asked as before and starts a runner that loses nothing. A full rerun (a click) is left as Streamlit makes it:
-it replaces the page anyway. Where Streamlit's internals differ (another version), nothing is changed.
+A full rerun (a click outside a fragment, a new page) is left as Streamlit makes it. Where Streamlit's internals
+differ (another version), :func:`install` changes nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import logging
 import time
 
 AGAIN_S = 0.005  # a deferred fragment rerun is tried again this often ...
-GIVE_UP_S = 5.0  # ... for at most this long, then asked as Streamlit would
+GIVE_UP_S = 5.0  # ... for at most this long (a page's long run), then asked as Streamlit would
 
 _log = logging.getLogger(__name__)
 
@@ -48,18 +53,26 @@ def install() -> bool:
         return True
 
     def request_rerun(self, client_state, _until: float | None = None) -> None:
+        if client_state is None or not client_state.fragment_id:  # a full rerun: as Streamlit makes it
+            original(self, client_state)
+            return
         runner = getattr(self, "_scriptrunner", None)
-        if client_state is not None and client_state.fragment_id and runner is not None and _stopped(runner):
+        if runner is not None:
+            if client_state.is_auto_rerun and not _stopped(runner):
+                return  # a timer's tick while a run is under way: that run is the fragment's own, or runs it
             until = time.monotonic() + GIVE_UP_S if _until is None else _until
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not on the event loop: as Streamlit would
                 loop = None
-            if loop is not None and time.monotonic() < until:
+            if loop is not None and time.monotonic() < until:  # after the run under way, with its page known
                 loop.call_later(AGAIN_S, request_rerun, self, client_state, until)
                 return
             if loop is not None:
-                _log.warning("a fragment's rerun waited %.1f s for the last run's messages", GIVE_UP_S)
+                _log.warning("a fragment's rerun waited %.1f s for the run under way", GIVE_UP_S)
+        page, now = client_state.page_script_hash, getattr(self, "_client_state", None)
+        if runner is None and page and now is not None and now.page_script_hash and page != now.page_script_hash:
+            return  # sent from the page before a move: its run would empty the page the browser shows now
         original(self, client_state)
 
     request_rerun._waits_for_the_last_run = True  # type: ignore[attr-defined]
