@@ -86,8 +86,8 @@ def test_a_student_whose_poll_timer_was_dropped_gets_it_back_and_follows_again()
 
 def test_a_student_whose_page_never_polls_still_follows_every_change_at_once():
     """Issue 48: a teacher's change wakes the students' pages (views/live_sections/wake.py: the store reports the
-    change, and each enlisted session's browser is told to run its poll now) instead of waiting for each page's next
-    poll. Here the student's tab never fires its poll's regular timer: a new sentence, a question asked and revealed,
+    change, and each enlisted session runs its poll fragment at once) instead of waiting for each page's next poll. Here
+    the student's tab never fires its poll's regular timer: a new sentence, a question asked and revealed,
     all still reach its page (before: the student stayed on the old sentence for good)."""
     bench = _bench()
     args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
