@@ -6,6 +6,7 @@ the teacher's change, every answer sent is counted, no page shows the other room
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import importlib.util
 import sys
@@ -84,36 +85,43 @@ def test_a_student_whose_poll_timer_was_dropped_gets_it_back_and_follows_again()
     asyncio.run(scenario())
 
 
-def test_a_student_whose_page_never_polls_still_follows_every_change_at_once():
-    """Issue 48: a teacher's change wakes the students' pages (views/live_sections/wake.py: the store reports the
-    change, and each enlisted session runs its poll fragment at once) instead of waiting for each page's next poll. Here
-    the student's tab never fires its poll's regular timer: a new sentence, a question asked and revealed,
-    all still reach its page (before: the student stayed on the old sentence for good)."""
-    bench = _bench()
+@contextlib.asynccontextmanager
+async def _room_of_one(bench):
+    """One app process (no warm-up), a room its teacher opened and one student who joined it, whose poll's timer is
+    stopped and never armed again (the tab's ``no_polls``). Yields (lesson, room, student, the poll's fragment id)."""
     args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
                              "--gap", "0.2", "--stagger", "0", "--timeout", "30"])
+    server = bench.start(1, {"DIKKAT_WARM": "0"})
+    try:
+        lesson = bench.Lesson(args, server.base, ["zebra", "quartz", "violin"], 1)
+        room = lesson.rooms[0]
+        await lesson.open_room(room)
+        student = room.students[0]
+        await lesson.join(room, student)
+        assert not lesson.missed, lesson.missed
+        await asyncio.sleep(1.5)  # the join's runs are over
+        poll = next(iter(student.timers))
+        student.no_polls = True
+        student._stop_timer(poll)
+        yield lesson, room, student, poll
+        assert not student.errors, student.errors
+        await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
+    finally:
+        bench.stop(server)
+
+
+def test_a_student_whose_page_never_polls_still_follows_every_change_at_once():
+    """Issue 48: a teacher's change wakes the students' pages (views/live_sections/wake.py: the store reports the
+    change, and each enlisted session runs its poll fragment at once) instead of waiting for each page's next poll.
+    Here the student's tab never fires its poll's timer: a new sentence, a question asked and revealed, all still
+    reach its page (before: the student stayed on the old sentence for good)."""
 
     async def scenario():
-        server = bench.start(1)
-        try:
-            lesson = bench.Lesson(args, server.base, ["zebra", "quartz", "violin"], 1)
-            room = lesson.rooms[0]
-            await lesson.open_room(room)
-            student = room.students[0]
-            await lesson.join(room, student)
-            assert not lesson.missed, lesson.missed
-            await asyncio.sleep(1.5)  # the join's runs are over
-            student.no_polls = True
-            for poll in list(student.timers):
-                student._stop_timer(poll)
+        async with _room_of_one(_bench()) as (lesson, room, student, _):
             await lesson.change(room, 0, "text")
             await lesson.question(room)
             assert not lesson.missed, lesson.missed
             assert [p["kind"] for p in lesson.pairs] == ["text", "ask", "reveal"], lesson.pairs
-            assert not student.errors, student.errors
-            await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
-        finally:
-            bench.stop(server)
 
     asyncio.run(scenario())
 
@@ -122,24 +130,11 @@ def test_a_fragments_timer_never_drops_the_rest_of_a_full_run():
     """Issues 48 and 50: Streamlit 1.67 dropped the rest of a full run (its page, its script_finished) when a
     fragment's timer asked for a run after the run's script had ended but before its messages were sent; the student's
     page stayed half drawn (bench/live_class.py counted 4-19 such lost runs in a lesson of 30). views/shared/reruns.py
-    makes that fragment rerun wait for the run's last messages. Here a student's tab asks for full runs while its poll's
-    timer fires every few milliseconds: every full run reaches it whole (before: several lost out of 40)."""
-    bench = _bench()
-    args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
-                             "--gap", "0.2", "--stagger", "0", "--timeout", "60"])
+    drops such a tick (the timer fires again). Here a student's tab asks for full runs while its poll's timer fires
+    every few milliseconds: every full run reaches it whole (before: several lost out of 40)."""
 
     async def scenario():
-        server = bench.start(1, {"DIKKAT_WARM": "0"})
-        try:
-            lesson = bench.Lesson(args, server.base, ["zebra", "quartz", "violin"], 1)
-            room = lesson.rooms[0]
-            await lesson.open_room(room)
-            student = room.students[0]
-            await lesson.join(room, student)
-            await asyncio.sleep(1.5)
-            poll = next(iter(student.timers))
-            student.no_polls = True
-            student._stop_timer(poll)
+        async with _room_of_one(_bench()) as (_, _room, student, poll):
 
             async def ticks():
                 while True:
@@ -155,10 +150,6 @@ def test_a_fragments_timer_never_drops_the_rest_of_a_full_run():
             finally:
                 flood.cancel()
             assert finished == 40 and student.lost_runs == lost, (student.lost_runs - lost, list(student.trace)[-20:])
-            assert not student.errors, student.errors
-            await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
-        finally:
-            bench.stop(server)
 
     asyncio.run(scenario())
 
@@ -168,22 +159,9 @@ def test_a_poll_tick_from_the_page_before_never_empties_the_page_shown():
     its run's new_session named the old page and the browser cleared the page it showed (the lesson's box over an
     empty page, for good, in 3 of 4 lesson walks). views/shared/reruns.py drops a timer's tick whose page is no
     longer the session's, and one that arrives while a run is under way (that run reruns the fragment)."""
-    bench = _bench()
-    args = bench.parse_args(["--students", "1", "--rooms", "1", "--changes", "1", "--replicas", "1",
-                             "--gap", "0.2", "--stagger", "0", "--timeout", "60"])
 
     async def scenario():
-        server = bench.start(1, {"DIKKAT_WARM": "0"})
-        try:
-            lesson = bench.Lesson(args, server.base, ["zebra", "quartz", "violin"], 1)
-            room = lesson.rooms[0]
-            await lesson.open_room(room)
-            student = room.students[0]
-            await lesson.join(room, student)
-            await asyncio.sleep(1.5)
-            poll = next(iter(student.timers))
-            student.no_polls = True
-            student._stop_timer(poll)
+        async with _room_of_one(_bench()) as (_, _room, student, poll):
             here, before = student.page_hash, student.pages["pruning"]
             runs = student.fragment_runs
             await student.send(fragment=poll)  # a tick from the page shown: the poll runs
@@ -197,8 +175,5 @@ def test_a_poll_tick_from_the_page_before_never_empties_the_page_shown():
             await asyncio.sleep(2.0)
             student.page_hash = here
             assert student.fragment_runs == runs + 1, "a tick from another page ran"
-            await asyncio.gather(student.close(), room.teacher.close(), return_exceptions=True)
-        finally:
-            bench.stop(server)
 
     asyncio.run(scenario())
