@@ -19,16 +19,17 @@ from views.live_sections import room as live_room  # noqa: E402
 from views.live_sections.panel import live_panel  # noqa: E402
 from views.live_sections.stage import arrived as live_arrived  # noqa: E402
 from views.live_sections.stage import stage as live_stage  # noqa: E402
-from views.shared import reruns  # noqa: E402
+from views.shared import newsession, reruns  # noqa: E402
 from views.shared.uploader_words import words as uploader_words  # noqa: E402
 
 reruns.install()  # once per process: no run's last messages dropped for a fragment's timer (views/shared/reruns.py)
+newsession.install()  # once per process: the theme in each run's first message read once (views/shared/newsession.py)
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")
 
 live_redraw.begin()  # a live class: this full run is open until its end (views/live_sections/redraw.py)
-st.html(f"<style>{(shared.ASSETS / 'css' / 'app.css').read_text(encoding='utf-8')}</style>")  # shipped, no CDN
+st.html(shared.app_css())  # assets/css/app.css, shipped (no CDN), read once per process
 st.session_state["_selection"] = shared.sidebar(live_panel)  # the sidebar, with the live class's panel in it
 st.html(shared.scale_style())  # the sidebar's text size (projector mode) for app.css: --dk-scale
 uploader_words()  # Streamlit's uploader errors in Turkish on the Turkish interface (views/shared/uploader_words.py)
@@ -36,7 +37,7 @@ uploader_words()  # Streamlit's uploader errors in Turkish on the Turkish interf
 PAGES = [st.Page(p.file, title=shared.t(p.title), icon=p.icon, default=p.default) for p in pagestate.PAGES]
 
 page = st.navigation(PAGES)
-live_room.follow(page)  # a student following a live class (issue 29): the teacher's page, as it is now
+live_room.follow()  # a student following a live class (issue 29): the teacher's page, as it is now
 live_stage()  # the lesson's step, its question and the teacher's controls at the top of the main area (issue 50)
 with live_room.broadcasting(page):  # a teacher's page, once it has run, goes to the class
     shared.run_page(page)  # page.run(), its namespace emptied of what the run computed (views/shared/pagerun.py)

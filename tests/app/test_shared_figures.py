@@ -157,3 +157,23 @@ def test_a_figure_key_finds_a_nan_and_an_array_of_objects():
     assert a == b and a is not keys.UNKEYED
     assert a != keys.key_of({"range": [float("nan"), 2.0], "text": np.array(["kedi", None], dtype=object)},
                              max_depth=64)
+
+
+def test_a_kept_figure_is_made_only_when_something_of_it_is_used():
+    """Issue 48: a figure from the shared cache is made (plotly's deep copy of the kept dict) only when read or
+    changed; handed untouched to plotly_chart it is keyed by its builder and arguments, not by a digest of every
+    property. Read or changed, it is an ordinary figure, keyed by what it now holds."""
+    from views.shared import charts
+
+    w = np.array([[1.0, 0, 0], [0.3, 0.7, 0], [0.2, 0.5, 0.3]])
+    cached, calls = _counted(vh.head_heatmap)
+    fig, same = cached(w, LABELS, LABELS, title="a"), cached(w.copy(), LABELS, LABELS, title="a")
+    assert isinstance(fig, go.Figure) and not fig.made and len(calls) == 1
+    key = charts._sent_key(fig, 1)
+    assert not fig.made and key == charts._sent_key(same, 1) != charts._sent_key(same, 2)
+    assert key[1] != charts._sent_key(cached(w, LABELS, LABELS, title="b"), 1)[1]
+    direct = vh.head_heatmap(w, LABELS, LABELS, title="a")
+    assert _sent(fig) == _sent(direct) and fig.made  # made on first use, the builder's own figure
+    same.update_layout(title_text="changed")
+    assert same.made and charts._sent_key(same, 1)[0] == "sent figure"  # keyed by what it holds now
+    assert _sent(cached(w, LABELS, LABELS, title="a"))["layout"]["title"]["text"] == "a"

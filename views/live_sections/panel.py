@@ -116,6 +116,7 @@ def _student_poll() -> None:
     if room.is_student():
         _enlist()
     if room.poll() and room.in_fragment_run():
+        room.follow()  # a move to the teacher's page goes there at once: one full run, not this page's first
         st.rerun()
     if room.paused():  # drawn by the fragment each second: it goes by itself when the store answers again
         st.warning(t("live_paused"), icon=":material/pause_circle:")

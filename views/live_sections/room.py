@@ -473,8 +473,10 @@ def _heads_off(model: str, params: dict[str, str]) -> None:
         shared.heads.heads_from_class(model, pagestate.model_stacks(spec), params.get("off", ""))
 
 
-def follow(page) -> None:
-    """``app.py``, after ``st.navigation``: make a pending move (:func:`poll`, :func:`go`). The page's widget values
+def follow() -> None:
+    """``app.py`` after ``st.navigation``, and a student's poll fragment that found a change: make a pending move
+    (:func:`poll`, :func:`go`). From the fragment, ``st.switch_page`` reruns the whole app on the teacher's page at
+    once (a run of the old page first cost every student one more run per change). The page's widget values
     and the link values kept for it are dropped, so its ``UrlState.read`` reads the new link; then the page opens with
     it (the viewer's language and, for a student, ``?room=`` kept; for the teacher, ``?teach=``)."""
     goto = st.session_state.pop("_live_goto", None)

@@ -26,9 +26,9 @@ from .page import page_start  # noqa: F401
 from .pagerun import run_page, stop  # noqa: F401  (a page run that keeps nothing of its own once it ends; its early end)
 from .preload import plotly_preload  # noqa: F401  (plotly's module loaded while a page without a chart is read)
 from .pickers import MEAN, grid_cell, layer_head, mask_and_heads_off, self_stack  # noqa: F401
-from .scale import SCALES, factor, fewer, scale_figure, style as scale_style  # noqa: F401
+from .scale import SCALES, app_css, factor, fewer, scale_figure, style as scale_style  # noqa: F401
 from .sidebar import (  # noqa: F401
-    DEFAULT_TEXT, DEFAULT_TEXTS, Selection, _catalog_label, default_text, examples, selection, sidebar, spec_text,
+    DEFAULT_TEXT, DEFAULT_TEXTS, Selection, _catalog_label, default_text, example_texts, selection, sidebar, spec_text,
 )
 from .strings import (  # noqa: F401
     ASSETS, Md, _strings, lang, md, t, t_plain,

@@ -60,7 +60,10 @@ def plotly_chart(fig, *, container=None, columns: int | None = None, **kwargs):
 def _sent_key(fig, columns: int) -> tuple | None:
     """The key of ``fig`` as it will be sent: a digest of its traces', layout's and frames' properties (arrays by a
     digest of their bytes, :func:`views.shared.keys.key_of`), with the language, the text size and ``columns``; None
-    for a figure with a property that cannot be keyed (it is styled and sent afresh)."""
+    for a figure with a property that cannot be keyed (it is styled and sent afresh). A kept figure no one has used
+    (:class:`views.shared.figures.KeptFigure`) is keyed by its builder and arguments, without a digest."""
+    if getattr(fig, "made", True) is False:
+        return ("sent kept figure", fig.kept_key, lang(), factor(), columns)
     state = key_of((fig._data, fig._layout, [frame._props for frame in fig._frame_objs]), max_depth=64)
     if state is UNKEYED:
         return None

@@ -38,14 +38,45 @@ def _as_kept(built):
     return (kept,) + built[1:] if fig is not built else kept
 
 
+class KeptFigure(go.Figure):
+    """A figure kept for every session (:func:`shared_figure`), made only when something of it is read or changed:
+    then, and only then, ``go.Figure`` is made from the kept dict (plotly deep-copies every property as it does). A
+    page that hands it untouched to :func:`views.shared.charts.plotly_chart` never makes it, and its key as sent is
+    the builder's and its arguments' (:attr:`kept_key`) instead of a digest of every property: issue 48, making the
+    figure and digesting it were a third of the Q/K/V page's rerun over cached results (a py-spy profile of
+    ``bench/live_class.py``, 30 students). Everything else is ``go.Figure``'s own."""
+
+    def __init__(self, kept: dict, key: tuple) -> None:  # noqa: D107  (go.Figure's __init__ runs when first needed)
+        object.__setattr__(self, "_kept_dict", kept)
+        object.__setattr__(self, "kept_key", key)
+
+    @property
+    def made(self) -> bool:
+        """Whether the figure has been made (something of it was read or changed)."""
+        return "_data" in self.__dict__
+
+    def __getattr__(self, name: str):
+        """An attribute plotly's figure sets as it is made: make it (from a copy of the kept dict), then read it."""
+        own = self.__dict__
+        if name.startswith("__") or "_making" in own or "_data" in own:
+            raise AttributeError(name)
+        object.__setattr__(self, "_making", True)
+        try:
+            go.Figure.__init__(self, own["_kept_dict"], _validate=False)
+        finally:
+            own.pop("_making", None)
+        return object.__getattribute__(self, name)
+
+
 def shared_figure(build):
     """Decorator: ``build(*args, **kwargs) -> go.Figure`` (or a tuple that starts with one; a pure function of its
     arguments, the tuple's other items read-only) built once per distinct
     arguments for every session, kept in :data:`CACHE` as a dict (:func:`_figure_dict`) (its bytes counted against the
-    cache's budget). Each call returns a new ``go.Figure`` made from the kept dict without validation; plotly's figure
-    deep-copies every trace's and the layout's properties as it is made (``BaseFigure.__init__``), so the caller may
-    change it and the kept dict stays as built (a second copy of our own cost Information flow 23 ms a run). Arguments
-    that cannot be keyed (an object, a callable) build the figure every time."""
+    cache's budget). Each call returns a new :class:`KeptFigure`, a ``go.Figure`` made from the kept dict without
+    validation when first used; plotly's figure deep-copies every trace's and the layout's properties as it is made
+    (``BaseFigure.__init__``), so the caller may change it and the kept dict stays as built (a second copy of our own
+    cost Information flow 23 ms a run). Arguments that cannot be keyed (an object, a callable) build the figure every
+    time."""
     name = (build.__module__, build.__qualname__)
 
     @functools.wraps(build)
@@ -53,10 +84,11 @@ def shared_figure(build):
         key = key_of((args, kwargs))
         if key is UNKEYED:
             return build(*args, **kwargs)
-        kept = CACHE.get_or_create(("figure", name, key), lambda: _as_kept(build(*args, **kwargs)))
+        kept_key = ("figure", name, key)
+        kept = CACHE.get_or_create(kept_key, lambda: _as_kept(build(*args, **kwargs)))
         if isinstance(kept, tuple):  # (figure, what else the builder returned)
-            return (go.Figure(kept[0], _validate=False),) + kept[1:]
-        return go.Figure(kept, _validate=False)
+            return (KeptFigure(kept[0], kept_key),) + kept[1:]
+        return KeptFigure(kept, kept_key)
 
     wrapper.uncached = build
     return wrapper

@@ -22,7 +22,10 @@ def empty_figure(fig) -> None:
     """Clear a figure once it is sent. A plotly figure is a reference cycle (each trace and the layout point back to
     it), so its arrays stayed alive until a full garbage collection, which the server does not run after each script
     (issue 44: about 1.2 MiB per text on Head pruning at 120 tokens); its traces' and layout's properties (the arrays
-    among them) are freed now. The figure is empty afterwards."""
+    among them) are freed now. The figure is empty afterwards. A kept figure never made holds nothing of its own
+    (:class:`views.shared.figures.KeptFigure`): it stays as it is."""
+    if getattr(fig, "made", True) is False:
+        return
     for props in getattr(fig, "_data", None) or ():
         if isinstance(props, dict):
             props.clear()

@@ -11,6 +11,7 @@ The same ``<style>`` carries, on the Turkish interface, Streamlit's own file-upl
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -18,7 +19,7 @@ import streamlit as st
 
 from viz.text import text_width
 
-from .strings import lang, t, t_plain
+from .strings import ASSETS, lang, t, t_plain
 from .urlstate import UrlState
 
 # the switch's values (the link's ``scale=...``, declared in pagestate) and their factors
@@ -55,6 +56,13 @@ def fewer(n: int) -> int:
     """``n`` (tick labels an axis draws, the px a label's slot is judged by) divided by the text size's factor: at 1.5
     times the font, 40 labels on an axis take the room 60 took."""
     return max(1, round(n / factor()))
+
+
+@functools.cache
+def app_css() -> str:
+    """``assets/css/app.css`` in a ``<style>`` (shipped, no CDN), read once per process: every run of every session
+    draws it first (``app.py``)."""
+    return f"<style>{(ASSETS / 'css' / 'app.css').read_text(encoding='utf-8')}</style>"
 
 
 def style() -> str:

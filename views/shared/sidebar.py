@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -14,7 +15,7 @@ import models
 from .. import hosting
 from .fields import text_field
 from .scale import scale_control
-from .strings import ASSETS, _strings, lang, md, t
+from .strings import ASSETS, _strings, fix_lang, lang, md, t
 from .urlstate import UrlState
 
 URL = UrlState("app")  # the sidebar's parameters (pagestate.declared: SIDEBAR_PARAMS), written at once
@@ -41,9 +42,11 @@ def default_text(language: str | None = None) -> str:
     return DEFAULT_TEXTS.get(language or lang(), DEFAULT_TEXT)
 
 
-def examples() -> list[dict]:
-    """Example sentences shipped in ``assets/examples.json``."""
-    return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))["examples"]
+@functools.cache
+def example_texts() -> tuple[str, ...]:
+    """The example sentences shipped in ``assets/examples.json``, read once per process (the sidebar of every run of
+    every session lists them)."""
+    return tuple(e["text"] for e in json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))["examples"])
 
 
 def spec_text(spec: models.ModelSpec, field: str) -> str:
@@ -123,6 +126,7 @@ def sidebar(live_panel: Callable[[], None] | None = None) -> Selection:
         st.radio(t("language"), URL.options("lang"), key="lang", horizontal=True, on_change=_language_changed,
                  format_func=lambda x: {"en": "English", "tr": "Türkçe"}[x])
         URL.sync("lang")
+        fix_lang()  # the widget is drawn: the language is this run's from here on (views/shared/strings.py)
         if live_panel is not None:
             live_panel()  # a live class (issue 29): app.py passes it (the live sections import this package)
         scale_control()  # text size: Normal / Large / Projector (issue 29)
@@ -159,7 +163,7 @@ def sidebar(live_panel: Callable[[], None] | None = None) -> Selection:
             URL.sync("model_custom")
             if custom:
                 st.caption(t("custom_note", name=custom))
-        st.selectbox(t("examples"), [e["text"] for e in examples()], index=None, key="example",
+        st.selectbox(t("examples"), list(example_texts()), index=None, key="example",
                      placeholder=t("examples_pick"), on_change=_use_example)
         # the default must stay the same on every run: a widget whose default changes is a new widget
         URL.bind("text")

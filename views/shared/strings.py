@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from viz import numbers as nb
 
@@ -36,9 +37,27 @@ def _strings() -> dict[str, dict[str, str]]:
     return merged
 
 
+_FIXED = "_dikkat_lang"  # on Streamlit's run context: (that run's cursors, the language) once the widget is drawn
+
+
 def lang() -> str:
-    """Current interface language, ``"tr"`` or ``"en"``."""
+    """Current interface language, ``"tr"`` or ``"en"``. Once the sidebar has drawn the language's widget the value
+    is fixed for the rest of the run (Streamlit refuses to set a drawn widget's value), and read from the run's
+    context instead of Session State (:func:`fix_lang`): a page calls this for every string it writes, and each
+    Session State read cost ~10 µs, 6 % of a class's server time (py-spy, ``bench/live_class.py``, issue 48)."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    fixed = getattr(ctx, _FIXED, None)
+    if ctx is not None and fixed is not None and fixed[0] is ctx.cursors:  # the same run (each makes a new dict)
+        return fixed[1]
     return st.session_state.get("lang", "en")
+
+
+def fix_lang() -> None:
+    """Right after the language's widget is drawn (``views/shared/sidebar.py``): :func:`lang` is this run's value
+    from now on, until the run ends."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    if ctx is not None:
+        setattr(ctx, _FIXED, (ctx.cursors, st.session_state.get("lang", "en")))
 
 
 class _LocalNumber:
