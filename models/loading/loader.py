@@ -258,6 +258,7 @@ def load(name: str, device: str = "auto", dtype: str | torch.dtype = "auto", *, 
         loaded.load_args = {"name": name, "device": device, "dtype": dtype, "device_map": device_map,
                             "max_memory": max_memory, "offload_folder": offload_folder}
         _LOADED.put(key, loaded)
+        memory.settle()  # a server's heap: the model's objects out of the cyclic collector's walks (models/memory.py)
         return loaded
 
 

@@ -184,6 +184,31 @@ def test_holds_at_least_stops_at_the_limit_and_follows_closures_not_modules():
     assert budget.holds_at_least(list(range(50)), 1, max_objects=10)
 
 
+def test_a_walk_stops_at_a_cache_entry_and_counts_the_cache_s_bytes():
+    """Issue 48: what a page holds is walked on each of 30 students' runs; a value of the shared cache counts the
+    bytes the cache measured for it and is not followed (a walk into it cost 6 % of a class's server time). An entry
+    replaced, dropped or evicted is no longer counted; the same object under two keys is counted until both go."""
+
+    cache = budget.ByteLRU(1000, measure=lambda v: 600)
+    entry = [np.zeros(10_000)]  # 80 kB, if a walk went into it
+    cache.put("a", entry)
+    assert cache.counted(entry) == 600 and cache.counted([np.zeros(10_000)]) is None
+    assert budget.holds_at_least({"page": [entry]}, 500, counted=cache.counted)
+    assert not budget.holds_at_least({"page": [entry]}, 2_000, counted=cache.counted)  # 600 + the dict and list
+    assert budget.holds_at_least({"page": [entry]}, 2_000)  # walked into without the cache's count
+    assert budget.holds_at_least({"page": [entry, np.zeros(200)]}, 2_000, counted=cache.counted)
+    cache.put("b", entry)  # the same object under a second key
+    cache.discard("a")
+    assert cache.counted(entry) == 600
+    cache.put("b", [])  # replaced
+    assert cache.counted(entry) is None
+    other = [4]
+    cache.put("c", other)  # 1,200 bytes over a budget of 1,000: the least recently used goes
+    assert cache.counted(other) == 600 and len(cache) == 1 and cache.counted(cache.get("c")) == 600
+    cache.clear()
+    assert cache.counted(other) is None
+
+
 def test_statistics_kept_without_their_analysis_refuse_with_a_code(tiny, no_gc):
     """The lazy statistics hold their analysis weakly (no cycle): read after it is freed they cannot be computed,
     and say so with a coded error (an AttributeError from inside before)."""
@@ -193,3 +218,45 @@ def test_statistics_kept_without_their_analysis_refuse_with_a_code(tiny, no_gc):
     with pytest.raises(models.UnsupportedOperationError) as err:
         dict(stats)
     assert err.value.code == "analysis_freed"
+
+
+def test_a_settled_heap_freezes_what_is_alive_and_still_frees_a_dropped_cycle(monkeypatch):
+    """Issue 48: a server's full collections walked every object of torch, transformers and the models (17 of up to
+    1.06 s in one lesson). With the settled heap on, what is alive is frozen out of the collector's walks, and again
+    after each model's load; a collection the memory budget asks for still frees a dropped model in a reference
+    cycle (frozen before it was dropped), and freezes again after. Off (a library user's process), nothing freezes."""
+    monkeypatch.setattr(memory, "_SETTLED", {"on": False, "freezes": 0})
+    try:
+        memory.settle()
+        assert gc.get_freeze_count() == 0  # off: Python's collector as it is
+
+        class Model:  # a loaded model's part, in a reference cycle
+            pass
+
+        model = Model()
+        model.me = model
+        gone = weakref.ref(model)
+        memory.keep_heap_settled()
+        assert gc.get_freeze_count() > 0 and memory._SETTLED["freezes"] == 1
+        memory.keep_heap_settled()  # once per process: a second call freezes nothing more
+        assert memory._SETTLED["freezes"] == 1
+        del model
+        gc.collect()
+        assert gone() is not None  # frozen: the collector's own collections leave it
+        memory.collect()
+        assert gone() is None and gc.get_freeze_count() > 0  # the budget's collection frees it, and freezes again
+    finally:
+        gc.unfreeze()
+
+
+def test_a_models_load_settles_the_heap_once(tiny_folder, monkeypatch):
+    """The settled heap freezes what a model's load made (models/loading/loader.py calls :func:`memory.settle`); a
+    model from the cache loads nothing and settles nothing."""
+    from models.loading import loader
+
+    calls = []
+    monkeypatch.setattr(memory, "settle", lambda: calls.append(1))
+    monkeypatch.setattr(loader, "_LOADED", budget.ByteLRU(1 << 30))
+    first = models.load(str(tiny_folder("bert")), device="cpu")
+    assert calls == [1]
+    assert models.load(str(tiny_folder("bert")), device="cpu") is first and calls == [1]

@@ -25,6 +25,8 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from models import budget
 
+from .cache import CACHE
+
 HEAVY_BYTES = 64 << 10  # a value of the namespace that holds this much is dropped when the run ends
 RUNS = {"own": 0, "fallback": 0}  # pages run by run_page itself, and by page.run() (another Streamlit)
 
@@ -33,8 +35,8 @@ def holds(value, limit: int = HEAVY_BYTES) -> bool:
     """True when ``value`` and what it reaches hold at least ``limit`` bytes (:func:`models.budget.holds_at_least`;
     a function by its closure and defaults, not its module). Streamlit's own objects (a column or container of this
     run: their tree is the session's, not the page's) and the model's parts (the model cache counts them) are not
-    followed."""
-    return budget.holds_at_least(value, limit, skip_modules=("streamlit.", "models.loading"))
+    followed, nor is a value of the shared cache (its bytes are the ones the cache counted)."""
+    return budget.holds_at_least(value, limit, skip_modules=("streamlit.", "models.loading"), counted=CACHE.counted)
 
 
 def forget_run(namespace: dict) -> list[str]:
