@@ -905,7 +905,8 @@ async def server_warmed(server: Server, timeout: float, extra_env: dict[str, str
     want = len(visits or []) * max(server.replicas, 1)
     deadline = time.monotonic() + timeout
     while want and time.monotonic() < deadline:
-        done = sum(1 for line in server.log.read_text(errors="replace").splitlines() if line.startswith("warm: "))
+        # counted anywhere in a line: a replica's model-load progress bar (no line end) may come just before it
+        done = server.log.read_text(errors="replace").count("warm: ")
         if done >= want:
             return
         await asyncio.sleep(1.0)

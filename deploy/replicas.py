@@ -254,16 +254,18 @@ def usable_cores() -> int:
 def core_advice(replicas: int, cores: int) -> str | None:
     """What to say when ``replicas`` app processes would share ``cores`` cores (issue 48), or None. A replica runs its
     students' page scripts on one core at a time (Python's lock) and its torch work on every core; two on two cores
-    contend for both: measured on this kind of machine (bench/live_class.py, 30 students), the teacher's change
-    reached students at p95 2.22 s with REPLICAS=2 against 1.46 s in one process. Replicas still bring a failover (a
-    replica killed, its students back in the room within seconds), which may be worth the cost."""
+    contend for both. Measured on this kind of machine (bench/live_class.py, 30 students, 2026-12-07, from the
+    teacher's click to every student's page): two replicas answered no faster than one process, p95 2.19 s (a replica
+    killed and started again mid-lesson) and 1.53 s in another run, against 1.81-2.21 s in one process (before the
+    same day's cheaper runs: 2.22 s against 1.46 s). Replicas still bring a failover (a replica killed, its students
+    back in the room within seconds), which may be worth it."""
     if replicas <= 1 or cores >= 2 * replicas:
         return None
     return (f"Dikkat: {replicas} replicas on {cores} core{'s' if cores != 1 else ''}: they compete for the same cores "
-            f"and answer the class more slowly than one process (measured on 2 cores with 30 students: the "
-            f"teacher's change at p95 2.22 s against 1.46 s). REPLICAS=1 (the default) is faster here; keep "
-            f"{replicas} for the failover only (a replica that dies, its students moved to another). Replicas help "
-            f"from {2 * replicas} cores.")
+            f"and answer a class no faster than one process (measured on 2 cores with 30 students: the teacher's "
+            f"change at p95 1.53-2.19 s with 2 replicas, 1.81-2.21 s with one). REPLICAS=1 (the default) needs no "
+            f"nginx or Redis; keep {replicas} for the failover (a replica that dies, its students moved to another). "
+            f"Replicas should help from {2 * replicas} cores (not measured).")
 
 
 def main(argv: list[str] | None = None) -> None:

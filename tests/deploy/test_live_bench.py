@@ -126,6 +126,26 @@ def test_a_student_whose_page_never_polls_still_follows_every_change_at_once():
     asyncio.run(scenario())
 
 
+def test_a_woken_student_reaches_the_teachers_page_in_one_full_run():
+    """Issue 48: the poll that finds the teacher's change moves the page from the fragment (st.switch_page there),
+    so a student pays one fragment run and one full run per change. Before, the fragment asked for a full run of the
+    page the student was on, whose sidebar was drawn and dropped when app.py made the move: two full runs started
+    per change, for every student of the class."""
+
+    async def scenario():
+        async with _room_of_one(_bench()) as (lesson, room, student, _):
+            for number, kind in enumerate(("text", "page:pruning", "text")):
+                before = len(student.trace)
+                await lesson.change(room, number, kind)
+                await asyncio.sleep(1.0)  # any run still to come
+                seen = list(student.trace)[before:]
+                starts = [e for e in seen if e[1] == "new_session" and e[2] is False]  # full runs begun
+                assert len(starts) == 1, (kind, seen)
+            assert not lesson.missed, lesson.missed
+
+    asyncio.run(scenario())
+
+
 def test_a_fragments_timer_never_drops_the_rest_of_a_full_run():
     """Issues 48 and 50: Streamlit 1.67 dropped the rest of a full run (its page, its script_finished) when a
     fragment's timer asked for a run after the run's script had ended but before its messages were sent; the student's
