@@ -7,7 +7,7 @@ first run of a new server (no sidebar, lost widget state)."""
 from pathlib import Path
 
 import streamlit as st
-from streamlit import runtime
+from streamlit import config, runtime
 
 # The icon is a shipped file: a ":material/...:" icon makes every page fetch it from an external font server.
 st.set_page_config(page_title="Dikkat", page_icon=str(Path(__file__).resolve().parent / "assets" / "icon.png"),
@@ -26,8 +26,8 @@ from views.shared.uploader_words import words as uploader_words  # noqa: E402
 
 reruns.install()  # once per process: no run's last messages dropped for a fragment's timer (views/shared/reruns.py)
 newsession.install()  # once per process: the theme in each run's first message read once (views/shared/newsession.py)
-if runtime.exists():  # a server (not AppTest): Python's collector stops walking the models (models/memory.py)
-    memory.keep_heap_settled()
+if runtime.exists() and not config.get_option("global.appTest"):  # a server, not AppTest (which mocks a runtime)
+    memory.keep_heap_settled()  # Python's collector stops walking the models' objects (models/memory.py)
 
 if hosting.current().classroom:  # whatever launched it: no traceback (with server paths) in a student's browser
     st.set_option("client.showErrorDetails", "none")

@@ -13,6 +13,7 @@ SECTIONS = ("theme", "theme.light", "theme.dark", "theme.sidebar", "theme.light.
 
 
 def _theme(populate) -> bytes:
+    """The six sections populated where Streamlit populates them, twice; the message's bytes."""
     msg = NewSession()
     theme = msg.custom_theme
     parts = {"theme": theme, "theme.light": theme.light, "theme.dark": theme.dark, "theme.sidebar": theme.sidebar,
@@ -45,3 +46,18 @@ def test_the_theme_made_once_is_the_theme_streamlit_makes():
     assert made.primary_color == "#d62728" and made.sidebar.background_color == "#f0f0f0"
     assert made.dark.text_color == "#eeeeee" and not made.HasField("light")
     assert isinstance(made, CustomThemeConfig)
+
+
+def test_a_theme_of_default_values_only_is_still_sent_as_a_theme():
+    """``base = "light"`` alone is the enum's default: the section has no bytes, but Streamlit's message holds it
+    (present, empty), which the browser reads as a theme to apply. The section made once is present too."""
+    original = app_session._populate_theme_msg
+    original = getattr(original, "original", original)
+    before = config.get_option("theme.base")
+    try:
+        config.set_option("theme.base", "light")
+        theirs, ours = _theme(original), _theme(newsession.made_once(original))
+    finally:
+        config.set_option("theme.base", before)
+    assert ours == theirs and NewSession.FromString(ours).HasField("custom_theme")
+    assert not NewSession.FromString(ours).custom_theme.HasField("light")

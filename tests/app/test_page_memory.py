@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,3 +127,17 @@ def test_a_run_forgets_what_holds_memory_and_keeps_what_its_widgets_read(minilm)
     open_linked("views/flow.py", "minilm-l6", {}, "The cat chased the mouse.")
     # this Streamlit's pages are run by run_page itself (a namespace to forget), not by page.run()
     assert pagerun.RUNS["own"] == runs["own"] + 2 and pagerun.RUNS["fallback"] == runs["fallback"]
+
+
+def test_an_app_test_leaves_pythons_collector_as_it_is():
+    """Issue 48: app.py settles the heap (gc.freeze after each model's load, models/memory.py) in a server only.
+    AppTest mocks Streamlit's runtime, so ``runtime.exists()`` alone took a test process for a server: its later
+    tests' leak checks (gc.get_objects skips frozen objects) and memory tests ran on a frozen heap."""
+    from streamlit.testing.v1 import AppTest
+
+    from models import memory
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=600)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert memory._SETTLED["on"] is False and gc.get_freeze_count() == 0

@@ -177,3 +177,17 @@ def test_a_kept_figure_is_made_only_when_something_of_it_is_used():
     same.update_layout(title_text="changed")
     assert same.made and charts._sent_key(same, 1)[0] == "sent figure"  # keyed by what it holds now
     assert _sent(cached(w, LABELS, LABELS, title="a"))["layout"]["title"]["text"] == "a"
+
+
+def test_a_kept_figure_copies_and_pickles_as_a_plain_figure():
+    """A copy or a pickle of a kept figure (made or not) is a ``go.Figure`` holding the same figure; the kept one is
+    left as it was."""
+    import copy
+    import pickle
+
+    w = np.array([[1.0, 0, 0], [0.3, 0.7, 0], [0.2, 0.5, 0.3]])
+    cached, _ = _counted(vh.head_heatmap)
+    direct = vh.head_heatmap(w, LABELS, LABELS, title="a")
+    for make in (copy.deepcopy, copy.copy, lambda f: pickle.loads(pickle.dumps(f))):
+        copied = make(cached(w, LABELS, LABELS, title="a"))
+        assert type(copied) is go.Figure and _sent(copied) == _sent(direct)

@@ -55,6 +55,11 @@ class KeptFigure(go.Figure):
         """Whether the figure has been made (something of it was read or changed)."""
         return "_data" in self.__dict__
 
+    def __reduce__(self):
+        """A copy or a pickle is a plain ``go.Figure`` of what this one holds (plotly's own ``__reduce__`` would call
+        this class with the figure's properties)."""
+        return go.Figure, (self.to_dict(),)
+
     def __getattr__(self, name: str):
         """An attribute plotly's figure sets as it is made: make it (from a copy of the kept dict), then read it."""
         own = self.__dict__

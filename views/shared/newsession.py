@@ -11,21 +11,40 @@ per process and merges the made section into every later message: the same bytes
 from __future__ import annotations
 
 import functools
+from typing import Any
+
+
+# where Streamlit puts each section in the ``new_session`` message (``AppSession._create_new_session_message``)
+PLACES = {"theme": ("custom_theme",), "theme.light": ("custom_theme", "light"),
+          "theme.dark": ("custom_theme", "dark"), "theme.sidebar": ("custom_theme", "sidebar"),
+          "theme.light.sidebar": ("custom_theme", "light", "sidebar"),
+          "theme.dark.sidebar": ("custom_theme", "dark", "sidebar")}
 
 
 def made_once(populate):
-    """``populate(msg, section)`` (Streamlit's ``_populate_theme_msg``) run once per message type and section: later
-    calls merge the bytes it made. A section with no option set stays unset, as ``populate`` leaves it."""
+    """``populate(msg, section)`` (Streamlit's ``_populate_theme_msg``) run once per section, in a message of its own
+    at the section's place (:data:`PLACES`): later calls merge the bytes it made, and mark the section present when
+    Streamlit's own call did (a section holding only default values, such as ``base = "light"``, has no bytes but is
+    present: the browser reads it as a theme). A section of another place is populated as Streamlit does."""
+    from streamlit.proto.NewSession_pb2 import NewSession
 
     @functools.cache
-    def made(kind: type, section: str) -> bytes:
-        msg = kind()
+    def made(section: str) -> tuple[bytes, bool]:
+        parent: Any = NewSession()
+        *above, last = PLACES[section]
+        for name in above:
+            parent = getattr(parent, name)
+        msg = getattr(parent, last)
         populate(msg, section)
-        return msg.SerializeToString()
+        return msg.SerializeToString(), bool(parent.HasField(last))
 
     def populate_once(msg, section: str = "theme") -> None:
-        data = made(type(msg), section)
-        if data:
+        if section not in PLACES:
+            populate(msg, section)
+            return
+        data, present = made(section)
+        if present:
+            msg.SetInParent()
             msg.MergeFromString(data)
 
     populate_once._made_once = True
